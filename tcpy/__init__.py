@@ -1,0 +1,43 @@
+"""tcpy: Tensor Comprehensions for Python.
+
+Write a kernel in TC index notation, call it on NumPy arrays, get a tiled OpenMP C kernel::
+
+    import numpy as np, tcpy
+    matmul = tcpy.define('''
+    def matmul(float(M,K) A, float(K,N) B) -> (C) {
+        C(m, n) +=! A(m, k) * B(k, n)
+    }
+    ''')
+    C = matmul(A, B)
+"""
+from .errors import (
+    TCArgumentError,
+    TCCompilerError,
+    TCError,
+    TCLookupError,
+    TCPreconditionError,
+    TCProgramError,
+    TCRangeError,
+    TCRuntimeError,
+    TCSemanticError,
+    TCShapeError,
+    TCSyntaxError,
+)
+from .lang import parse
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "parse",
+    "TCError",
+    "TCProgramError",
+    "TCSyntaxError",
+    "TCSemanticError",
+    "TCRangeError",
+    "TCLookupError",
+    "TCArgumentError",
+    "TCShapeError",
+    "TCPreconditionError",
+    "TCRuntimeError",
+    "TCCompilerError",
+]

@@ -1,0 +1,570 @@
+"""The reference evaluator: what a TC def means, computed directly from its checked AST.
+
+``tcpy.define(src, backend="reference")`` (or :func:`define_reference`) gives a kernel with the
+same call interface as a compiled one that evaluates each statement with NumPy over its whole
+rectangular iteration domain. It generates no code and shares nothing with the loop-nest IR
+or the C emitter, so a bug there cannot hide in both; it uses the same front end
+(:mod:`tcpy.lang`), argument binding (:mod:`tcpy.binding`) and range inference
+(:mod:`tcpy.ranges`) as compiled kernels. Slow is fine: exact semantics are the point.
+
+Semantics (the contract the compiled kernels are tested against):
+
+* Outputs and temporaries start zero-filled; statements run in order. A statement's
+  right-hand side is evaluated over its domain (output variables x reduction variables) and
+  sees the tensors as they were before the statement (after the identity fill of a ``!``
+  reduction). ``=`` writes, ``op=!`` fills the written region with the operator's identity
+  first, ``op=`` accumulates into the existing values.
+* Every expression is computed in its checked type (``expr.type``) with C-like arithmetic:
+  operands are converted to the operation's type, integers wrap, float32 stays float32,
+  ``bool`` arithmetic is done in int32 and converted back (non-zero is true).
+* Integer ``/`` and ``%`` truncate toward zero (C) in value expressions and round toward
+  negative infinity (TC) inside tensor index expressions; ``MIN / -1`` wraps to ``MIN``,
+  ``MIN % -1`` is 0. Division or modulo by zero raises :class:`~tcpy.TCRuntimeError`.
+  ``%`` on floats is C's ``fmod``.
+* ``c ? a : b`` is lazy, and ``&&`` / ``||`` short-circuit: the branch not taken is evaluated
+  under a mask and never reads memory, divides by zero or raises.
+* A tensor read whose index is out of bounds at a point that is evaluated raises
+  :class:`~tcpy.TCRuntimeError` ("index out of bounds"). For data-dependent indices
+  (``B(C(i))``) that is the run-time check compiled kernels do; for the other accesses range
+  inference should have made it impossible, so the message says it is a bug in tcpy.
+* Reductions accumulate in the output type, except ``half`` which accumulates in float32 and
+  is rounded once at the end. Identities: ``+`` 0, ``*`` 1, ``max`` -inf / the type's
+  minimum, ``min`` +inf / the type's maximum (``bool``: or / and). Empty domains give the
+  identity. ``max``/``min`` (calls and reductions) propagate NaN like ``numpy.maximum``;
+  ``fmax``/``fmin`` ignore a NaN operand.
+* Explicit casts: float -> int truncates toward zero and saturates, NaN -> 0; int -> int
+  saturates; anything -> bool is ``x != 0``. Implicit conversions (operand promotion, storing
+  into the target) are C's: int -> int wraps.
+* Builtins are computed in their checked type (float32 or float64) with NumPy, or in double
+  and rounded once where NumPy has no float32 version.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .errors import TCArgumentError, TCRuntimeError
+from .lang import ast as A
+from .lang.types import ScalarType, promote
+
+__all__ = ["ReferenceKernel", "define_reference", "evaluate"]
+
+BOOL = ScalarType.BOOL
+INT32 = ScalarType.INT32
+FLOAT16 = ScalarType.FLOAT16
+FLOAT32 = ScalarType.FLOAT32
+
+_REDUCERS = {"+": np.add, "*": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
+def dtype_of(t: ScalarType) -> np.dtype:
+    """The NumPy dtype of a TC scalar type."""
+    return np.dtype(t.numpy_name)
+
+
+def accumulator_type(t: ScalarType) -> ScalarType:
+    """The type a reduction into a ``t`` tensor accumulates in (half -> float32, PTIR)."""
+    return FLOAT32 if t is FLOAT16 else t
+
+
+def identity(op: str, t: ScalarType) -> np.ndarray:
+    """The identity of reduction ``op`` ("+", "*", "min", "max") as a 0-d array of type ``t``."""
+    dt = dtype_of(t)
+    if op == "+":
+        return np.zeros((), dt)
+    if op == "*":
+        return np.ones((), dt)
+    if t is BOOL:
+        return np.array(op == "min", dt)
+    if t.is_float:
+        return np.array(-np.inf if op == "max" else np.inf, dt)
+    info = np.iinfo(dt)
+    return np.array(info.min if op == "max" else info.max, dt)
+
+
+def convert(x, src: ScalarType, dst: ScalarType, *, explicit: bool = False) -> np.ndarray:
+    """Convert values of type ``src`` to ``dst``.
+
+    Implicit conversions are C's (int -> int wraps); explicit casts saturate int -> int.
+    float -> int always truncates toward zero and saturates, NaN -> 0 (C leaves out-of-range
+    values undefined; tcpy's runtime defines them this way). x -> bool is ``x != 0``.
+    """
+    x = np.asarray(x)
+    dt = dtype_of(dst)
+    if dst is BOOL:
+        return x != 0
+    if src is dst and x.dtype == dt:
+        return x
+    if dst.is_float or src is BOOL:
+        return x.astype(dt)
+    info = np.iinfo(dt)
+    if src.is_float:
+        t = np.trunc(x.astype(np.float64))  # float64 holds every float16/32 value exactly
+        nan = np.isnan(t)
+        high = t >= float(info.max) + 1.0  # an exact power of two
+        low = t < float(info.min)
+        safe = np.where(nan | high | low, 0.0, t).astype(dt)
+        return np.where(high, info.max, np.where(low, info.min, safe)).astype(dt)
+    if not explicit:
+        return x.astype(dt)  # two's complement wrap, as C does
+    if x.dtype == np.uint64:
+        return np.where(x > np.uint64(info.max), info.max, x).astype(dt) if info.max < 2**64 - 1 else x
+    wide = x.astype(np.int64)
+    if dt == np.uint64:
+        return np.where(wide < 0, 0, wide).astype(dt)
+    return np.clip(wide, info.min, info.max).astype(dt)
+
+
+# ----------------------------------------------------------------------------- builtins
+
+
+def _vectorize(fn):
+    """A float64 elementwise function from a scalar one (math module), NaN-safe."""
+
+    def safe(v):
+        try:
+            return fn(v)
+        except (ValueError, OverflowError):
+            return math.nan
+
+    ufunc = np.frompyfunc(safe, 1, 1)
+    return lambda x: ufunc(np.asarray(x, np.float64)).astype(np.float64)
+
+
+def _c_round(x):
+    """C's round(): halfway cases away from zero."""
+    t = np.trunc(x)
+    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def _logb(x):
+    mantissa, exponent = np.frexp(x)
+    out = (exponent - 1).astype(x.dtype)
+    out = np.where(x == 0, -np.inf, out)
+    return np.where(np.isfinite(x), out, np.abs(x)).astype(x.dtype)
+
+
+def _sinpi(x):
+    r = np.fmod(x, 2)  # exact; keeps sin(pi * n) exactly zero
+    out = np.sin(np.pi * r.astype(np.float64))
+    out = np.where(r == np.floor(r), np.copysign(0.0, x), out)
+    out = np.where((r == 0.5) | (r == -1.5), 1.0, out)
+    return np.where((r == -0.5) | (r == 1.5), -1.0, out)
+
+
+def _cospi(x):
+    r = np.abs(np.fmod(x, 2))
+    out = np.cos(np.pi * r.astype(np.float64))
+    out = np.where((r == 0.5) | (r == 1.5), 0.0, out)
+    out = np.where(r == 0, 1.0, out)
+    return np.where(r == 1, -1.0, out)
+
+
+_NORMAL = statistics.NormalDist()
+
+
+def _ndtri(p: float) -> float:
+    if math.isnan(p) or p < 0 or p > 1:
+        return math.nan
+    if p == 0:
+        return -math.inf
+    if p == 1:
+        return math.inf
+    return _NORMAL.inv_cdf(p)
+
+
+def _bessel_i(nu):
+    def f(x: float) -> float:  # power series; fine for the moderate arguments tests use
+        q, term = 0.25 * x * x, (0.5 * x if nu else 1.0)
+        total, k = term, 1
+        while k < 500 and abs(term) > abs(total) * 1e-17:
+            term *= q / (k * (k + nu))
+            total += term
+            k += 1
+        return total
+
+    return f
+
+
+def _bessel_j(nu):
+    def f(x: float) -> float:  # (1/pi) int_0^pi cos(nu t - x sin t) dt, trapezoid (periodic)
+        if not math.isfinite(x):
+            return 0.0 if math.isinf(x) else math.nan
+        n = 64 + 2 * int(abs(x))
+        t = np.linspace(0.0, np.pi, n + 1)
+        v = np.cos(nu * t - x * np.sin(t))
+        return float((v.sum() - 0.5 * (v[0] + v[-1])) * np.pi / n / np.pi)
+
+    return f
+
+
+# name -> (function on arrays of the computation type, computes in float64 and rounds once)
+_BUILTINS = {
+    "acos": (np.arccos, False), "acosh": (np.arccosh, False), "asin": (np.arcsin, False),
+    "asinh": (np.arcsinh, False), "atan": (np.arctan, False), "atan2": (np.arctan2, False),
+    "atanh": (np.arctanh, False), "cbrt": (np.cbrt, False), "ceil": (np.ceil, False),
+    "copysign": (np.copysign, False), "cos": (np.cos, False), "cosh": (np.cosh, False),
+    "cospi": (_cospi, True), "sinpi": (_sinpi, True),
+    "cyl_bessel_i0": (_vectorize(_bessel_i(0)), True), "cyl_bessel_i1": (_vectorize(_bessel_i(1)), True),
+    "erf": (_vectorize(math.erf), True), "erfc": (_vectorize(math.erfc), True),
+    "erfinv": (lambda x: _vectorize(_ndtri)((x + 1.0) / 2.0) / math.sqrt(2.0), True),
+    "erfcinv": (lambda x: -_vectorize(_ndtri)(x / 2.0) / math.sqrt(2.0), True),
+    "erfcx": (lambda x: np.exp(x * x) * _vectorize(math.erfc)(x), True),
+    "exp": (np.exp, False), "exp2": (np.exp2, False), "exp10": (lambda x: np.power(10.0, x), True),
+    "expm1": (np.expm1, False), "fabs": (np.fabs, False),
+    "fdim": (lambda a, b: np.where(np.isnan(a) | np.isnan(b), a + b, np.where(a > b, a - b, 0 * a)), False),
+    "fdivide": (np.divide, False), "floor": (np.floor, False),
+    "fma": (lambda a, b, c: a * b + c, True), "fmax": (np.fmax, False), "fmin": (np.fmin, False),
+    "fmod": (np.fmod, False), "hypot": (np.hypot, False),
+    "j0": (_vectorize(_bessel_j(0)), True), "j1": (_vectorize(_bessel_j(1)), True),
+    "lgamma": (_vectorize(math.lgamma), True), "tgamma": (_vectorize(math.gamma), True),
+    "log": (np.log, False), "log10": (np.log10, False), "log1p": (np.log1p, False),
+    "log2": (np.log2, False), "logb": (_logb, False), "nextafter": (np.nextafter, False),
+    "norm3d": (lambda a, b, c: np.hypot(np.hypot(a, b), c), False),
+    "norm4d": (lambda a, b, c, d: np.hypot(np.hypot(a, b), np.hypot(c, d)), False),
+    "rnorm3d": (lambda a, b, c: 1.0 / np.hypot(np.hypot(a, b), c), True),
+    "rnorm4d": (lambda a, b, c, d: 1.0 / np.hypot(np.hypot(a, b), np.hypot(c, d)), True),
+    "normcdf": (lambda x: 0.5 * _vectorize(math.erfc)(-x / math.sqrt(2.0)), True),
+    "normcdfinv": (_vectorize(_ndtri), True),
+    "pow": (np.power, False), "rcbrt": (lambda x: 1.0 / np.cbrt(x), True),
+    "remainder": (np.frompyfunc(lambda a, b: _safe2(math.remainder, a, b), 2, 1), True),
+    "rhypot": (lambda a, b: 1.0 / np.hypot(a, b), True), "round": (_c_round, False),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), False), "sin": (np.sin, False), "sinh": (np.sinh, False),
+    "sqrt": (np.sqrt, False), "tan": (np.tan, False), "tanh": (np.tanh, False),
+    "trunc": (np.trunc, False),
+    # Not TC builtins: the min/max operators, which propagate NaN.
+    "min": (np.minimum, False), "max": (np.maximum, False),
+}
+
+
+def _safe2(fn, a, b):
+    try:
+        return fn(a, b)
+    except (ValueError, OverflowError):
+        return math.nan
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _live(mask) -> bool:
+    return mask is None or bool(np.any(mask))
+
+
+def _and(mask, cond):
+    return cond if mask is None else mask & cond
+
+
+class _StatementEvaluator:
+    """Evaluates the expressions of one statement over its domain, vectorized."""
+
+    def __init__(self, def_: A.Def, env: dict, sizes: dict, axes: dict, domain_shape: tuple):
+        self.def_ = def_
+        self.env = env
+        self.sizes = sizes
+        self.axes = axes  # index var -> int32 array shaped to broadcast along its axis
+        self.domain_shape = domain_shape
+
+    # Each method returns an array broadcastable to the domain, of dtype expr.type.
+    # ``mask`` (None = everywhere) marks the points where the value is actually needed.
+    def value(self, e: A.Expr, mask, index: bool = False) -> np.ndarray:
+        t = e.type
+        if isinstance(e, A.IntLit):
+            return np.array(e.value).astype(dtype_of(t))
+        if isinstance(e, A.FloatLit):
+            return np.array(e.value, dtype_of(t))
+        if isinstance(e, A.IndexVar):
+            return convert(self.axes[e.name], INT32, t)
+        if isinstance(e, A.SizeVar):
+            return np.array(self.sizes[e.name]).astype(dtype_of(t))
+        if isinstance(e, A.DimRef):
+            return np.array(self.env[e.tensor].shape[e.dim]).astype(dtype_of(t))
+        if isinstance(e, A.Access):
+            return self.access(e, mask)
+        if isinstance(e, A.Cast):
+            return convert(self.value(e.operand, mask, index), e.operand.type, e.to, explicit=True)
+        if isinstance(e, A.Unary):
+            x = self.value(e.operand, mask, index)
+            if e.op == "!":
+                return convert(x, e.operand.type, BOOL) == 0
+            if t is BOOL:  # -b is non-zero exactly when b is
+                return convert(x, e.operand.type, BOOL)
+            return np.negative(convert(x, e.operand.type, t))
+        if isinstance(e, A.Binary):
+            return self.binary(e, mask, index)
+        if isinstance(e, A.Ternary):
+            cond = convert(self.value(e.cond, mask, index), e.cond.type, BOOL)
+            then_mask, other_mask = _and(mask, cond), _and(mask, ~cond)
+            then = self.branch(e.then, then_mask, t, index)
+            other = self.branch(e.other, other_mask, t, index)
+            return np.where(cond, then, other).astype(dtype_of(t))
+        if isinstance(e, A.Call):
+            return self.call(e, mask, index)
+        raise TypeError(f"reference evaluator: unexpected node {type(e).__name__} (is the def checked?)")
+
+    def branch(self, e: A.Expr, mask, t: ScalarType, index: bool) -> np.ndarray:
+        """A lazily evaluated operand: nothing is computed where ``mask`` is false everywhere."""
+        if not _live(mask):
+            return np.zeros((), dtype_of(t))
+        return convert(self.value(e, mask, index), e.type, t)
+
+    def binary(self, e: A.Binary, mask, index: bool) -> np.ndarray:
+        op, t = e.op, e.type
+        if op in ("&&", "||"):
+            lhs = convert(self.value(e.lhs, mask, index), e.lhs.type, BOOL)
+            rest = _and(mask, lhs if op == "&&" else ~lhs)  # short circuit
+            rhs = self.branch(e.rhs, rest, BOOL, index)
+            return (lhs & rhs) if op == "&&" else (lhs | rhs)
+        lhs = self.value(e.lhs, mask, index)
+        rhs = self.value(e.rhs, mask, index)
+        if op in ("<", ">", "<=", ">=", "==", "!="):
+            common = promote(e.lhs.type, e.rhs.type)
+            a, b = convert(lhs, e.lhs.type, common), convert(rhs, e.rhs.type, common)
+            return {"<": np.less, ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal,
+                    "==": np.equal, "!=": np.not_equal}[op](a, b)
+        work = INT32 if t is BOOL else t  # C computes bool arithmetic in int
+        a, b = convert(lhs, e.lhs.type, work), convert(rhs, e.rhs.type, work)
+        if op == "+":
+            out = a + b
+        elif op == "-":
+            out = a - b
+        elif op == "*":
+            out = a * b
+        elif work.is_float:
+            out = a / b if op == "/" else np.fmod(a, b)
+        else:
+            out = self.int_divide(e, op, a, b, mask, floor=index)
+        return convert(np.asarray(out).astype(dtype_of(work)), work, t)
+
+    def int_divide(self, e, op, a, b, mask, floor: bool) -> np.ndarray:
+        zero = b == 0
+        if np.any(_and(mask, zero) if mask is not None else zero):
+            kind = "division" if op == "/" else "modulo"
+            point = self.first_point(_and(mask, zero) if mask is not None else zero)
+            raise TCRuntimeError(
+                f"in def '{self.def_.name}': integer {kind} by zero in '{e}'{point}")
+        b = np.where(zero, np.ones((), b.dtype), b)  # masked-out points: any divisor will do
+        q = np.floor_divide(a, b)
+        r = a - q * b  # floor remainder (wraps only for MIN / -1, fixed below)
+        if not floor and a.dtype.kind == "i":
+            fix = (r != 0) & ((a < 0) != (b < 0))
+            q = np.where(fix, q + 1, q)
+            r = np.where(fix, r - b, r)
+        if a.dtype.kind == "i":  # MIN / -1 wraps to MIN, MIN % -1 is 0
+            info = np.iinfo(a.dtype)
+            overflow = (a == info.min) & (b == -1)
+            q = np.where(overflow, a, q)
+            r = np.where(overflow, 0, r)
+        return (q if op == "/" else r).astype(a.dtype)
+
+    def call(self, e: A.Call, mask, index: bool) -> np.ndarray:
+        t = e.type
+        args = [self.value(a, mask, index) for a in e.args]
+        if e.func in ("min", "max") and not t.is_float:
+            work = INT32 if t is BOOL else t
+            a, b = (convert(x, arg.type, work) for x, arg in zip(args, e.args))
+            fn = np.minimum if e.func == "min" else np.maximum
+            return convert(fn(a, b), work, t)
+        if e.func not in _BUILTINS:
+            raise TypeError(f"reference evaluator: unknown builtin '{e.func}'")
+        fn, in_double = _BUILTINS[e.func]
+        work = ScalarType.FLOAT64 if in_double else t
+        xs = [convert(x, arg.type, work) for x, arg in zip(args, e.args)]
+        out = np.asarray(fn(*xs)).astype(np.float64 if in_double else dtype_of(t))
+        return convert(out, work, t)
+
+    def access(self, e: A.Access, mask) -> np.ndarray:
+        array = self.env[e.tensor]
+        if not e.indices:
+            return np.asarray(array[()])
+        indices = [self.value(i, mask, index=True) for i in e.indices]
+        safe = []
+        for dim, (ix, size) in enumerate(zip(indices, array.shape)):
+            bad = (ix < 0) | (ix >= size)
+            live_bad = bad if mask is None else bad & mask
+            if np.any(live_bad):
+                self.out_of_bounds(e, dim, ix, size, live_bad)
+            safe.append(np.where(bad, 0, ix).astype(np.int64))
+        if array.size == 0:  # nothing is read (every point is masked out)
+            return np.zeros(np.broadcast_shapes(*(i.shape for i in safe)), array.dtype)
+        return array[tuple(safe)]
+
+    def out_of_bounds(self, e: A.Access, dim: int, ix, size: int, live_bad) -> None:
+        where = np.broadcast_to(live_bad, np.broadcast_shapes(live_bad.shape, np.shape(ix)))
+        first = tuple(np.argwhere(where)[0])
+        value = int(np.broadcast_to(ix, where.shape)[first])
+        data_dependent = any(isinstance(n, A.Access) for i in e.indices for n in i.walk())
+        why = "" if data_dependent else (
+            " (this index does not depend on tensor values, so range inference should have"
+            " excluded it: this is a bug in tcpy, please report it)")
+        raise TCRuntimeError(
+            f"in def '{self.def_.name}': index out of bounds: {e} reads {e.tensor} at index "
+            f"{value} of dimension {dim}, whose size is {size}{self.first_point(live_bad)}{why}")
+
+    def first_point(self, where) -> str:
+        """`` at i=1, k=0``: the first domain point where ``where`` holds."""
+        where = np.broadcast_to(where, self.domain_shape) if self.domain_shape else np.asarray(where)
+        hits = np.argwhere(where)
+        if hits.size == 0 or not self.axes:
+            return ""
+        point = hits[0]
+        parts = [f"{v}={int(np.ravel(a)[point[k]])}" for k, (v, a) in enumerate(self.axes.items())]
+        return " at " + ", ".join(parts)
+
+
+def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: dict) -> None:
+    from .lang.sema import inline_lets
+
+    stmt = inline_lets(stmt)
+    names = stmt.index_vars
+    n_out = len(stmt.output_vars)
+    bounds = [tuple(int(b) for b in ranges[v]) for v in names]
+    extents = tuple(max(0, hi - lo) for lo, hi in bounds)
+    axes = {}
+    for k, (v, (lo, hi)) in enumerate(zip(names, bounds)):
+        shape = [1] * len(names)
+        shape[k] = extents[k]
+        axes[v] = np.arange(lo, lo + extents[k], dtype=np.int32).reshape(shape)
+    target = env[stmt.target]
+    out_t = def_.tensor(stmt.target).scalar
+    if 0 in extents[:n_out]:
+        return  # nothing is written
+    for d, (lo, hi) in enumerate(bounds[:n_out]):
+        if lo < 0 or hi > target.shape[d]:
+            raise TCRuntimeError(
+                f"in def '{def_.name}': statement '{stmt}' writes {stmt.target} dimension {d} over "
+                f"[{lo}, {hi}) but its size is {target.shape[d]} (a bug in tcpy's range inference)")
+    region = tuple(slice(lo, hi) for lo, hi in bounds[:n_out])
+    evaluator = _StatementEvaluator(def_, env, sizes, axes, extents)
+    if stmt.reduction is None:
+        if len(names) > n_out:
+            raise TypeError(f"reference evaluator: '{stmt}' has reduction variables but no reduction")
+        value = evaluator.value(stmt.rhs, None)
+        target[region] = np.broadcast_to(convert(value, stmt.rhs.type, out_t), extents)
+        return
+    acc_t = accumulator_type(out_t)
+    ufunc = _REDUCERS[stmt.reduction]
+    ident = identity(stmt.reduction, acc_t)
+    if stmt.init:  # the identity fill happens first: the right-hand side sees it
+        target[region] = convert(ident, acc_t, out_t)
+        base = ident
+    else:
+        base = convert(target[region], out_t, acc_t)
+    if 0 in extents:
+        reduced = ident
+    else:
+        value = convert(evaluator.value(stmt.rhs, None), stmt.rhs.type, acc_t)
+        value = np.broadcast_to(value, extents)
+        reduced = ufunc.reduce(value, axis=tuple(range(n_out, len(names))), dtype=dtype_of(acc_t))
+    result = ufunc(base, reduced, dtype=dtype_of(acc_t))
+    target[region] = np.broadcast_to(convert(result, acc_t, out_t), extents[:n_out])
+
+
+def _shape_view(shape, dtype) -> np.ndarray:
+    """A read-only array of ``shape`` that takes no memory (for explain() with shapes only)."""
+    shape = tuple(int(s) for s in shape)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape), writeable=False)
+
+
+class ReferenceKernel:
+    """A TC def evaluated directly from its AST with NumPy: ``kernel(*arrays, out=None)``."""
+
+    backend = "reference"
+
+    def __init__(self, def_: A.Def):
+        from .ranges import infer
+
+        self.def_ = def_
+        self.ranges = infer(def_)
+
+    @property
+    def name(self) -> str:
+        return self.def_.name
+
+    def __repr__(self) -> str:
+        return f"<tcpy reference kernel {self.def_.signature()}>"
+
+    def bind(self, args: Sequence) -> tuple[list[np.ndarray], dict, object]:
+        """Check ``args`` like a compiled kernel; return (arrays, sizes, bound ranges)."""
+        from .binding import bind_arguments
+
+        arrays, sizes = bind_arguments(self.def_, args)
+        return arrays, sizes, self.ranges.bind(sizes)
+
+    def __call__(self, *args, out=None):
+        arrays, sizes, bound = self.bind(args)
+        def_ = self.def_
+        env = {info.name: np.asarray(a) for info, a in zip(def_.inputs, arrays)}
+        for info in def_.outputs + def_.temporaries:
+            env[info.name] = np.zeros(bound.shapes[info.name], dtype_of(info.scalar))
+        with np.errstate(all="ignore"):
+            for stmt, ranges in zip(def_.stmts, bound.statements):
+                _run_statement(def_, stmt, ranges, env, sizes)
+        results = tuple(env[info.name] for info in def_.outputs)
+        if out is not None:
+            results = self._write_out(out, results)
+        return results[0] if len(results) == 1 else results
+
+    def _write_out(self, out, results):
+        outs = (out,) if isinstance(out, np.ndarray) else tuple(out)
+        if len(outs) != len(results):
+            raise TCArgumentError(
+                f"in def '{self.name}': out= needs {len(results)} array(s), got {len(outs)}")
+        for info, given, result in zip(self.def_.outputs, outs, results):
+            if not isinstance(given, np.ndarray):
+                raise TCArgumentError(
+                    f"in def '{self.name}': out= for output '{info.name}' must be a numpy array, "
+                    f"got {type(given).__name__}")
+            if given.dtype != result.dtype or given.shape != result.shape:
+                raise TCArgumentError(
+                    f"in def '{self.name}': out= for output '{info.name}' must be {result.dtype} "
+                    f"with shape {result.shape}, got {given.dtype} with shape {given.shape}")
+            if not given.flags.writeable:
+                raise TCArgumentError(f"in def '{self.name}': out= for output '{info.name}' is read-only")
+            np.copyto(given, result)
+        return outs
+
+    def explain(self, *arrays_or_shapes) -> str:
+        """Each statement's index ranges (symbolic, and bound when arguments are given) and the
+        output shapes. Arguments may be arrays, numbers (rank-0) or shape tuples."""
+        def_ = self.def_
+        lines = [f"{def_.signature()}  [reference backend]"]
+        bound = None
+        if arrays_or_shapes:
+            args = [
+                _shape_view(a, dtype_of(info.scalar)) if isinstance(a, tuple) else a
+                for info, a in zip(def_.inputs, arrays_or_shapes)
+            ] + list(arrays_or_shapes[len(def_.inputs):])
+            _, sizes, bound = self.bind(args)
+            lines.append("sizes: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
+        for k, (stmt, sr) in enumerate(zip(def_.stmts, self.ranges.statements)):
+            lines.append(f"statement {k + 1}: {stmt}")
+            for var in stmt.index_vars:
+                r = sr.ranges[var]
+                text = f"    {r.kind:9} {r.lo} <= {var} < {r.hi}"
+                if bound is not None:
+                    lo, hi = bound.statements[k][var]
+                    text += f"    [{lo}, {hi})"
+                lines.append(text)
+        for info in def_.outputs + def_.temporaries:
+            shape = self.ranges.shapes[info.name]
+            text = f"{info.role} {info.name}: {info.scalar}({', '.join(map(str, shape))})"
+            if bound is not None:
+                text += f" = {tuple(bound.shapes[info.name])}"
+            lines.append(text)
+        for p in getattr(self.ranges, "preconditions", ()):
+            lines.append(f"precondition: {p}")
+        return "\n".join(lines)
+
+
+def define_reference(def_: A.Def) -> ReferenceKernel:
+    """A callable kernel that evaluates the checked def ``def_`` with the reference evaluator."""
+    return ReferenceKernel(def_)
+
+
+def evaluate(def_: A.Def, args: Sequence, *, out=None):
+    """Evaluate the checked def ``def_`` on ``args``: one array, or a tuple for several outputs."""
+    return ReferenceKernel(def_)(*args, out=out)

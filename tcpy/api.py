@@ -1,0 +1,215 @@
+"""The public API: :func:`define`, :class:`Kernel`, :class:`Library`.
+
+``define`` parses and checks TC source and infers ranges once; a kernel is then specialised,
+compiled and cached per (dtypes, shapes, options) the first time it sees them. Repeated calls
+with the same shapes go straight from the Cython launcher to the compiled function.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from . import binding, ranges
+from .codegen.emit import emit_kernel
+from .errors import TCArgumentError, TCLookupError, TCProgramError
+from .lang import ast, parse
+from .lang.types import ScalarType
+from .loopnest import KernelIR, lower
+from .runtime.build import build_library, load_symbol
+from .runtime.launch import LaunchEntry, Launcher
+from .schedule import Options
+
+BACKENDS = ("compiled", "reference")
+
+# Flags every kernel needs for TC's semantics: signed overflow wraps (int arithmetic is modular,
+# as in NumPy), and math functions may skip errno so gcc can inline and vectorize them.
+SEMANTIC_FLAGS = ("-fwrapv", "-fno-math-errno")
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """A kernel bound to concrete sizes: ranges, loop nests and C source."""
+
+    sizes: Mapping[str, int]
+    bound: object
+    ir: KernelIR
+    c_source: str
+    error_messages: tuple[str, ...]
+    symbol: str
+
+
+class Kernel:
+    """A compiled TC def. Call it on NumPy arrays: ``C = kernel(A, B)``.
+
+    ``kernel(*arrays, out=None)`` returns one array, or a tuple for several outputs; ``out``
+    takes preallocated output arrays (an array or a tuple, exact shape and dtype, C-contiguous).
+    """
+
+    def __init__(self, def_: ast.Def, source: str, options: Optional[Options] = None):
+        self.def_ = def_
+        self.source = source
+        self.options = options or Options()
+        try:
+            self.ranges = ranges.infer(def_)
+        except TCProgramError as err:
+            raise err.located(source)
+        self.types: dict[str, ScalarType] = {t.name: t.scalar for t in def_.tensors}
+        self._launcher = Launcher(self._launch_entry)
+
+    @property
+    def name(self) -> str:
+        return self.def_.name
+
+    def __call__(self, *args, out=None):
+        return self._launcher(*args, out=out)
+
+    def __repr__(self) -> str:
+        return f"<tcpy.Kernel {self.def_.signature()}>"
+
+    # -- specialisation -------------------------------------------------------------------
+
+    def specialize(self, *arrays_or_shapes, **sizes) -> Specialization:
+        """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel."""
+        sizes = self._sizes(arrays_or_shapes, sizes)
+        bound = self.ranges.bind(sizes)
+        ir = lower(self.def_, bound, self.options, self.types)
+        digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
+        symbol = f"tcpy_{self.def_.name}_{digest}"
+        c_source, errors = emit_kernel(ir, symbol)
+        return Specialization(sizes, bound, ir, c_source, errors, symbol)
+
+    def c_source(self, *arrays_or_shapes, **sizes) -> str:
+        """The generated C for these arrays, shapes or sizes."""
+        return self.specialize(*arrays_or_shapes, **sizes).c_source
+
+    def explain(self, *arrays_or_shapes, **sizes) -> "Explanation":
+        """Inferred ranges, output shapes, preconditions and schedule, as text.
+
+        Without arguments the ranges are symbolic; with arrays, shapes (tuples) or sizes
+        (``M=64``) they are also bound to numbers.
+        """
+        bound_sizes = self._sizes(arrays_or_shapes, sizes) if (arrays_or_shapes or sizes) else None
+        text = ranges.explain(self.ranges, bound_sizes)
+        if bound_sizes is not None:
+            spec = self.specialize(**bound_sizes)
+            lines = ["schedule:"]
+            for nest in spec.ir.nests:
+                if nest.kind == "compute" and nest.schedule is not None:
+                    lines.append(f"  {spec.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
+            text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+        return Explanation(text)
+
+    def _sizes(self, arrays_or_shapes, sizes: Mapping[str, int]) -> dict[str, int]:
+        if arrays_or_shapes:
+            args = [_stand_in(a, p, self.types) for a, p in zip(arrays_or_shapes, self.def_.params)]
+            args += list(arrays_or_shapes[len(args):])
+            _, bound = binding.bind_arguments(self.def_, args)
+        else:
+            bound = {}
+        for name, value in sizes.items():
+            if name not in self.def_.size_vars:
+                raise TCArgumentError(
+                    f"def '{self.def_.name}' has no size variable {name!r}; "
+                    f"its sizes are {', '.join(self.def_.size_vars) or 'none'}")
+            bound[name] = int(value)
+        missing = [s for s in self.def_.size_vars if s not in bound]
+        if missing:
+            raise TCArgumentError(
+                f"def '{self.def_.name}' needs values for sizes {', '.join(missing)} "
+                "(pass arrays, shapes, or name=value sizes)")
+        return bound
+
+    def _launch_entry(self, args) -> LaunchEntry:
+        """Launcher miss: check arguments, specialise, build, and describe the call."""
+        arrays, sizes = binding.bind_arguments(self.def_, args)
+        spec = self.specialize(**sizes)
+        flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if self.options.fast_math else [])
+        flags += list(self.options.cflags)
+        path = build_library(spec.c_source, flags=flags)
+        address = load_symbol(path, spec.symbol)
+        shapes = spec.bound.shapes
+        return LaunchEntry(
+            func_address=address,
+            n_inputs=len(self.def_.params),
+            input_dtypes=[np.dtype(self.types[p.name].numpy_name) for p in self.def_.params],
+            output_specs=[(tuple(shapes[r.name]), np.dtype(self.types[r.name].numpy_name))
+                          for r in self.def_.returns],
+            temp_specs=[(tuple(shapes[t.name]), np.dtype(t.scalar.numpy_name))
+                        for t in self.def_.temporaries],
+            error_messages=list(spec.error_messages),
+            num_threads=self.options.threads,
+            single_output=len(self.def_.returns) == 1,
+        )
+
+
+class Explanation(str):
+    """Text that shows itself as text at the REPL and in notebooks."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _stand_in(arg, param: ast.Param, types):
+    """A shape tuple becomes a zero-strided array of the parameter's dtype (no memory)."""
+    if isinstance(arg, tuple) and all(isinstance(d, (int, np.integer)) for d in arg):
+        dtype = np.dtype(types[param.name].numpy_name)
+        return np.broadcast_to(np.zeros((), dtype), arg)
+    return arg
+
+
+class Library:
+    """All defs of a source with several: ``lib.matmul(A, B)``, ``lib["matmul"]``."""
+
+    def __init__(self, kernels: Mapping[str, object]):
+        self._kernels = dict(kernels)
+
+    def __getattr__(self, name: str):
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name: str):
+        return self._kernels[name]
+
+    def __iter__(self):
+        return iter(self._kernels.values())
+
+    def __dir__(self):
+        return list(self._kernels) + list(super().__dir__())
+
+    def __repr__(self) -> str:
+        return f"<tcpy.Library {', '.join(self._kernels)}>"
+
+
+def define(source: str, name: Optional[str] = None, *, options: Optional[Options] = None,
+           backend: str = "compiled"):
+    """Parse and check TC ``source`` and return a callable kernel.
+
+    ``name`` picks one def when the source has several; without it a single-def source gives
+    its :class:`Kernel` and a multi-def source a :class:`Library` (``lib.matmul``).
+    ``backend="reference"`` evaluates the def directly in NumPy (slow, exact; for checking).
+    Raises a :class:`~tcpy.TCProgramError` subclass for a bad program.
+    """
+    if backend not in BACKENDS:
+        raise TCArgumentError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    program = parse(source)
+
+    def make(def_: ast.Def):
+        if backend == "reference":
+            from .reference import define_reference
+            return define_reference(def_)
+        return Kernel(def_, source, options)
+
+    if name is not None:
+        for def_ in program.defs:
+            if def_.name == name:
+                return make(def_)
+        available = ", ".join(d.name for d in program.defs)
+        raise TCLookupError(f"no def named {name!r} in the source; it defines: {available}")
+    if len(program.defs) == 1:
+        return make(program.defs[0])
+    return Library({d.name: make(d) for d in program.defs})

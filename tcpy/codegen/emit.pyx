@@ -1,0 +1,358 @@
+# cython: language_level=3
+"""Write the C source of a kernel from its loop-nest IR (:mod:`tcpy.loopnest`).
+
+One C function per (def, dtypes, shapes, options), following the kernel ABI of
+:mod:`tcpy.runtime.launch`::
+
+    int <symbol>(void *const *buffers, int num_threads, int64_t *err);
+
+Sizes are baked in as constants. Expressions are emitted in the types sema gave them, with
+TC's semantics: C-like promotion, integer ``/`` and ``%`` truncating in values and flooring in
+index expressions, division by zero and out-of-bounds data-dependent indices reported through
+the return code, lazy ternaries (a branch not taken reads no memory), saturating casts.
+"""
+from tcpy.lang import ast
+from tcpy.lang.builtins import BUILTINS
+from tcpy.lang.types import ScalarType, promote
+
+# Builtins that csrc/tcpy_runtime.h defines (as tcpy_<name>f / tcpy_<name>); the others are libm's.
+RUNTIME_BUILTINS = frozenset({
+    "rsqrt", "rcbrt", "exp10", "fdivide", "rhypot", "norm3d", "norm4d", "rnorm3d", "rnorm4d",
+    "sinpi", "cospi", "erfcx", "erfinv", "erfcinv", "normcdf", "normcdfinv",
+    "cyl_bessel_i0", "cyl_bessel_i1",
+})
+
+_PRELUDE = """\
+/* Bounds check of a data-dependent index: record error `code` (first one wins) and read
+ * element 0 instead, so a bad index never touches memory outside the tensor. */
+static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int code, int64_t *info) {
+    if (TCPY_LIKELY(i >= 0 && i < n)) return i;
+    int expected = 0;
+    if (__atomic_compare_exchange_n(err, &expected, code, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        info[0] = i;
+        info[1] = n;
+    }
+    return 0;
+}
+"""
+
+
+def c_name(tensor):
+    """C identifier of a tensor: prefixed so TC names never clash with C or runtime names."""
+    return "t_" + tensor
+
+
+def _literal(value, stype):
+    if stype.is_float:
+        text = repr(float(value))
+        if text in ("inf", "-inf", "nan"):
+            text = {"inf": "INFINITY", "-inf": "(-INFINITY)", "nan": "NAN"}[text]
+            return f"(({stype.c_type}){text})"
+        if stype is ScalarType.FLOAT32:
+            return text + "f"
+        return f"(({stype.c_type}){text})" if stype is ScalarType.FLOAT16 else text
+    return f"(({stype.c_type}){int(value)})"
+
+
+def identity(op, stype):
+    """C expression of the identity of reduction ``op`` in type ``stype``."""
+    if op == "+":
+        return f"(({stype.c_type})0)"
+    if op == "*":
+        return f"(({stype.c_type})1)"
+    return f"TCPY_{op.upper()}_IDENTITY_{stype.numpy_name}"
+
+
+def combine(op, a, b, stype):
+    """C expression of ``a op b`` for a reduction operator, in type ``stype``."""
+    if op in ("+", "*"):
+        return f"(({stype.c_type})({a} {op} {b}))"
+    return f"tcpy_{op}_{stype.numpy_name}({a}, {b})"
+
+
+def convert(text, src, dst):
+    """C expression converting ``text`` of type ``src`` to ``dst`` with TC's cast rules."""
+    if src is dst:
+        return text
+    return f"tcpy_cast_{src.numpy_name}_to_{dst.numpy_name}({text})"
+
+
+def accumulator_type(stype):
+    """Reductions into half accumulate in float32 (DESIGN.md: PTIR accumulator policy)."""
+    return ScalarType.FLOAT32 if stype is ScalarType.FLOAT16 else stype
+
+
+def _is_static_index(expr):
+    """Affine index expressions are proven in bounds by range inference and preconditions;
+    anything else (data-dependent, ternary, calls, division by non-literals) is checked."""
+    if isinstance(expr, (ast.IntLit, ast.IndexVar, ast.SizeVar, ast.DimRef)):
+        return True
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        return _is_static_index(expr.operand)
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
+        return _is_static_index(expr.lhs) and _is_static_index(expr.rhs)
+    if isinstance(expr, ast.Binary) and expr.op in ("/", "%"):
+        return _is_static_index(expr.lhs) and isinstance(expr.rhs, ast.IntLit) and expr.rhs.value > 0
+    return False
+
+
+class _Emitter:
+    """Emits one kernel; collects the error messages its return codes refer to."""
+
+    def __init__(self, ir, symbol):
+        self.ir = ir
+        self.symbol = symbol
+        self.errors = []
+        self.lines = []
+        self.stmt_index = 0
+        self.env = {}
+        self.uses_divzero = False
+
+    # -- error table -------------------------------------------------------------------------
+
+    def error_code(self, message):
+        self.errors.append(message)
+        return len(self.errors)
+
+    def _stmt_label(self, stmt):
+        line = f" (line {stmt.span.line})" if stmt.span.line else ""
+        return f"statement {self.stmt_index + 1}{line} of def '{self.ir.def_.name}': {stmt}"
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def size_value(self, name):
+        return self.ir.sizes[name]
+
+    def index(self, expr):
+        """C text (int64) of an index expression; floor semantics for / and %."""
+        if isinstance(expr, ast.IntLit):
+            return f"INT64_C({int(expr.value)})"
+        if isinstance(expr, ast.IndexVar):
+            return f"({self.env[expr.name]})"
+        if isinstance(expr, ast.SizeVar):
+            return f"INT64_C({self.size_value(expr.name)})"
+        if isinstance(expr, ast.DimRef):
+            return f"INT64_C({self.ir.shapes[expr.tensor][expr.dim]})"
+        if isinstance(expr, ast.Unary) and expr.op == "-":
+            return f"(-{self.index(expr.operand)})"
+        if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
+            return f"({self.index(expr.lhs)} {expr.op} {self.index(expr.rhs)})"
+        if isinstance(expr, ast.Binary) and expr.op in ("/", "%"):
+            fn = "tcpy_floordiv_int64" if expr.op == "/" else "tcpy_floormod_int64"
+            if isinstance(expr.rhs, ast.IntLit) and expr.rhs.value != 0:
+                return f"{fn}({self.index(expr.lhs)}, {self.index(expr.rhs)})"
+            divisor = self.index(expr.rhs)
+            self.uses_divzero = True
+            return (f"({divisor} == 0 ? (tcpy_divzero = 1, INT64_C(0)) : "
+                    f"{fn}({self.index(expr.lhs)}, {divisor}))")
+        # Data-dependent or otherwise computed: evaluate as a value, widen to int64.
+        return f"((int64_t)({self.value(expr)}))"
+
+    def access(self, tensor, indices):
+        """C lvalue of ``tensor(indices)``, bounds-checked where range inference cannot prove it."""
+        shape = self.ir.shapes[tensor]
+        if not indices:
+            return f"{c_name(tensor)}[0]"
+        terms = []
+        for dim, (extent, index) in enumerate(zip(shape, indices)):
+            text = self.index(index)
+            if self.ir.options.check_indices and not _is_static_index(index):
+                code = self.error_code(
+                    f"index out of bounds in {self._stmt_label(self.current_stmt)}: "
+                    f"dimension {dim} of {tensor} is {{0}}, expected 0 <= index < {{1}}")
+                text = f"tcpy_checked_index({text}, INT64_C({extent}), &tcpy_err, {code}, err)"
+            terms.append((text, extent))
+        flat = terms[0][0]
+        for text, extent in terms[1:]:
+            flat = f"({flat}) * INT64_C({extent}) + {text}"
+        return f"{c_name(tensor)}[{flat}]"
+
+    def value(self, expr):
+        """C text of a value expression, of C type ``expr.type``."""
+        t = expr.type
+        if isinstance(expr, ast.IntLit):
+            return _literal(expr.value, t)
+        if isinstance(expr, ast.FloatLit):
+            return _literal(expr.value, t)
+        if isinstance(expr, ast.IndexVar):
+            return f"(({t.c_type})({self.env[expr.name]}))"
+        if isinstance(expr, ast.SizeVar):
+            return _literal(self.size_value(expr.name), t)
+        if isinstance(expr, ast.DimRef):
+            return _literal(self.ir.shapes[expr.tensor][expr.dim], t)
+        if isinstance(expr, ast.Access):
+            return self.access(expr.tensor, expr.indices)
+        if isinstance(expr, ast.Cast):
+            return convert(self.value(expr.operand), expr.operand.type, expr.to)
+        if isinstance(expr, ast.Unary):
+            if expr.op == "!":
+                return f"(!{self.value(expr.operand)})"
+            return f"(({t.c_type})(-{self.typed(expr.operand, t)}))"
+        if isinstance(expr, ast.Ternary):
+            return (f"({self.value(expr.cond)} ? {self.typed(expr.then, t)} : "
+                    f"{self.typed(expr.other, t)})")
+        if isinstance(expr, ast.Binary):
+            return self.binary(expr)
+        if isinstance(expr, ast.Call):
+            return self.call(expr)
+        raise NotImplementedError(f"cannot emit {type(expr).__name__}")
+
+    def typed(self, expr, t):
+        """``expr`` converted to ``t`` the way C promotion does (no saturation)."""
+        text = self.value(expr)
+        return text if expr.type is t else f"(({t.c_type}){text})"
+
+    def binary(self, expr):
+        op = expr.op
+        if op in ("&&", "||"):
+            return f"({self.value(expr.lhs)} {op} {self.value(expr.rhs)})"
+        if op in ("<", ">", "<=", ">=", "==", "!="):
+            common = promote(expr.lhs.type, expr.rhs.type)
+            return f"({self.typed(expr.lhs, common)} {op} {self.typed(expr.rhs, common)})"
+        t = expr.type
+        a, b = self.typed(expr.lhs, t), self.typed(expr.rhs, t)
+        if op in ("/", "%") and not t.is_float:
+            self.uses_divzero = True
+            return f"tcpy_{'div' if op == '/' else 'mod'}_{t.numpy_name}({a}, {b}, &tcpy_divzero)"
+        if op == "%":
+            return f"(({t.c_type})fmod{'f' if t is ScalarType.FLOAT32 else ''}({a}, {b}))"
+        return f"(({t.c_type})({a} {op} {b}))"
+
+    def call(self, expr):
+        t = expr.type
+        args = [self.typed(a, t) for a in expr.args]
+        if expr.func in ("min", "max"):
+            return f"tcpy_{expr.func}_{t.numpy_name}({args[0]}, {args[1]})"
+        if t is ScalarType.FLOAT64:
+            suffix = ""
+        else:  # builtins compute in float32 at least (TC: promote(float, args))
+            suffix = "f"
+            t = ScalarType.FLOAT32
+        name = ("tcpy_" if expr.func in RUNTIME_BUILTINS else "") + expr.func + suffix
+        return f"{name}({', '.join(args)})"
+
+    # -- statements --------------------------------------------------------------------------
+
+    def emit(self, line, depth):
+        self.lines.append("    " * depth + line)
+
+    def point(self, node, depth):
+        stmt = self.ir.stmts[node.stmt]
+        self.current_stmt = stmt
+        self.env = dict(node.point)
+        target_type = self.ir.types[stmt.target]
+        target = self.access(stmt.target, stmt.lhs)
+        if node.mode == "init":
+            self.emit(f"{target} = {identity(stmt.reduction, target_type)};", depth)
+            return
+        rhs_type = stmt.rhs.type
+        if node.mode == "register":
+            acc_type = accumulator_type(target_type)
+            rhs = convert(self.value(stmt.rhs), rhs_type, acc_type)
+            self.emit(f"tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', rhs, acc_type)};", depth)
+            return
+        rhs = convert(self.value(stmt.rhs), rhs_type, target_type)
+        if node.mode == "assign":
+            self.emit(f"{target} = {rhs};", depth)
+        else:
+            self.emit(f"{target} = {combine(stmt.reduction, target, rhs, target_type)};", depth)
+
+    def accumulate(self, node, depth):
+        stmt = self.ir.stmts[node.stmt]
+        target_type = self.ir.types[stmt.target]
+        acc_type = accumulator_type(target_type)
+        self.emit("{", depth)
+        self.emit(f"{acc_type.c_type} tcpy_acc = {identity(stmt.reduction, acc_type)};", depth + 1)
+        self.nodes(node.body, depth + 1)
+        self.current_stmt = stmt
+        self.env = dict(node.point)
+        target = self.access(stmt.target, stmt.lhs)
+        value = convert("tcpy_acc", acc_type, target_type)
+        if not stmt.init:
+            value = combine(stmt.reduction, target, value, target_type)
+        self.emit(f"{target} = {value};", depth + 1)
+        self.emit("}", depth)
+
+    def loop(self, node, depth):
+        if node.parallel:
+            collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
+            self.emit(f"#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static){collapse}", depth)
+        if node.simd:
+            reduction = f" reduction({node.simd_reduction}:tcpy_acc)" if node.simd_reduction else ""
+            self.emit(f"#pragma omp simd{reduction}", depth)
+        if node.unroll:
+            self.emit(f"#pragma GCC unroll {node.unroll}", depth)
+        step = f"{node.var} += {node.step}" if node.step != 1 else f"{node.var}++"
+        self.emit(f"for (int64_t {node.var} = {node.lo}; {node.cond}; {step}) {{", depth)
+        self.nodes(node.body, depth + 1)
+        self.emit("}", depth)
+
+    def nodes(self, nodes, depth):
+        from tcpy.loopnest import Accumulate, Guard, Loop, Point
+        for node in nodes:
+            if isinstance(node, Loop):
+                self.loop(node, depth)
+            elif isinstance(node, Point):
+                self.point(node, depth)
+            elif isinstance(node, Accumulate):
+                self.accumulate(node, depth)
+            elif isinstance(node, Guard):
+                self.emit(f"if ({node.cond}) {{", depth)
+                self.nodes(node.then, depth + 1)
+                if node.other:
+                    self.emit("} else {", depth)
+                    self.nodes(node.other, depth + 1)
+                self.emit("}", depth)
+            else:
+                raise NotImplementedError(type(node).__name__)
+
+    def kernel(self):
+        ir = self.ir
+        d = ir.def_
+        names = [p.name for p in d.params] + [r.name for r in d.returns] + [t.name for t in d.temporaries]
+        sizes = ", ".join(f"{k}={v}" for k, v in sorted(ir.sizes.items())) or "none"
+        self.lines = [
+            "/* Generated by tcpy. */",
+            '#include "tcpy_runtime.h"',
+            "",
+            _PRELUDE,
+            f"/* {d.signature()}",
+            f" * sizes: {sizes} */",
+            f"int {self.symbol}(void *const *tcpy_buffers, int tcpy_num_threads, int64_t *err) {{",
+        ]
+        for slot, name in enumerate(names):
+            ctype = ir.types[name].c_type
+            self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = ({ctype} *)tcpy_buffers[{slot}];", 1)
+        self.emit("int tcpy_err = 0, tcpy_divzero = 0;", 1)
+        self.emit("(void)tcpy_num_threads; (void)tcpy_err; (void)tcpy_divzero; (void)err;", 1)
+        for nest in ir.nests:
+            self.stmt_index = nest.stmt
+            stmt = ir.stmts[nest.stmt]
+            self.current_stmt = stmt
+            what = "initialise" if nest.kind == "init" else "compute"
+            comment = f"/* {what} {stmt}"
+            if nest.schedule is not None and nest.kind == "compute":
+                comment += f"\n     * schedule: {nest.schedule.describe()}"
+            self.emit(comment.replace("*/", "* /") + " */", 1)
+            self.uses_divzero = False
+            n_errors = len(self.errors)
+            self.nodes(nest.body, 1)
+            if self.uses_divzero:
+                code = self.error_code(f"integer division by zero in {self._stmt_label(stmt)}")
+                self.emit(f"if (tcpy_divzero) return {code};", 1)
+            if len(self.errors) > n_errors:
+                self.emit("if (tcpy_err) return tcpy_err;", 1)
+        self.emit("return 0;", 1)
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"
+
+
+def emit_kernel(ir, symbol):
+    """C source of the kernel for ``ir`` (a :class:`tcpy.loopnest.KernelIR`) named ``symbol``.
+
+    Returns ``(source, error_messages)``: a nonzero return value k of the kernel means
+    ``error_messages[k - 1]`` (formatted with the kernel's ``err`` values).
+    """
+    emitter = _Emitter(ir, symbol)
+    source = emitter.kernel()
+    return source, tuple(emitter.errors)

@@ -1,0 +1,326 @@
+"""Lower a checked def with bound ranges into a loop-nest IR, using isl's AST generation.
+
+Each statement becomes up to two nests over its (rectangular, shape-specialised) domain:
+
+* an *init* nest for ``!`` reductions that accumulate in memory (sets the target to the
+  reduction's identity over the output variables' ranges);
+* the *compute* nest, whose loops come from isl: the statement's schedule (see
+  :mod:`tcpy.schedule`) is written as an isl map ``S[vars] -> [tiles..., points...]`` and
+  ``AstBuild.node_from_schedule_map`` produces the loops, with exact bounds for partial tiles.
+
+Loop bounds in the IR are C expression strings produced from isl's AST expressions; statement
+bodies stay TC expressions and are turned into C by :mod:`tcpy.codegen.emit`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional, Union
+
+import islpy as isl
+
+from .lang import ast
+from .lang.sema import inline_lets
+from .lang.types import ScalarType
+from .schedule import Options, StmtSchedule, choose_schedule
+
+
+# ----------------------------------------------------------------------------- IR nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """``for (var = lo; cond; var += step)``; ``parallel`` is the OpenMP collapse depth (0: none)."""
+
+    var: str
+    lo: str
+    cond: str
+    step: int
+    body: tuple["Node", ...]
+    parallel: int = 0
+    simd: bool = False
+    simd_reduction: Optional[str] = None  # accumulator combined by an omp simd reduction clause
+    unroll: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """``if (cond) then else other`` from isl (rare for rectangular domains)."""
+
+    cond: str
+    then: tuple["Node", ...]
+    other: tuple["Node", ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One instance of statement ``stmt`` at ``point`` (index variable -> C expression).
+
+    ``mode`` is ``"assign"`` (``T = rhs``), ``"memory"`` (``T = T op rhs``), ``"register"``
+    (``acc = acc op rhs``) or ``"init"`` (``T = identity``).
+    """
+
+    stmt: int
+    point: tuple[tuple[str, str], ...]
+    mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulate:
+    """A register accumulator around the reduction loops of a statement.
+
+    Starts at the identity, runs ``body``, then stores into the target at the output point
+    (``T = acc`` for ``!`` reductions, ``T = T op acc`` otherwise).
+    """
+
+    stmt: int
+    point: tuple[tuple[str, str], ...]  # output variables only
+    body: tuple["Node", ...]
+
+
+Node = Union[Loop, Guard, Point, Accumulate]
+
+
+@dataclass(frozen=True, slots=True)
+class Nest:
+    stmt: int
+    kind: str  # "init" or "compute"
+    body: tuple[Node, ...]
+    schedule: Optional[StmtSchedule] = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelIR:
+    """Everything the emitter needs: let-inlined statements, concrete shapes and types, nests."""
+
+    def_: ast.Def
+    stmts: tuple[ast.Stmt, ...]
+    shapes: Mapping[str, tuple[int, ...]]
+    types: Mapping[str, ScalarType]
+    sizes: Mapping[str, int]
+    nests: tuple[Nest, ...]
+    options: Options
+
+
+# ----------------------------------------------------------------------------- isl helpers
+
+_OP = isl.ast_expr_op_type
+_BINARY_C = {
+    _OP.add: "+", _OP.sub: "-", _OP.mul: "*", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=",
+    _OP.gt: ">", _OP.eq: "==", _OP.and_: "&&", _OP.and_then: "&&", _OP.or_: "||", _OP.or_else: "||",
+}
+
+
+def isl_expr_to_c(expr: isl.AstExpr, top: bool = False) -> str:
+    """C text for an isl AST expression (integer arithmetic on int64 loop variables).
+
+    ``top`` leaves the outermost operation unparenthesised: OpenMP wants ``c0 <= N`` as a
+    loop condition, not ``(c0 <= N)``.
+    """
+    kind = expr.get_type()
+    if kind == isl.ast_expr_type.int:
+        return str(expr.get_val().to_python())
+    if kind == isl.ast_expr_type.id:
+        return expr.get_id().get_name()
+    op = expr.get_op_type()
+    args = [isl_expr_to_c(expr.get_op_arg(i)) for i in range(expr.get_op_n_arg())]
+    if op in _BINARY_C:
+        text = f"{args[0]} {_BINARY_C[op]} {args[1]}"
+        return text if top else f"({text})"
+    if op == _OP.minus:
+        return f"(-{args[0]})"
+    if op in (_OP.min, _OP.max):
+        fn = "tcpy_min_int64" if op == _OP.min else "tcpy_max_int64"
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out
+    if op == _OP.fdiv_q:
+        return f"tcpy_floordiv_int64({args[0]}, {args[1]})"
+    if op in (_OP.pdiv_q, _OP.div):  # exact or non-negative dividend: C division is right
+        return f"({args[0]} / {args[1]})"
+    if op in (_OP.pdiv_r, _OP.zdiv_r):
+        return f"({args[0]} % {args[1]})"
+    if op == _OP.select or op == _OP.cond:
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    raise NotImplementedError(f"isl AST operation {op} in loop bounds")
+
+
+def _rect_set(name: str, vars_: tuple[str, ...], ranges: Mapping[str, tuple[int, int]]) -> isl.Set:
+    dims = ", ".join(vars_)
+    cons = " and ".join(f"{ranges[v][0]} <= {v} < {ranges[v][1]}" for v in vars_) or "true"
+    return isl.Set(f"{{ {name}[{dims}] : {cons} }}")
+
+
+def _schedule_map(name: str, vars_: tuple[str, ...], sched: StmtSchedule, domain: isl.Set) -> isl.Map:
+    outs = [f"floor({v}/{t})" for v, t in sched.tiles] + list(sched.order)
+    if not outs:  # a scalar statement still needs one schedule dimension
+        outs = ["0"]
+    text = f"{{ {name}[{', '.join(vars_)}] -> [{', '.join(outs)}] }}"
+    return isl.Map(text).intersect_domain(domain)
+
+
+def _build_ast(schedule_map: isl.Map) -> Optional[isl.AstNode]:
+    if schedule_map.is_empty():
+        return None
+    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    return build.node_from_schedule_map(isl.UnionMap.from_map(schedule_map))
+
+
+class _Lowerer:
+    """Walks an isl AST and produces IR nodes for one nest."""
+
+    def __init__(self, stmt_index: int, stmt: ast.Stmt, sched: Optional[StmtSchedule], mode: str,
+                 vars_: tuple[str, ...]):
+        self.stmt_index = stmt_index
+        self.stmt = stmt
+        self.sched = sched
+        self.mode = mode
+        self.vars = vars_
+        dims = sched.dims() if sched else tuple((v, False) for v in vars_)
+        self.dim_of = {f"c{i}": d for i, d in enumerate(dims)}
+        self.parallel = {f"c{i}" for i in range(sched.parallel_dims)} if sched else set()
+        self.innermost = f"c{len(dims) - 1}" if dims else None
+        # Schedule dimensions of the reduction loops that accumulate in a register; the first
+        # one isl emits as a loop opens the accumulator (isl drops loops of extent 1).
+        self.reduction_dims = set()
+        if sched and sched.register_reduction:
+            self.reduction_dims = {
+                f"c{len(sched.tiles) + i}" for i, v in enumerate(sched.order) if v in stmt.reduction_vars
+            }
+        self.in_accumulator = False
+
+    def lower(self, node: Optional[isl.AstNode], in_parallel: bool = False) -> tuple[Node, ...]:
+        if node is None:
+            return ()
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            out: list[Node] = []
+            for i in range(children.n_ast_node()):
+                out.extend(self.lower(children.get_at(i), in_parallel))
+            return tuple(out)
+        if kind == isl.ast_node_type.if_:
+            other = self.lower(node.if_get_else_node(), in_parallel) if node.if_has_else_node() else ()
+            return (Guard(isl_expr_to_c(node.if_get_cond()), self.lower(node.if_get_then_node(), in_parallel), other),)
+        if kind == isl.ast_node_type.user:
+            return (self._point(node.user_get_expr()),)
+        if kind == isl.ast_node_type.for_:
+            return (self._loop(node, in_parallel),)
+        if kind == isl.ast_node_type.mark:
+            return self.lower(node.mark_get_node(), in_parallel)
+        raise NotImplementedError(f"isl AST node {kind}")
+
+    def _loop(self, node: isl.AstNode, in_parallel: bool) -> Node:
+        var = node.for_get_iterator().get_id().get_name()
+        collapse = 0
+        if var in self.parallel and not in_parallel:
+            collapse, inner = 1, node.for_get_body()
+            while (inner.get_type() == isl.ast_node_type.for_
+                   and inner.for_get_iterator().get_id().get_name() in self.parallel):
+                collapse, inner = collapse + 1, inner.for_get_body()
+        opens_accumulator = var in self.reduction_dims and not self.in_accumulator
+        if opens_accumulator:
+            self.in_accumulator = True
+        simd = bool(self.sched and self.sched.simd and var == self.innermost)
+        simd_reduction = None
+        if simd and self.sched.register_reduction and self.stmt.reduction in ("+", "*"):
+            simd_reduction = self.stmt.reduction
+        loop = Loop(
+            var=var,
+            lo=isl_expr_to_c(node.for_get_init()),
+            cond=isl_expr_to_c(node.for_get_cond(), top=True),
+            step=int(node.for_get_inc().get_val().to_python()),
+            body=self.lower(node.for_get_body(), in_parallel or collapse > 0),
+            parallel=collapse,
+            simd=simd,
+            simd_reduction=simd_reduction,
+            unroll=self.sched.unroll if (self.sched and var == self.innermost) else 0,
+        )
+        if opens_accumulator:
+            self.in_accumulator = False
+            return Accumulate(self.stmt_index, self._output_point(loop), (loop,))
+        return loop
+
+    def _output_point(self, node: Node) -> tuple[tuple[str, str], ...]:
+        """The output variables' C expressions, found from the first point below ``node``."""
+        point = _first_point(node)
+        return tuple((v, e) for v, e in point.point if v in self.stmt.output_vars)
+
+    def _point(self, expr: isl.AstExpr) -> Node:
+        args = [isl_expr_to_c(expr.get_op_arg(i + 1)) for i in range(expr.get_op_n_arg() - 1)]
+        point = Point(self.stmt_index, tuple(zip(self.vars, args)), self.mode)
+        if self.mode == "register" and not self.in_accumulator:  # every reduction loop had extent 1
+            return Accumulate(self.stmt_index, self._output_point(point), (point,))
+        return point
+
+
+def _first_point(node: Node) -> Point:
+    if isinstance(node, Point):
+        return node
+    body = node.body if not isinstance(node, Guard) else node.then
+    return _first_point(body[0])
+
+
+# ----------------------------------------------------------------------------- lowering
+
+
+def _identity_needed(stmt: ast.Stmt) -> bool:
+    return stmt.reduction is not None and bool(stmt.reduction_vars)
+
+
+def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType]) -> KernelIR:
+    """Lower ``def_`` with ranges bound to concrete sizes (``bound`` from ``DefRanges.bind``).
+
+    ``types`` maps every tensor name to its element type.
+    """
+    stmts = tuple(inline_lets(s) for s in def_.stmts)
+    shapes = {name: tuple(shape) for name, shape in bound.shapes.items()}
+    nests: list[Nest] = []
+    for index, (stmt, ranges) in enumerate(zip(stmts, bound.statements)):
+        name = f"S{index}"
+        vars_ = stmt.index_vars
+        extents = {v: max(0, ranges[v][1] - ranges[v][0]) for v in vars_}
+        if not _identity_needed(stmt):
+            # `=`, or a reduction operator with no reduction variable, which TC treats as `=`
+            # when it has `!` and as an in-place update otherwise.
+            mode = "assign" if stmt.reduction is None or stmt.init else "memory"
+            sched = choose_schedule(stmt, extents, shapes, types[stmt.target], options)
+            sched = StmtSchedule(sched.order, sched.tiles, sched.parallel_dims, sched.simd, False, sched.unroll)
+            dom = _rect_set(name, vars_, ranges)
+            ast_root = _build_ast(_schedule_map(name, vars_, sched, dom))
+            body = _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
+            nests.append(Nest(index, "compute", body, sched))
+            continue
+        sched = choose_schedule(stmt, extents, shapes, types[stmt.target], options)
+        if stmt.init and not sched.register_reduction:
+            out_vars = stmt.output_vars
+            init_sched = choose_schedule(
+                ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
+                         output_vars=out_vars),
+                extents, shapes, types[stmt.target], options)
+            dom = _rect_set(name, out_vars, ranges)
+            ast_root = _build_ast(_schedule_map(name, out_vars, init_sched, dom))
+            body = _Lowerer(index, stmt, init_sched, "init", out_vars).lower(ast_root)
+            nests.append(Nest(index, "init", body, init_sched))
+        dom = _rect_set(name, vars_, ranges)
+        if sched.register_reduction and any(extents[v] == 0 for v in stmt.reduction_vars):
+            # Empty reduction: isl would emit no loops at all, but every output element
+            # still receives the identity (or keeps its value without `!`).
+            body = _empty_reduction(index, stmt, sched, name, ranges)
+        else:
+            ast_root = _build_ast(_schedule_map(name, vars_, sched, dom))
+            mode = "register" if sched.register_reduction else "memory"
+            body = _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
+        nests.append(Nest(index, "compute", body, sched))
+    return KernelIR(def_, stmts, shapes, dict(types), dict(bound.sizes), tuple(nests), options)
+
+
+def _empty_reduction(index, stmt, sched, name, ranges) -> tuple[Node, ...]:
+    out_vars = stmt.output_vars
+    if not stmt.init:
+        return ()  # T op= (identity) leaves T unchanged
+    init_sched = StmtSchedule(tuple(v for v in sched.order if v in out_vars), (), sched.parallel_dims,
+                              False, False, 0)
+    dom = _rect_set(name, out_vars, ranges)
+    ast_root = _build_ast(_schedule_map(name, out_vars, init_sched, dom))
+    return _Lowerer(index, stmt, init_sched, "init", out_vars).lower(ast_root)

@@ -1,0 +1,223 @@
+"""The default schedule: loop order, cache tiles, parallel and SIMD loops, per statement.
+
+The heuristics are deliberately simple and explainable:
+
+* **Order.** A variable is *strided* in an access when it indexes a non-innermost dimension, and
+  *contiguous* when it indexes the innermost one. Loops are ordered from most strided (outermost)
+  to most contiguous (innermost), output variables before reduction variables on ties, so for
+  matmul ``C(m,n) +=! A(m,k) * B(k,n)`` the order is ``m, k, n``: the inner loop walks rows of
+  ``B`` and ``C``.
+* **Accumulation.** When the innermost loop would be a reduction variable, all reduction
+  variables move innermost and the reduction runs in a register (``acc``) that is stored once
+  per output element; otherwise the reduction accumulates in the output's memory after an
+  initialisation nest. ``half`` targets always use a register accumulator in float32.
+* **Tiles.** Only nests that reduce in memory (GEMM-like) are tiled: the register-resident
+  patterns gain nothing from it. Tile loops come first (output variables, then reductions).
+* **Parallel.** The leading output loops (tile loops, or untiled outer loops) are collapsed into
+  one ``omp parallel for`` when the nest has enough work; reduction loops are never parallel.
+* **SIMD.** The innermost loop gets ``omp simd`` (with a ``reduction`` clause for ``+``/``*``
+  register accumulators).
+
+:class:`Options` lets a user override every choice.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from .lang import ast
+
+# Loops with fewer iterations than this in total run serially: OpenMP start-up costs ~1-5 us.
+PARALLEL_MIN_WORK = 1 << 15
+DEFAULT_TILES = {"inner": 512, "output": 32, "reduction": 128}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Schedule and build options of a kernel.
+
+    tile_sizes: ``{"m": 64, "k": 256}``: tile these index variables (in every statement they
+        appear in) with these sizes; ``0`` disables tiling of that variable. Unlisted variables
+        use the default heuristic.
+    loop_order: index variables from outermost to innermost; variables of a statement that are
+        not listed keep their heuristic position after the listed ones.
+    unroll: unroll factor for innermost loops (``#pragma GCC unroll``), 0 lets gcc decide.
+    num_threads: OpenMP threads (default: all CPUs).
+    parallel, vectorize: turn OpenMP parallel loops / ``omp simd`` off.
+    fast_math: compile with ``-ffast-math`` (vectorized libm calls, reassociation; NaN/inf
+        semantics are no longer guaranteed). Off by default.
+    check_indices: bounds-check data-dependent indices such as ``B(C(i))`` at run time.
+    cflags: extra compiler flags.
+    """
+
+    tile_sizes: Mapping[str, int] = field(default_factory=dict)
+    loop_order: tuple[str, ...] = ()
+    unroll: int = 0
+    num_threads: Optional[int] = None
+    parallel: bool = True
+    vectorize: bool = True
+    fast_math: bool = False
+    check_indices: bool = True
+    cflags: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "tile_sizes", dict(self.tile_sizes))
+        object.__setattr__(self, "loop_order", tuple(self.loop_order))
+        object.__setattr__(self, "cflags", tuple(self.cflags))
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+        if self.unroll < 0:
+            raise ValueError(f"unroll must be >= 0, got {self.unroll}")
+        for var, size in self.tile_sizes.items():
+            if not isinstance(size, int) or size < 0:
+                raise ValueError(f"tile size of {var!r} must be an int >= 0, got {size!r}")
+
+    @property
+    def threads(self) -> int:
+        return self.num_threads or os.cpu_count() or 1
+
+    def key(self) -> tuple:
+        """A hashable summary for cache keys."""
+        return (
+            tuple(sorted(self.tile_sizes.items())), self.loop_order, self.unroll, self.threads,
+            self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StmtSchedule:
+    """How one statement's compute nest is laid out.
+
+    ``order`` is the point-loop order (outermost first); ``tiles`` the tiled variables in
+    tile-loop order with their sizes; ``parallel_dims`` how many leading schedule dimensions
+    may run in parallel (0: serial); ``register_reduction`` whether reduction variables are
+    innermost and accumulate in a register.
+    """
+
+    order: tuple[str, ...]
+    tiles: tuple[tuple[str, int], ...]
+    parallel_dims: int
+    simd: bool
+    register_reduction: bool
+    unroll: int
+
+    def dims(self) -> tuple[tuple[str, bool], ...]:
+        """Schedule dimensions as (variable, is_tile_loop), outermost first."""
+        return tuple((v, True) for v, _ in self.tiles) + tuple((v, False) for v in self.order)
+
+    def describe(self) -> str:
+        parts = [f"order {', '.join(self.order) or '(scalar)'}"]
+        if self.tiles:
+            parts.append("tiles " + ", ".join(f"{v}:{t}" for v, t in self.tiles))
+        if self.parallel_dims:
+            outer = [f"{v}{'_tile' if t else ''}" for v, t in self.dims()[: self.parallel_dims]]
+            parts.append("parallel over " + ", ".join(outer))
+        if self.register_reduction:
+            parts.append("reduction in a register")
+        if self.simd:
+            parts.append("simd inner loop")
+        return "; ".join(parts)
+
+
+def _accesses(stmt: ast.Stmt):
+    """Every tensor access of a statement, the left-hand side first."""
+    yield ast.Access(stmt.target, stmt.lhs)
+    exprs = [stmt.rhs] + [w.expr for w in stmt.where if isinstance(w, ast.Exists)]
+    for e in exprs:
+        for node in e.walk():
+            if isinstance(node, ast.Access) and node.indices:
+                yield node
+
+
+def _vars_in(expr: ast.Expr) -> set[str]:
+    return {n.name for n in expr.walk() if isinstance(n, ast.IndexVar)}
+
+
+def _stride_profile(stmt: ast.Stmt, shapes: Mapping[str, tuple[int, ...]]):
+    """(strided, contiguous) access counts per index variable."""
+    strided = {v: 0 for v in stmt.index_vars}
+    contiguous = {v: 0 for v in stmt.index_vars}
+    for acc in _accesses(stmt):
+        shape = shapes.get(acc.tensor, ())
+        for pos, index in enumerate(acc.indices):
+            inner = shape[pos + 1:] if len(shape) == len(acc.indices) else ()
+            is_innermost = pos == len(acc.indices) - 1 or all(d == 1 for d in inner)
+            for v in _vars_in(index):
+                if v in strided:
+                    (contiguous if is_innermost else strided)[v] += 1
+    return strided, contiguous
+
+
+def choose_schedule(
+    stmt: ast.Stmt,
+    extents: Mapping[str, int],
+    shapes: Mapping[str, tuple[int, ...]],
+    target_type,
+    options: Options,
+) -> StmtSchedule:
+    """Pick the loop order, tiles, parallel and SIMD loops of one (let-inlined) statement."""
+    strided, contiguous = _stride_profile(stmt, shapes)
+    reduction = set(stmt.reduction_vars)
+
+    def heuristic_key(v):  # ascending = outermost first
+        return (-strided[v], contiguous[v], v in reduction, extents.get(v, 1))
+
+    order = sorted(stmt.index_vars, key=heuristic_key)
+    if options.loop_order:
+        listed = [v for v in options.loop_order if v in order]
+        order = listed + [v for v in order if v not in listed]
+
+    has_reduction = bool(reduction) and stmt.reduction is not None
+    register = False
+    if has_reduction and not options.loop_order:
+        register = order[-1] in reduction or target_type.bits == 16
+    elif has_reduction:
+        register = all(v in reduction for v in order[len(order) - len(reduction):])
+        if target_type.bits == 16 and not register:
+            order = [v for v in order if v not in reduction] + [v for v in order if v in reduction]
+            register = True
+    if register:
+        order = [v for v in order if v not in reduction] + [v for v in order if v in reduction]
+
+    tiles: list[tuple[str, int]] = []
+    if has_reduction and not register:
+        inner = order[-1] if order else None
+        for group in ("output", "reduction"):
+            for v in order:
+                if (v in reduction) != (group == "reduction"):
+                    continue
+                size = options.tile_sizes.get(v)
+                if size is None:
+                    size = DEFAULT_TILES["inner" if v == inner else group]
+                if size and extents.get(v, 1) > size:
+                    tiles.append((v, size))
+    else:
+        for v in order:
+            size = options.tile_sizes.get(v)
+            if size and extents.get(v, 1) > size:
+                tiles.append((v, size))
+
+    work = 1
+    for v in order:
+        work *= max(extents.get(v, 1), 0)
+    parallel_dims = 0
+    if options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK:
+        tiled = {v for v, _ in tiles}
+        dims = [(v, True) for v, _ in tiles] + [(v, False) for v in order]
+        # The innermost loop stays out of the parallel collapse: it is the SIMD loop.
+        for v, is_tile in dims[: max(1, len(dims) - 1)]:
+            if v in reduction or (not is_tile and v in tiled) or (not is_tile and tiles):
+                break
+            parallel_dims += 1
+            if parallel_dims == 3:
+                break
+
+    return StmtSchedule(
+        order=tuple(order),
+        tiles=tuple(tiles),
+        parallel_dims=parallel_dims,
+        simd=options.vectorize and bool(order),
+        register_reduction=register,
+        unroll=options.unroll,
+    )

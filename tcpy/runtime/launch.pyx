@@ -1,0 +1,273 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""Call compiled kernels from Python with microseconds of overhead.
+
+A :class:`Launcher` belongs to one def. It keeps a table from the call's signature (dtype and
+shape of every array argument, the Python type of every number) to a :class:`LaunchEntry`
+that says how to call the compiled kernel for that signature. The first call with a new
+signature asks ``miss_handler(args)`` for the entry (binding, range inference, codegen and
+build happen there, with every argument check); later calls only look up the table, make
+inputs C-contiguous, allocate outputs and temporaries, and call the kernel with the GIL
+released.
+
+Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err)``, buffers = inputs
+in signature order, outputs in return order, then temporaries. A return value k > 0 raises
+``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``.
+"""
+import os
+
+import numpy as np
+
+cimport numpy as cnp
+from cpython.tuple cimport PyTuple_GET_SIZE
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
+
+from ..errors import TCArgumentError, TCRuntimeError
+
+cnp.import_array()
+
+ctypedef int (*kernel_fn)(void **buffers, int num_threads, int64_t *err) noexcept nogil
+
+cdef enum:
+    STACK_BUFFERS = 32  # kernels with more buffers than this use malloc for the pointer array
+
+
+def default_num_threads():
+    """Threads a kernel uses when its options do not say: ``$OMP_NUM_THREADS`` or the CPUs we may run on."""
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+cdef class _ArraySpec:
+    """Shape and dtype of an array the launcher allocates, ready for the NumPy C API."""
+    cdef public tuple shape
+    cdef public object dtype
+    cdef int nd
+    cdef cnp.npy_intp dims[32]
+    cdef int typenum
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        if len(self.shape) > 32:
+            raise ValueError(f"rank {len(self.shape)} is above NumPy's limit of 32")
+        if not self.dtype.isnative or self.dtype.num >= cnp.NPY_OBJECT:
+            raise ValueError(f"kernels need a native numeric dtype, not {self.dtype}")
+        self.nd = len(self.shape)
+        for i, d in enumerate(self.shape):
+            self.dims[i] = d
+        self.typenum = self.dtype.num
+
+    cdef inline cnp.ndarray zeros(self):
+        return cnp.PyArray_ZEROS(self.nd, self.dims, self.typenum, 0)
+
+    cdef inline cnp.ndarray empty(self):
+        return cnp.PyArray_EMPTY(self.nd, self.dims, self.typenum, 0)
+
+
+cdef class LaunchEntry:
+    """How to call one compiled kernel for one call signature.
+
+    ``func_address``: the kernel's address (``tcpy.runtime.build.load_symbol``).
+    ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``
+    per output (return order) / temporary. ``error_messages``: ``str.format`` templates, error
+    code k uses ``error_messages[k - 1]`` with ``err[0..3]`` as positional arguments.
+    ``num_threads``: passed to the kernel; 0 means :func:`default_num_threads` at creation.
+    ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
+    dtype of each input, needed to turn Python numbers into 0-d arrays (None: arrays only).
+    ``owner``: any object to keep alive as long as the entry (e.g. the loaded library).
+    """
+    cdef readonly object func_address
+    cdef readonly int n_inputs
+    cdef readonly tuple output_specs
+    cdef readonly tuple temp_specs
+    cdef readonly tuple error_messages
+    cdef readonly int num_threads
+    cdef readonly bint single_output
+    cdef readonly tuple input_dtypes
+    cdef readonly object owner
+    cdef kernel_fn fn
+    cdef tuple _outs
+    cdef tuple _temps
+
+    def __init__(self, func_address, n_inputs, output_specs, temp_specs=(), error_messages=(),
+                 num_threads=0, single_output=True, input_dtypes=None, owner=None):
+        if not func_address:
+            raise ValueError("LaunchEntry needs the kernel's function address")
+        self.func_address = int(func_address)
+        self.fn = <kernel_fn><size_t>self.func_address
+        self.n_inputs = n_inputs
+        self._outs = tuple(_ArraySpec(s, d) for s, d in output_specs)
+        self._temps = tuple(_ArraySpec(s, d) for s, d in temp_specs)
+        self.output_specs = tuple((s.shape, s.dtype) for s in self._outs)
+        self.temp_specs = tuple((s.shape, s.dtype) for s in self._temps)
+        self.error_messages = tuple(error_messages)
+        self.num_threads = num_threads if num_threads > 0 else default_num_threads()
+        self.single_output = single_output
+        if input_dtypes is not None:
+            input_dtypes = tuple(np.dtype(d) for d in input_dtypes)
+            if len(input_dtypes) != n_inputs:
+                raise ValueError(f"{len(input_dtypes)} input dtypes for {n_inputs} inputs")
+        self.input_dtypes = input_dtypes
+        self.owner = owner
+
+    def __repr__(self):
+        outs = ", ".join(f"{d}{list(s)}" for s, d in self.output_specs)
+        return (f"LaunchEntry(0x{self.func_address:x}, inputs={self.n_inputs}, outputs=[{outs}], "
+                f"temps={len(self.temp_specs)}, threads={self.num_threads})")
+
+
+cdef inline object _signature(tuple args):
+    """The table key: (dtype, shape) per array, the Python type per anything else."""
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(args)
+    cdef list key = [None] * n
+    for i in range(n):
+        a = args[i]
+        if cnp.PyArray_Check(a):
+            key[i] = (a.dtype, a.shape)
+        else:
+            key[i] = type(a)
+    return tuple(key)
+
+
+cdef class Launcher:
+    """Callable front of a kernel: ``launcher(*args, out=None)`` returns an array or a tuple.
+
+    ``miss_handler(args) -> LaunchEntry`` is called the first time a call signature is seen; it
+    must check the arguments (raising a TCError) and build the kernel. Its entry is reused for
+    every later call with the same signature.
+    """
+    cdef readonly dict table
+    cdef readonly object miss_handler
+
+    def __init__(self, miss_handler):
+        self.table = {}
+        self.miss_handler = miss_handler
+
+    def __call__(self, *args, out=None):
+        key = _signature(args)
+        entry = self.table.get(key)
+        if entry is None:
+            entry = self.miss_handler(args)
+            if not isinstance(entry, LaunchEntry):
+                raise TypeError(f"miss_handler returned {type(entry).__name__}, not LaunchEntry")
+            self.table[key] = entry
+        return _launch(<LaunchEntry>entry, args, out)
+
+    def clear(self):
+        """Forget every entry (the next call of each signature goes to miss_handler again)."""
+        self.table.clear()
+
+
+cdef object _launch(LaunchEntry entry, tuple args, object out):
+    cdef Py_ssize_t i, n_in = entry.n_inputs
+    cdef Py_ssize_t n_out = PyTuple_GET_SIZE(entry._outs)
+    cdef Py_ssize_t n_tmp = PyTuple_GET_SIZE(entry._temps)
+    cdef Py_ssize_t n_buf = n_in + n_out + n_tmp
+    cdef list arrays = [None] * n_buf  # holds every buffer alive through the call
+    cdef cnp.ndarray a
+    if PyTuple_GET_SIZE(args) != n_in:  # only if a miss handler accepted a different count
+        raise TCArgumentError(f"expected {n_in} arguments, got {PyTuple_GET_SIZE(args)}")
+    for i in range(n_in):
+        x = args[i]
+        if cnp.PyArray_Check(x):
+            a = <cnp.ndarray>x
+            if not cnp.PyArray_ISCARRAY_RO(a):  # strided, reversed or misaligned: copy
+                a = np.array(a, order="C", copy=True)
+        else:
+            a = _number_to_array(entry, i, x)
+        arrays[i] = a
+    if out is None:
+        for i in range(n_out):
+            arrays[n_in + i] = (<_ArraySpec>entry._outs[i]).zeros()
+    else:
+        _check_out(entry, out, arrays)
+    for i in range(n_tmp):
+        arrays[n_in + n_out + i] = (<_ArraySpec>entry._temps[i]).empty()
+    _call(entry, arrays, n_buf)
+    if entry.single_output:
+        return arrays[n_in]
+    return tuple(arrays[n_in:n_in + n_out])
+
+
+cdef cnp.ndarray _number_to_array(LaunchEntry entry, Py_ssize_t i, object x):
+    if entry.input_dtypes is None:
+        raise TCArgumentError(f"argument {i} must be a NumPy array, not {type(x).__name__}")
+    dtype = entry.input_dtypes[i]
+    try:
+        return np.array(x, dtype=dtype)
+    except (OverflowError, ValueError, TypeError):
+        raise TCArgumentError(f"argument {i}: {x!r} does not fit the parameter's type {dtype}") from None
+
+
+cdef _check_out(LaunchEntry entry, object out, list arrays):
+    """Use the caller's output arrays: exact shape and dtype, C-contiguous, writeable, not
+    overlapping an input or each other. They are zero-filled first, because outputs are defined
+    as zero wherever no statement writes them (and kernels may rely on it)."""
+    cdef Py_ssize_t i, j, n_in = entry.n_inputs, n_out = PyTuple_GET_SIZE(entry._outs)
+    cdef _ArraySpec spec
+    outs = (out,) if cnp.PyArray_Check(out) else out
+    if not isinstance(outs, (tuple, list)) or len(outs) != n_out:
+        got = f"a {type(out).__name__}" if not isinstance(out, (tuple, list)) else f"{len(out)} arrays"
+        raise TCArgumentError(f"out= must be {_count(n_out)}, got {got}")
+    for i in range(n_out):
+        o = outs[i]
+        spec = <_ArraySpec>entry._outs[i]
+        name = "out" if n_out == 1 else f"out[{i}]"
+        expected = f"a C-contiguous writeable {spec.dtype} array of shape {spec.shape}"
+        if not cnp.PyArray_Check(o):
+            raise TCArgumentError(f"{name}: expected {expected}, got {type(o).__name__}")
+        if o.dtype != spec.dtype or o.shape != spec.shape:
+            raise TCArgumentError(f"{name}: expected {expected}, got a {o.dtype} array of shape {o.shape}")
+        if not cnp.PyArray_ISCARRAY(<cnp.ndarray>o):
+            problem = "read-only" if not o.flags.writeable else "not C-contiguous"
+            raise TCArgumentError(f"{name}: expected {expected}, got an array that is {problem}")
+        for j in range(n_in):
+            if np.may_share_memory(o, arrays[j]):
+                raise TCArgumentError(f"{name} shares memory with input {j}; kernels do not work in place")
+        for j in range(i):
+            if np.may_share_memory(o, arrays[n_in + j]):
+                raise TCArgumentError(f"{name} shares memory with out[{j}]")
+        arrays[n_in + i] = o
+    for i in range(n_out):
+        (<cnp.ndarray>arrays[n_in + i]).fill(0)
+
+
+cdef str _count(Py_ssize_t n):
+    return "an array (or a 1-tuple)" if n == 1 else f"a tuple of {n} arrays"
+
+
+cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
+    cdef void *stack[STACK_BUFFERS]
+    cdef void **buffers = stack
+    cdef int64_t err[4]
+    cdef int rc, threads = entry.num_threads
+    cdef kernel_fn fn = entry.fn
+    cdef Py_ssize_t i
+    if n_buf > STACK_BUFFERS:
+        buffers = <void **>malloc(n_buf * sizeof(void *))
+        if buffers == NULL:
+            raise MemoryError()
+    try:
+        for i in range(n_buf):
+            buffers[i] = cnp.PyArray_DATA(<cnp.ndarray>arrays[i])
+        err[0] = err[1] = err[2] = err[3] = 0
+        with nogil:
+            rc = fn(buffers, threads, err)
+    finally:
+        if buffers != stack:
+            free(buffers)
+    if rc != 0:
+        _raise_kernel_error(entry, rc, err)
+
+
+cdef _raise_kernel_error(LaunchEntry entry, int rc, int64_t *err):
+    values = (err[0], err[1], err[2], err[3])
+    if 0 < rc <= len(entry.error_messages):
+        raise TCRuntimeError(entry.error_messages[rc - 1].format(*values))
+    raise TCRuntimeError(f"kernel failed with unknown error code {rc} (details: {list(values)})")

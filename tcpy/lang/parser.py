@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Optional
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
@@ -114,7 +115,7 @@ class _ToAst(Transformer):
         scalar, *dims = children
         out = []
         for d in _present(dims):
-            if d.type == "INT":
+            if d.type == "INT_LIT":
                 out.append(ast.IntLit(int(d.value), span=_token_span(d)))
             else:
                 out.append(ast.Name(self._ident(d), span=_token_span(d)))
@@ -210,98 +211,231 @@ class _ToAst(Transformer):
 _DEF_RE = re.compile(r"\bdef\s+([_a-zA-Z][_a-zA-Z0-9]*)")
 
 
-def _enclosing_def(source: str, pos: int):
+def _enclosing_def(source: str, pos: int) -> Optional[str]:
     """The name of the last ``def`` that starts before ``pos`` (for error messages)."""
-    names = [m.group(1) for m in _DEF_RE.finditer(_strip_comments(source[:pos]))]
+    text = re.sub(r"#[^\n]*", "", source[:pos])
+    names = _DEF_RE.findall(text)
     return names[-1] if names else None
 
 
-def _strip_comments(text: str) -> str:
-    return re.sub(r"#[^\n]*", lambda m: " " * len(m.group(0)), text)
-
-
 def _syntax_error(err: UnexpectedInput, source: str, filename: str) -> TCSyntaxError:
-    message, span = _describe(err, source)
-    return TCSyntaxError(
-        message, span, source, def_name=_enclosing_def(source, span.start_pos), filename=filename
-    )
+    span = _error_span(err, source)
+    def_name = _enclosing_def(source, span.start_pos)
+    return TCSyntaxError(_describe(err, source, def_name), span, source, def_name, filename)
+
+
+def _pos_span(source: str, pos: int) -> ast.Span:
+    line = source.count("\n", 0, pos) + 1
+    column = pos - (source.rfind("\n", 0, pos) + 1) + 1
+    return ast.Span(line, column, line, column + 1, pos, pos + 1)
 
 
 def _error_span(err: UnexpectedInput, source: str) -> ast.Span:
     tok = getattr(err, "token", None)
-    if isinstance(tok, Token) and tok.type != "$END" and tok.line is not None:
-        return _token_span(tok)
-    pos = len(source) if tok is not None and tok.type == "$END" else err.pos_in_stream
-    pos = min(pos if pos is not None else len(source), len(source))
-    line = source.count("\n", 0, pos) + 1
-    column = pos - (source.rfind("\n", 0, pos) + 1) + 1
-    if pos == len(source) and source.endswith("\n") and line > 1:  # point after the last token
-        stripped = source.rstrip()
-        return _error_span_at(source, len(stripped))
-    return ast.Span(line, column, line, column + 1, pos, pos + 1)
-
-
-def _error_span_at(source: str, pos: int) -> ast.Span:
-    line = source.count("\n", 0, pos) + 1
-    column = pos - (source.rfind("\n", 0, pos) + 1) + 1
-    return ast.Span(line, column, line, column + 1, pos, pos + 1)
-
-
-def _describe(err: UnexpectedInput, source: str) -> tuple[str, ast.Span]:
-    span = _error_span(err, source)
     if isinstance(err, UnexpectedCharacters):
-        char = source[err.pos_in_stream]
-        return f"unexpected character '{char}'", span
-    tok = getattr(err, "token", None)
-    found = "the end of the input" if tok is None or tok.type == "$END" else f"'{tok.value}'"
-    expected = _expected_words(getattr(err, "expected", None) or getattr(err, "accepts", None) or ())
-    return f"expected {expected} but found {found}", span
+        return _pos_span(source, err.pos_in_stream)
+    if tok is not None and tok.type != "$END":
+        return _token_span(tok)
+    # The end of the input: point just after the last token.
+    end = len(re.sub(r"(\s|#[^\n]*)*\Z", "", source))
+    return _pos_span(source, end)
 
 
-_TERMINAL_WORDS = {
-    "NAME": "a name",
-    "INT": "an integer",
-    "FLOAT": "a number",
-    "ASSIGN_OP": "an assignment operator (=, +=, +=!, *=!, min=!, max=!, ...)",
-    "MIN": "min(a, b)",
-    "MAX": "max(a, b)",
+# Typical mistakes, each shown by example sources that make the parser stop in the same state
+# (and, for the entries marked "token", on the same kind of token). The message says what was
+# expected; "{found}" is the offending token, "{def}" the def's name.
+_BODY = "def f(float(N) A) -> (B) {\n"
+_MISTAKES: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
+    (
+        "expected an assignment operator after the left-hand side: '=' or a reduction "
+        "'+=!', '*=!', 'min=!', 'max=!' (without '!' to accumulate into existing values), "
+        "but found {found}",
+        False,
+        (_BODY + "B(i) A(i) }", _BODY + "B A(0) }"),
+    ),
+    (
+        "'=+' is not an operator: write '+=!' to sum starting from 0, or '+=' to add to existing values",
+        True,
+        (_BODY + "B(i) =+ A(i) }",),
+    ),
+    (
+        "'=*' is not an operator: write '*=!' to multiply starting from 1, or '*=' to multiply existing values",
+        True,
+        (_BODY + "B(i) =* A(i) }",),
+    ),
+    (
+        "'==' compares two values; a statement assigns with '=' or reduces with '+=!', '*=!', 'min=!', 'max=!'",
+        True,
+        (_BODY + "B(i) == A(i) }",),
+    ),
+    (
+        "reduction operators are written without spaces: 'min=!', 'max=!'",
+        True,
+        (_BODY + "B(i) min = A(i) }", _BODY + "B(i) max = A(i) }"),
+    ),
+    (
+        "{found} cannot start a statement: separate where clauses with ','",
+        True,
+        (_BODY + "B(i) = A(i) where i in 0:N j in 0:N }",),
+    ),
+    (
+        "expected ':' and the value for a false condition ('cond ? a : b') but found {found}",
+        False,
+        (_BODY + "B(i) = A(i) > 0 ? 1 }", _BODY + "B(i) = A(i) > 0 ? A(i) }"),
+    ),
+    (
+        "TC has no '**' operator; write pow(x, y)",
+        True,
+        (_BODY + "B(i) = A(i) ** 2 }",),
+    ),
+    (
+        "unbalanced parentheses: expected ')' to close '(' but found {found}",
+        False,
+        (
+            _BODY + "B(i) = (A(i) + 1 }",
+            _BODY + "B(i) = float(A(i) + 1 }",
+            _BODY + "B(i) = max(A(i), 1 }",
+        ),
+    ),
+    (
+        "unbalanced parentheses: expected ',' or ')' to close the argument list but found {found}",
+        False,
+        (
+            _BODY + "B(i) = A(i }",
+            _BODY + "B(i) = A(i + 1 }",
+            _BODY + "B(i) = A(A(i) }",
+            _BODY + "B(i) = exp(A(i) }",
+            _BODY + "B(i = A(i) }",
+        ),
+    ),
+    (
+        "unbalanced parentheses: this ')' closes no '('",
+        True,
+        (_BODY + "B(i) = A(i) + 1) }", _BODY + "B(i) = A(i)) }", _BODY + "B(i) = i) }", _BODY + "B(i) = 1) }"),
+    ),
+    (
+        "expected '->' and the list of outputs after the parameters, e.g. 'def f(float(N) A) -> (B)', "
+        "but found {found}",
+        False,
+        ("def f(float(N) A) (B) {}", "def f(float(N) A) {}"),
+    ),
+    (
+        "parameter {found} needs a type, e.g. 'float(N, M) A' or 'float a' (only outputs may omit it)",
+        True,
+        ("def f(A) -> (B) {}", "def f(float(N) A, B) -> (C) {}"),
+    ),
+    (
+        "expected '{{' to open the body of def '{def}' but found {found}",
+        False,
+        ("def f(float(N) A) -> (B) B(i) = A(i)",),
+    ),
+    (
+        "a range constraint is written 'i in lo:hi' (hi excluded), not with '..'",
+        True,
+        (_BODY + "B(i) = A(i) where i in 0..N }",),
+    ),
+    (
+        "'x = ...' in a where clause binds a value; a range is written 'i in lo:hi'",
+        True,
+        (_BODY + "B(i) = A(i) where i = 0:N }",),
+    ),
+    (
+        "expected a where clause after 'where': 'i in lo:hi', 'x = expr' or 'exists expr', but found {found}",
+        False,
+        (_BODY + "B(i) = A(i) where }",),
+    ),
+    (
+        "expected 'def': a TC source is a sequence of 'def name(params) -> (outputs) {{ statements }}', "
+        "but found {found}",
+        False,
+        ("f(float(N) A) -> (B) {}", "def f(float(N) A) -> (B) {} g"),
+    ),
+)
+
+# Characters TC does not use, and what the user probably meant.
+_CHARACTER_HINTS = {
+    ";": "TC statements do not end with ';': put each statement on its own line",
+    "[": "TC indexes with parentheses: write A(i, j), not A[i][j]",
+    "]": "TC indexes with parentheses: write A(i, j), not A[i][j]",
+    "&": "logical and is written '&&'",
+    "|": "logical or is written '||'",
 }
 
 
-def _expected_words(expected) -> str:
+@functools.lru_cache(maxsize=None)
+def _mistake_table() -> dict[tuple, str]:
+    """Map (parser state, accepted terminals, token type or None) of each example's error to
+    its message."""
+    table: dict[tuple, str] = {}
+    for message, by_token, examples in _MISTAKES:
+        for example in examples:
+            try:
+                _lark().parse(example)
+            except (UnexpectedToken, UnexpectedEOF) as err:
+                key = (err.state.position, frozenset(err.accepts), err.token.type if by_token else None)
+                table.setdefault(key, message)
+            else:  # pragma: no cover - a broken table entry
+                raise AssertionError(f"example parses: {example!r}")
+    return table
+
+
+def _describe(err: UnexpectedInput, source: str, def_name: Optional[str]) -> str:
+    if isinstance(err, UnexpectedCharacters):
+        char = source[err.pos_in_stream]
+        hint = _CHARACTER_HINTS.get(char)
+        return hint if hint else f"unexpected character '{char}'"
+    tok = err.token
+    at_end = tok.type == "$END"
+    found = "the end of the input" if at_end else f"'{tok.value}'"
+    fill = {"found": found, "def": def_name or "?"}
+    table = _mistake_table()
+    accepts = frozenset(err.accepts)
+    state = err.state.position
+    for key in ((state, accepts, tok.type), (state, accepts, None)):
+        if key in table:
+            return table[key].format(**fill)
+    if at_end and "RBRACE" in accepts:
+        return "the source ends before the '}' that closes the def"
+    return f"expected {_expected_words(accepts)} but found {found}"
+
+
+_EXPRESSION_START = frozenset({"NAME", "INT_LIT", "FLOAT_LIT", "LPAR", "MINUS", "BANG", "MIN", "MAX"})
+_OPERATORS = frozenset(
+    {"OR", "AND", "LT", "GT", "LE", "GE", "EQ", "NE", "PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "QMARK"}
+)
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "INT_LIT": "an integer",
+    "FLOAT_LIT": "a number",
+    "ASSIGN_OP": "an assignment operator ('=', '+=!', ...)",
+    "_EQUIVALENT": "'<=>'",
+    "$END": "the end of the input",
+}
+
+
+def _expected_words(accepts: set[str]) -> str:
     """Say in words what the parser would have accepted."""
     words: list[str] = []
-    types = False
-    operators = False
-    for name in sorted(expected):
-        if name in _TERMINAL_WORDS:
-            word = _TERMINAL_WORDS[name]
-        else:
-            try:
-                pattern = _lark().get_terminal(name).pattern
-            except KeyError:
-                continue
-            text = pattern.value
-            if text in TYPE_NAMES:
-                types = True
-                continue
-            if name in _OPERATORS:
-                operators = True
-                continue
-            word = f"'{text}'"
-        if word not in words:
-            words.append(word)
-    if operators:
-        words.append("an operator")
-    if types:
+    types = {n for n in accepts if _terminal_text(n) in TYPE_NAMES}
+    rest = set(accepts) - types
+    if {"NAME", "INT_LIT", "LPAR"} <= rest:
+        words.append("an expression")
+        rest -= _EXPRESSION_START
+    elif types:
         words.append("a type (float, double, int32, ...)")
-    if not words:
-        return "something else"
+    if rest & _OPERATORS:
+        words.append("an operator")
+        rest -= _OPERATORS
+    for name in sorted(rest, key=lambda n: (n not in _TERMINAL_WORDS, n)):
+        words.append(_TERMINAL_WORDS.get(name) or f"'{_terminal_text(name)}'")
     if len(words) == 1:
         return words[0]
     return ", ".join(words[:-1]) + " or " + words[-1]
 
 
-_OPERATORS = frozenset(
-    {"OR", "AND", "LT", "GT", "LE", "GE", "EQ", "NE", "PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "QMARK", "BANG"}
-)
+def _terminal_text(name: str) -> str:
+    try:
+        pattern = _lark().get_terminal(name).pattern
+    except KeyError:
+        return name
+    return pattern.value if pattern.type == "str" else name

@@ -179,7 +179,7 @@ class _DefChecker:
         stmts = tuple(self.check_stmt(s) for s in d.stmts)
         for r in d.returns:
             if not self.tensors[r.name].written:
-                raise self.error(f"output '{r.name}' is never written", r.span)
+                raise self.error(f"output '{r.name}' is never written", _tail_span(r.span, r.name))
         order = [p.name for p in d.params] + [r.name for r in d.returns] + self.temporaries
         infos = tuple(
             ast.TensorInfo(n, self.tensors[n].role, self.tensors[n].scalar, self.tensors[n].rank) for n in order
@@ -198,15 +198,15 @@ class _DefChecker:
             )
         if name in self.tensors:
             other = self.tensors[name]
-            kind = "parameter" if other.role == "input" else "output"
-            raise self.error(f"duplicate name '{name}': already a {kind} (line {other.span.line})", span)
+            kind = "a parameter" if other.role == "input" else "an output"
+            raise self.error(f"duplicate name '{name}': already {kind} (line {other.span.line})", span)
 
     def declare_tensor(self, p: ast.Param, role: str) -> None:
         if p.type is not None:
             for dim in p.type.dims:
                 if isinstance(dim, ast.Name):
                     self.declare_size_var(dim, role, p.name)
-        self.check_new_name(p.name, p.span, "a tensor")
+        self.check_new_name(p.name, _tail_span(p.span, p.name), "a tensor")
         info = _Tensor(p.name, role, p.span)
         if p.type is not None:
             info.scalar, info.rank, info.declared = p.type.scalar, p.type.rank, True
@@ -329,23 +329,25 @@ class _DefChecker:
     def check_clause(self, clause, scope: _Scope):
         if isinstance(clause, ast.RangeConstraint):
             name = clause.var
+            span = _head_span(clause.span, name)
             if name in scope.lets:
-                raise self.error(f"'{name}' is bound by a let; a range constraint needs an index variable", clause.span)
+                raise self.error(f"'{name}' is bound by a let; a range constraint needs an index variable", span)
             if name not in scope.index_vars:
-                self.check_index_name(name, clause.span)
+                self.check_index_name(name, span)
                 scope.index_vars[name] = "reduction"
-                scope.first_use[name] = clause.span
+                scope.first_use[name] = span
             lo = self.check_size_expr(clause.lo, clause, scope)
             hi = self.check_size_expr(clause.hi, clause, scope)
             return dataclasses.replace(clause, lo=lo, hi=hi)
         if isinstance(clause, ast.Let):
             name = clause.name
+            span = _head_span(clause.span, name)
             if name in scope.index_vars or name in scope.lets:
-                raise self.error(f"'{name}' is already defined in this statement", clause.span)
+                raise self.error(f"'{name}' is already defined in this statement", span)
             if name in self.size_vars or name in self.tensors or name in BUILTINS:
                 what = "size variable" if name in self.size_vars else (
                     "tensor" if name in self.tensors else "builtin function")
-                raise self.error(f"'{name}' is a {what} and cannot be bound by a let", clause.span)
+                raise self.error(f"'{name}' is a {what} and cannot be bound by a let", span)
             expr = self.check_expr(clause.expr, scope)
             scope.lets[name] = expr.type
             return dataclasses.replace(clause, expr=expr)
@@ -521,6 +523,17 @@ class _DefChecker:
             parts = (self._size_expr(x, clause, scope) for x in (e.cond, e.then, e.other))
             return self.typed_ternary(e, *parts)
         raise TypeError(f"not an unchecked expression: {e!r}")
+
+
+def _head_span(span: ast.Span, name: str) -> ast.Span:
+    """The span of ``name`` at the start of ``span`` (a where clause starts with its name)."""
+    return ast.Span(span.line, span.column, span.line, span.column + len(name), span.start_pos, span.start_pos + len(name))
+
+
+def _tail_span(span: ast.Span, name: str) -> ast.Span:
+    """The span of ``name`` at the end of ``span`` (a parameter ends with its name)."""
+    n = len(name)
+    return ast.Span(span.end_line, span.end_column - n, span.end_line, span.end_column, span.end_pos - n, span.end_pos)
 
 
 def _count(n: int, singular: str, plural: Optional[str] = None) -> str:

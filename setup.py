@@ -1,7 +1,11 @@
 """Build tcpy's Cython extension modules: the C emitter and the kernel launcher.
 
-The runtime header in csrc/ is copied into the package so generated kernels can include it
-from an installed tcpy.
+``pip install .`` and ``pip install -e .`` both work on a machine with only Python, pip and a C
+compiler: the build requirements (setuptools, Cython, NumPy) come from pyproject.toml.
+
+The runtime header that generated kernels include lives in ``csrc/``; it is copied into the built
+package as ``tcpy/include/`` so an installed tcpy finds it. (A source checkout or an editable
+install uses ``csrc/`` directly, see ``tcpy.runtime.build.runtime_include_dir``.)
 """
 import shutil
 from pathlib import Path
@@ -15,19 +19,30 @@ ROOT = Path(__file__).parent
 
 
 class BuildPyWithRuntimeHeader(build_py):
-    """Ship csrc/*.h as tcpy/include/*.h."""
+    """Ship csrc/*.h as tcpy/include/*.h in the built package (not in the source tree)."""
 
     def run(self):
-        include = ROOT / "tcpy" / "include"
-        include.mkdir(exist_ok=True)
-        for header in (ROOT / "csrc").glob("*.h"):
-            shutil.copy2(header, include / header.name)
         super().run()
+        include = Path(self.build_lib) / "tcpy" / "include"
+        include.mkdir(parents=True, exist_ok=True)
+        for header in sorted((ROOT / "csrc").glob("*.h")):
+            shutil.copy2(header, include / header.name)
+
+    def get_outputs(self, include_bytecode=True):
+        # Declared so that wheel building and `pip install` record the copied headers.
+        headers = [str(Path(self.build_lib) / "tcpy" / "include" / h.name) for h in (ROOT / "csrc").glob("*.h")]
+        return super().get_outputs(include_bytecode) + headers
 
 
+numpy_api = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 extensions = [
     Extension("tcpy.codegen.emit", ["tcpy/codegen/emit.pyx"]),
-    Extension("tcpy.runtime.launch", ["tcpy/runtime/launch.pyx"], include_dirs=[numpy.get_include()]),
+    Extension(
+        "tcpy.runtime.launch",
+        ["tcpy/runtime/launch.pyx"],
+        include_dirs=[numpy.get_include()],
+        define_macros=numpy_api,
+    ),
 ]
 
 setup(

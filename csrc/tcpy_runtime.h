@@ -31,13 +31,6 @@ typedef double float64;
 #define TCPY_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TCPY_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* Record an error from inside a (possibly parallel) loop nest: the first error wins, and the
- * kernel returns it after the loops. Atomic so that OpenMP threads do not race on it. */
-static inline void tcpy_raise(int *flag, int code) {
-    int expected = 0;
-    __atomic_compare_exchange_n(flag, &expected, code, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-}
-
 /* ---- Integer division -------------------------------------------------------------------
  * Index expressions (TC semantics): `/` and `%` round toward negative infinity, so
  * floormod(a, b) has the sign of b. The divisor of an index expression is a non-zero
@@ -46,6 +39,12 @@ static inline void tcpy_raise(int *flag, int code) {
  * Value expressions: `/` and `%` truncate like C. Division by zero is an error, never
  * undefined behaviour: tcpy_div_* set *divzero and return 0. The one overflowing case,
  * MIN / -1, wraps to MIN (two's complement), and MIN % -1 is 0. */
+/* Flag a division by zero; atomic because OpenMP threads may share the flag. */
+static inline int tcpy__divzero(int *flag) {
+    __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 #define TCPY_DEFINE_SIGNED_DIV(N, T, TMIN)                                                   \
     static inline T tcpy_floordiv_##N(T a, T b) {                                            \
         T q = (T)(a / b);                                                                     \
@@ -56,12 +55,12 @@ static inline void tcpy_raise(int *flag, int code) {
         return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);                             \
     }                                                                                        \
     static inline T tcpy_div_##N(T a, T b, int *divzero) {                                   \
-        if (TCPY_UNLIKELY(b == 0)) { *divzero = 1; return 0; }                                \
+        if (TCPY_UNLIKELY(b == 0)) return (T)tcpy__divzero(divzero);                          \
         if (TCPY_UNLIKELY(b == -1)) return (T)(a == TMIN ? a : -a);                           \
         return (T)(a / b);                                                                    \
     }                                                                                        \
     static inline T tcpy_mod_##N(T a, T b, int *divzero) {                                   \
-        if (TCPY_UNLIKELY(b == 0)) { *divzero = 1; return 0; }                                \
+        if (TCPY_UNLIKELY(b == 0)) return (T)tcpy__divzero(divzero);                          \
         if (TCPY_UNLIKELY(b == -1)) return 0;                                                 \
         return (T)(a % b);                                                                    \
     }
@@ -70,11 +69,11 @@ static inline void tcpy_raise(int *flag, int code) {
     static inline T tcpy_floordiv_##N(T a, T b) { return (T)(a / b); }                       \
     static inline T tcpy_floormod_##N(T a, T b) { return (T)(a % b); }                       \
     static inline T tcpy_div_##N(T a, T b, int *divzero) {                                   \
-        if (TCPY_UNLIKELY(b == 0)) { *divzero = 1; return 0; }                                \
+        if (TCPY_UNLIKELY(b == 0)) return (T)tcpy__divzero(divzero);                          \
         return (T)(a / b);                                                                    \
     }                                                                                        \
     static inline T tcpy_mod_##N(T a, T b, int *divzero) {                                   \
-        if (TCPY_UNLIKELY(b == 0)) { *divzero = 1; return 0; }                                \
+        if (TCPY_UNLIKELY(b == 0)) return (T)tcpy__divzero(divzero);                          \
         return (T)(a % b);                                                                    \
     }
 

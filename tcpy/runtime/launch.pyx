@@ -77,7 +77,7 @@ cdef class LaunchEntry:
     ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``
     per output (return order) / temporary. ``error_messages``: ``str.format`` templates, error
     code k uses ``error_messages[k - 1]`` with ``err[0..3]`` as positional arguments.
-    ``num_threads``: passed to the kernel; 0 means :func:`default_num_threads` at creation.
+    ``num_threads``: passed to the kernel; 0 or None means :func:`default_num_threads` at creation.
     ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
     dtype of each input, needed to turn Python numbers into 0-d arrays (None: arrays only).
     ``owner``: any object to keep alive as long as the entry (e.g. the loaded library).
@@ -107,7 +107,7 @@ cdef class LaunchEntry:
         self.output_specs = tuple((s.shape, s.dtype) for s in self._outs)
         self.temp_specs = tuple((s.shape, s.dtype) for s in self._temps)
         self.error_messages = tuple(error_messages)
-        self.num_threads = num_threads if num_threads > 0 else default_num_threads()
+        self.num_threads = num_threads if num_threads and num_threads > 0 else default_num_threads()
         self.single_output = single_output
         if input_dtypes is not None:
             input_dtypes = tuple(np.dtype(d) for d in input_dtypes)

@@ -1,0 +1,229 @@
+"""The ``tcpy`` command line: check, explain and emit TC files, manage the kernel cache, run the demo.
+
+Examples::
+
+    tcpy check kernels.tc
+    tcpy explain kernels.tc --name matmul --sizes M=64,N=32,K=16
+    tcpy emit kernels.tc --name matmul --sizes M=64,N=32,K=16 -o matmul.c
+    tcpy cache info
+    tcpy demo
+
+``python -m tcpy ...`` is the same program. Exit status: 0 on success, 1 when the program or
+the sizes are rejected (the error is printed like a compiler's), 2 for a bad command line.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import TCError, TCProgramError
+
+EPILOG = """\
+examples:
+  tcpy check kernels.tc
+  tcpy explain kernels.tc --name matmul --sizes M=64,N=32,K=16
+  tcpy emit kernels.tc --name matmul --sizes M=64,N=32,K=16 -o matmul.c
+  tcpy cache info
+  tcpy demo
+
+FILE may be '-' to read TC source from standard input."""
+
+
+class UsageError(Exception):
+    """A command line that names something that does not exist (exit status 2)."""
+
+
+def _read(path: str) -> tuple[str, str]:
+    """(source, file name for diagnostics)."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(path).read_text(), path
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _parse_sizes(text: Optional[str]) -> dict[str, int]:
+    """``"M=64,N=32"`` -> ``{"M": 64, "N": 32}``."""
+    sizes: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        try:
+            if not eq or not name.isidentifier():
+                raise ValueError
+            sizes[name] = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"bad size {item!r}: expected NAME=INTEGER, e.g. --sizes M=64,N=32") from None
+    return sizes
+
+
+def _parse_tiles(text: str) -> dict[str, int]:
+    return _parse_sizes(text)
+
+
+def _options(args):
+    from .schedule import Options
+
+    return Options(
+        tile_sizes=args.tile or {},
+        loop_order=tuple(v.strip() for v in args.order.split(",")) if args.order else (),
+        num_threads=args.threads,
+        parallel=not args.no_parallel,
+        fast_math=args.fast_math,
+    )
+
+
+def _kernel(args):
+    """The kernel the command line names (``--name`` picks one def of several)."""
+    from .api import Library, define
+
+    source, filename = _read(args.file)
+    try:
+        defined = define(source, args.name, options=_options(args))
+    except TCProgramError as err:
+        raise err.located(source, filename) from None
+    if isinstance(defined, Library):
+        names = ", ".join(k.name for k in defined)
+        raise UsageError(f"{filename} defines several defs ({names}); pick one with --name")
+    return defined
+
+
+# ------------------------------------------------------------------------------------ commands
+
+
+def cmd_check(args) -> int:
+    """Parse, check and infer ranges of every def; print each signature."""
+    from . import ranges
+    from .lang import parse
+
+    status = 0
+    for path in args.files:
+        source, filename = _read(path)
+        try:
+            program = parse(source, filename)
+            for def_ in program.defs:
+                ranges.infer(def_, source, filename)
+        except TCProgramError as err:
+            print(err.located(source, filename), file=sys.stderr)
+            status = 1
+            continue
+        for def_ in program.defs:
+            print(f"{filename}: ok: {def_.signature()}")
+    return status
+
+
+def cmd_explain(args) -> int:
+    kernel = _kernel(args)
+    print(kernel.explain(**args.sizes), end="")
+    return 0
+
+
+def cmd_emit(args) -> int:
+    kernel = _kernel(args)
+    c_source = kernel.c_source(**args.sizes)
+    if args.output:
+        Path(args.output).write_text(c_source)
+        print(f"wrote {args.output} ({len(c_source.splitlines())} lines)", file=sys.stderr)
+    else:
+        print(c_source, end="" if c_source.endswith("\n") else "\n")
+    return 0
+
+
+def cmd_cache(args) -> int:
+    from .runtime import build
+
+    if args.action == "info":
+        info = build.cache_info()
+        print(f"directory: {info['dir']}")
+        print(f"kernels:   {info['entries']}")
+        print(f"size:      {info['bytes'] / 1e6:.1f} MB")
+        print("(set TCPY_CACHE_DIR to use another directory)")
+    else:
+        removed = build.clear_cache()
+        print(f"removed {removed} compiled kernel{'s' if removed != 1 else ''} from {build.cache_dir()}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from . import demo
+
+    return demo.main()
+
+
+# ---------------------------------------------------------------------------------- argparse
+
+
+def _kernel_arguments(p: argparse.ArgumentParser, sizes_required: bool) -> None:
+    p.add_argument("file", metavar="FILE", help="TC source file ('-' for standard input)")
+    p.add_argument("--name", help="which def, when the file has several")
+    p.add_argument("--sizes", type=_parse_sizes, default={}, required=sizes_required,
+                   metavar="M=64,N=32", help="values of the size variables")
+    tuning = p.add_argument_group("schedule options (see tcpy.Options)")
+    tuning.add_argument("--tile", type=_parse_tiles, metavar="m=64,k=256",
+                        help="tile sizes per index variable (0: do not tile)")
+    tuning.add_argument("--order", metavar="m,k,n", help="loop order, outermost first")
+    tuning.add_argument("--threads", type=int, metavar="N", help="OpenMP threads (default: all CPUs)")
+    tuning.add_argument("--no-parallel", action="store_true", help="no OpenMP parallel loops")
+    tuning.add_argument("--fast-math", action="store_true", help="compile with -ffast-math")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tcpy",
+        description="Tensor Comprehensions for Python: check, explain and compile TC kernels.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"tcpy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("check", help="parse and check TC files; report errors like a compiler",
+                       description="Parse, type-check and infer ranges of every def. Prints each "
+                                   "def's signature, or compiler-style errors (exit status 1).")
+    p.add_argument("files", nargs="+", metavar="FILE", help="TC source files ('-' for standard input)")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("explain", help="show inferred ranges, output shapes, preconditions, schedule",
+                       description="Per statement, each index variable's range (symbolic, and bound "
+                                   "to --sizes when given), output shapes and size preconditions.")
+    _kernel_arguments(p, sizes_required=False)
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("emit", help="print the generated C for given sizes",
+                       description="Generate the shape-specialised C kernel for --sizes.")
+    _kernel_arguments(p, sizes_required=True)
+    p.add_argument("-o", "--output", metavar="FILE.c", help="write the C here instead of stdout")
+    p.set_defaults(func=cmd_emit)
+
+    p = sub.add_parser("cache", help="show or clear the compiled-kernel cache",
+                       description="The disk cache of compiled kernels ($TCPY_CACHE_DIR or the "
+                                   "user cache directory).")
+    p.add_argument("action", choices=("info", "clear"))
+    p.set_defaults(func=cmd_cache)
+
+    p = sub.add_parser("demo", help="compile GEMM, conv2d and attention; check and time vs NumPy",
+                       description="Compile GEMM, a convolution and attention written as TC "
+                                   "comprehensions, check them against NumPy and print timings.")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as err:
+        parser.exit(2, f"tcpy {args.command}: error: {err}\n")
+    except TCProgramError as err:
+        print(str(err), file=sys.stderr)
+    except TCError as err:
+        print(f"tcpy {args.command}: error: {err}", file=sys.stderr)
+    return 1

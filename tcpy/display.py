@@ -1,0 +1,66 @@
+"""HTML for Jupyter: a kernel's signature, inferred shapes and ranges; errors as readable diagnostics.
+
+``Kernel._repr_html_`` returns :func:`kernel_html`; program errors show :func:`error_html`.
+Everything shown is symbolic (in the def's size variables), so it needs no arrays.
+"""
+from __future__ import annotations
+
+from html import escape
+
+from .errors import TCError, TCProgramError
+
+_STYLE = "font-family: monospace; border-collapse: collapse; text-align: left"
+_CELL = "padding: 0 1em 0 0; text-align: left"
+
+
+def _row(*cells: str, head: bool = False) -> str:
+    tag = "th" if head else "td"
+    return "<tr>" + "".join(f'<{tag} style="{_CELL}">{c}</{tag}>' for c in cells) + "</tr>"
+
+
+def _code(text: str) -> str:
+    return f"<code>{escape(text)}</code>"
+
+
+def kernel_html(kernel) -> str:
+    """Signature, output/temporary shapes, per-statement index ranges and size preconditions."""
+    from .ranges import format_expr
+
+    def_, dr = kernel.def_, kernel.ranges
+    parts = [f'<div class="tcpy-kernel"><b>tcpy kernel</b> {_code(def_.signature())}']
+    if dr.shapes:
+        roles = {t.name: t.role for t in def_.tensors}
+        rows = [_row("tensor", "role", "shape", head=True)]
+        for name, dims in dr.shapes.items():
+            shape = "(" + ", ".join(format_expr(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+            rows.append(_row(_code(name), escape(roles.get(name, "")), _code(shape)))
+        parts.append(f'<table style="{_STYLE}">{"".join(rows)}</table>')
+    rows = [_row("statement", "index variable", "kind", "range", head=True)]
+    for k, st in enumerate(dr.statements):
+        first = True
+        for var, vr in st.ranges.items():
+            label = _code(f"{k + 1}: {st.stmt}") if first else ""
+            rows.append(_row(label, _code(var), escape(vr.kind), _code(str(vr))))
+            first = False
+        if first:  # a statement with no index variables (rank-0 target, no reduction)
+            rows.append(_row(_code(f"{k + 1}: {st.stmt}"), "", "", ""))
+    parts.append(f'<table style="{_STYLE}">{"".join(rows)}</table>')
+    if dr.preconditions:
+        items = "".join(f"<li>{_code(p.text)} (line {p.span.line}) requires {_code(p.requires)}</li>"
+                        for p in dr.preconditions)
+        parts.append(f"<div>size preconditions (checked at call time):<ul>{items}</ul></div>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def error_html(err: TCError) -> str:
+    """A diagnostic box: the compiler-style message with its source line and caret kept aligned."""
+    kind = type(err).__name__
+    body = str(err)
+    if isinstance(err, TCProgramError) and err.span is not None and err.source:
+        head, _, rest = body.partition("\n")
+        body = f"<b>{escape(head)}</b>\n{escape(rest)}" if rest else f"<b>{escape(head)}</b>"
+    else:
+        body = escape(body)
+    return (f'<div class="tcpy-error" style="border-left: 4px solid #c33; padding: 4px 8px">'
+            f'<b style="color: #c33">{escape(kind)}</b><pre style="margin: 4px 0">{body}</pre></div>')

@@ -14,9 +14,11 @@ syntax (``floor((H - KH)/2)`` prints as ``(H - KH)/2``).
 
 Decisions where TC is silent:
 
-* An access inside a ternary branch only constrains where that branch is taken
-  (``i > 0 ? I(i - 1) : 0`` never reads ``I(-1)``). Conditions that read tensors are assumed
-  true, which is the safe side.
+* Inference counts every access, as TC does, even one inside a ternary branch (so the usual
+  padded convolution ``cond ? I(n, c, h + kh - 1, ...) * W(m, c, kh, kw) : 0`` still gets ``kh``
+  from ``W``). Preconditions, however, only ask an access to be in bounds where its branch is
+  taken (``i > 0 ? I(i - 1) : 0`` never reads ``I(-1)``); conditions that read tensors are
+  assumed true, which is the safe side.
 * Sizes may be zero. A variable whose range is empty for the given sizes (no value keeps every
   access in bounds, or a variable its bound depends on has an empty range) runs zero times; an
   output dimension indexed by it has size 0. Reductions over an empty range leave the identity
@@ -36,6 +38,7 @@ Decisions where TC is silent:
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -210,6 +213,17 @@ def _try_bound(s: isl.Set, which: str) -> Optional[isl.PwAff]:
         return None
 
 
+def _simplest(pa: isl.PwAff) -> isl.PwAff:
+    """``pa`` as one piece when one of its pieces' formulas holds on its whole domain."""
+    pa = pa.coalesce()
+    dom = pa.domain()
+    for _, aff in pa.get_pieces():
+        candidate = isl.PwAff.from_aff(aff).intersect_domain(dom)
+        if candidate.ne_set(pa).is_empty():
+            return candidate
+    return pa
+
+
 def _requires_text(ok: isl.Set) -> str:
     text = str(ok)
     inner = text[text.index("{") + 1: text.rindex("}")].strip()
@@ -238,14 +252,35 @@ def pw_to_sympy(pa: isl.PwAff) -> sympy.Expr:
     whole = [isl.PwAff.from_aff(a).intersect_domain(dom) for a in affs]
     for aff, candidate in zip(affs, whole):
         if candidate.ne_set(pa).is_empty():
-            return _aff_to_sympy(aff)
-    for combine, fn in ((isl.PwAff.min, sympy.Min), (isl.PwAff.max, sympy.Max)):
-        total = whole[0]
-        for candidate in whole[1:]:
-            total = combine(total, candidate)
-        if total.ne_set(pa).is_empty():
-            return fn(*[_aff_to_sympy(a) for a in affs])
-    return sympy.Piecewise(*[(_aff_to_sympy(a), sympy.Symbol(_requires_text(s))) for s, a in pieces])
+            return _tidy(_aff_to_sympy(aff))
+    # min/max of some of the pieces' formulas (pieces such as "0 when N = 0" may be redundant)
+    for size in range(2, min(len(affs), 4) + 1):
+        for subset in itertools.combinations(range(len(affs)), size):
+            for combine, fn in ((isl.PwAff.min, sympy.Min), (isl.PwAff.max, sympy.Max)):
+                total = whole[subset[0]]
+                for k in subset[1:]:
+                    total = combine(total, whole[k])
+                if total.ne_set(pa).is_empty():
+                    return fn(*[_tidy(_aff_to_sympy(affs[k])) for k in subset])
+    return sympy.Piecewise(*[(_tidy(_aff_to_sympy(a)), sympy.Symbol(_requires_text(s))) for s, a in pieces])
+
+
+def _tidy(expr: sympy.Expr) -> sympy.Expr:
+    """Move size variables into or out of ``floor`` so that they appear once:
+    ``floor((H + KH)/2) - KH`` becomes ``floor((H - KH)/2)``."""
+    floors = [t for t in sympy.Add.make_args(expr) if isinstance(t, sympy.floor)]
+    for f in floors:
+        num, den = sympy.fraction(sympy.together(f.args[0]))
+        if not den.is_Integer:
+            continue
+        outside = expr - f
+        for sym in sorted(num.free_symbols, key=str):
+            o = outside.coeff(sym)
+            if o.is_Integer and o != 0:
+                num += o * den * sym
+                outside -= o * sym
+        expr = sympy.floor(sympy.expand(num) / den) + outside
+    return expr
 
 
 def _val(v: isl.Val) -> sympy.Rational:
@@ -433,7 +468,7 @@ class _Converter:
 
 @dataclass(slots=True)
 class _Bound:
-    """One index position of one access: ``0 <= index < extent`` wherever ``guard`` holds."""
+    """One index position of one access: ``0 <= index < extent`` (wherever ``guard`` holds)."""
 
     access: ast.Access
     dim: int
@@ -449,25 +484,24 @@ def _index_vars(e: ast.Expr) -> frozenset:
     return frozenset(n.name for n in e.walk() if isinstance(n, ast.IndexVar))
 
 
-def _accesses(e: ast.Expr, guard, conv: _Converter, out: list, guard_vars=frozenset()):
-    """Collect (access, guard set, guard vars) pairs, following the lazy branches of ternaries."""
+def _accesses(e: ast.Expr, guard, conv: _Converter, out: list):
+    """Collect (access, guard set) pairs, following the lazy branches of ternaries."""
     if isinstance(e, ast.Ternary):
-        _accesses(e.cond, guard, conv, out, guard_vars)
+        _accesses(e.cond, guard, conv, out)
         try:
             cond = conv.condition(e.cond)
         except _NotAffine:  # a condition we cannot analyse may be true: keep the outer guard
-            _accesses(e.then, guard, conv, out, guard_vars)
-            _accesses(e.other, guard, conv, out, guard_vars)
+            _accesses(e.then, guard, conv, out)
+            _accesses(e.other, guard, conv, out)
             return
-        gv = guard_vars | _index_vars(e.cond)
         base = guard if guard is not None else conv.universe()
-        _accesses(e.then, base.intersect(cond), conv, out, gv)
-        _accesses(e.other, base.subtract(cond), conv, out, gv)
+        _accesses(e.then, base.intersect(cond), conv, out)
+        _accesses(e.other, base.subtract(cond), conv, out)
         return
     if isinstance(e, ast.Access):
-        out.append((e, guard, guard_vars))
+        out.append((e, guard))
     for child in e.children():
-        _accesses(child, guard, conv, out, guard_vars)
+        _accesses(child, guard, conv, out)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -521,7 +555,7 @@ class _DefInference:
 
         found: list = []
         if not defines:  # writing a tensor of known shape: the left side cannot go outside it
-            found.append((ast.Access(stmt.target, stmt.lhs, stmt.target_span), None, frozenset()))
+            found.append((ast.Access(stmt.target, stmt.lhs, stmt.target_span), None))
         _accesses(stmt.rhs, None, conv, found)
         exists_from = len(found)
         for clause in stmt.where:
@@ -564,7 +598,7 @@ class _DefInference:
 
     def bounds(self, stmt, conv, found, exists_from):
         bounds, runtime = [], []
-        for k, (access, guard, guard_vars) in enumerate(found):
+        for k, (access, guard) in enumerate(found):
             extents = self.extents.get(access.tensor)
             if extents is None or len(extents) != len(access.indices):
                 continue  # sema reports unknown tensors and wrong ranks
@@ -574,7 +608,7 @@ class _DefInference:
                     index, data = conv.affine(e), False
                 except _NotAffine as exc:
                     index, data, checked = None, exc.data, False
-                bounds.append(_Bound(access, d, _index_vars(e) | guard_vars, index, conv.lift(extents[d]),
+                bounds.append(_Bound(access, d, _index_vars(e), index, conv.lift(extents[d]),
                                      guard, data, k >= exists_from))
             if not checked and not bounds[-1].exists:
                 runtime.append(access)
@@ -602,7 +636,7 @@ class _DefInference:
                 pending.remove(b)
                 (v,) = b.vars & set(unresolved)
                 pos = conv.dims.index(v)
-                box = b.guard if b.guard is not None else conv.universe()
+                box = conv.universe()  # guards are ignored here, as in TC
                 ctx = self.context
                 for r in b.vars - {v}:
                     lo, hi, _ = resolved[r]
@@ -686,7 +720,7 @@ class _DefInference:
                     extent = self.def_extent_text(b.access.tensor, b.dim)
                     if extent:
                         return extent
-        return "N"
+        return "<hi>"
 
     def def_extent_text(self, tensor, dim) -> Optional[str]:
         for p in self.def_.params + self.def_.returns:
@@ -702,8 +736,8 @@ class _DefInference:
         for e in stmt.lhs:
             vr = ranges[e.name]
             nonempty = vr.lo_isl.lt_set(vr.hi_isl).intersect(self.context)
-            size = vr.hi_isl.intersect_domain(nonempty).union_add(
-                zero.intersect_domain(self.context.subtract(nonempty))).coalesce()
+            size = _simplest(vr.hi_isl.intersect_domain(nonempty).union_add(
+                zero.intersect_domain(self.context.subtract(nonempty))))
             dims.append(size)
             sym.append(vr.hi)
             negative = vr.lo_isl.lt_set(zero).intersect(nonempty)

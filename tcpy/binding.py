@@ -1,0 +1,134 @@
+"""Call-time argument checks: bind a def's size variables from the arrays it is called with.
+
+Nothing is cast or broadcast. Each argument must have exactly the dtype of its TC type and its
+rank; constant dims must match; a size variable must get one value from every place it appears
+(``size K is 4 from A.shape[1] but B.shape[0] is 5``). Rank-0 parameters also take Python
+numbers (``bool`` for ``bool``, ``int`` for integer types, ``int``/``float`` for float types)
+and NumPy scalars of the exact dtype; they are returned as 0-d arrays.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import TCArgumentError, TCShapeError
+from .lang import ast
+from .lang.types import ScalarType
+
+# Index arithmetic in generated code is int32 (TC's index type).
+MAX_SIZE = 2**31 - 1
+
+
+def numpy_dtype(scalar: ScalarType) -> np.dtype:
+    """The NumPy dtype of a TC scalar type."""
+    return np.dtype(scalar.numpy_name)
+
+
+def bind_arguments(def_: ast.Def, args) -> tuple[list, dict]:
+    """Check ``args`` against ``def_``'s signature; return ``(arrays, sizes)``.
+
+    ``arrays`` holds one ndarray per parameter (rank-0 numbers become 0-d arrays, other arrays
+    are returned as given); ``sizes`` maps every size variable to its int value. Raises
+    :class:`~tcpy.errors.TCArgumentError` for a wrong count, kind, dtype or rank and
+    :class:`~tcpy.errors.TCShapeError` for sizes that disagree.
+    """
+    where = f"def '{def_.name}'"
+    params = def_.params
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise TCArgumentError(
+            f"{where} takes {len(params)} argument{'s' if len(params) != 1 else ''} ({names}), got {len(args)}"
+        )
+    arrays = []
+    sizes: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for param, arg in zip(params, args):
+        ttype = param.type
+        array = _as_array(where, param, ttype, arg)
+        for d, dim in enumerate(ttype.dims):
+            got = array.shape[d]
+            place = f"{param.name}.shape[{d}]"
+            if isinstance(dim, ast.IntLit):
+                if got != dim.value:
+                    raise TCShapeError(
+                        f"{where}: argument {param.name} must have shape {_shape_text(ttype)}: "
+                        f"{place} must be {dim.value}, got {got} (shape {tuple(array.shape)})"
+                    )
+            elif dim.name in sizes:
+                if sizes[dim.name] != got:
+                    raise TCShapeError(
+                        f"{where}: size {dim.name} is {sizes[dim.name]} from {origin[dim.name]} "
+                        f"but {place} is {got}"
+                    )
+            else:
+                if got > MAX_SIZE:
+                    raise TCShapeError(f"{where}: {place} is {got}, larger than the int32 index range")
+                sizes[dim.name] = int(got)
+                origin[dim.name] = place
+        arrays.append(array)
+    unbound = [s for s in def_.size_vars if s not in sizes]
+    if unbound:
+        raise TCShapeError(
+            f"{where}: size {', '.join(unbound)} appears only in the return types, so no argument gives its value"
+        )
+    return arrays, sizes
+
+
+def _shape_text(ttype: ast.TensorType) -> str:
+    return "(" + ", ".join(str(d) for d in ttype.dims) + ("," if ttype.rank == 1 else "") + ")"
+
+
+def _as_array(where: str, param: ast.Param, ttype: ast.TensorType, arg) -> np.ndarray:
+    dtype = numpy_dtype(ttype.scalar)
+    expected = f"{ttype} {param.name}"
+    if ttype.rank == 0 and not isinstance(arg, np.ndarray):
+        return _scalar(where, param, ttype, dtype, arg)
+    if not isinstance(arg, np.ndarray):
+        raise TCArgumentError(
+            f"{where}: argument {param.name} must be a numpy.ndarray ({expected}), got {type(arg).__name__}"
+        )
+    if arg.dtype != dtype:
+        raise TCArgumentError(
+            f"{where}: argument {param.name} must have dtype {dtype.name} ({expected}), got {arg.dtype}; "
+            f"nothing is cast implicitly: pass {param.name}.astype(numpy.{dtype.name})"
+        )
+    if arg.ndim != ttype.rank:
+        raise TCArgumentError(
+            f"{where}: argument {param.name} must have rank {ttype.rank} ({expected}), "
+            f"got rank {arg.ndim} (shape {tuple(arg.shape)})"
+        )
+    return arg
+
+
+def _scalar(where, param, ttype, dtype, arg) -> np.ndarray:
+    expected = f"{ttype} {param.name}"
+    if isinstance(arg, np.generic):
+        if arg.dtype != dtype:
+            raise TCArgumentError(
+                f"{where}: argument {param.name} must have dtype {dtype.name} ({expected}), got {arg.dtype}"
+            )
+        return np.array(arg)
+    scalar = ttype.scalar
+    if scalar is ScalarType.BOOL:
+        ok = isinstance(arg, bool)
+        want = "a bool"
+    elif scalar.is_float:
+        ok = isinstance(arg, (numbers.Integral, numbers.Real)) and not isinstance(arg, bool)
+        want = "a float or int"
+    else:
+        ok = isinstance(arg, numbers.Integral) and not isinstance(arg, bool)
+        want = "an int"
+    if not ok:
+        raise TCArgumentError(
+            f"{where}: argument {param.name} ({expected}) must be {want} or a 0-d {dtype.name} array, "
+            f"got {type(arg).__name__}"
+        )
+    if scalar.kind in ("int", "uint"):
+        info = np.iinfo(dtype)
+        if not info.min <= arg <= info.max:
+            raise TCArgumentError(
+                f"{where}: argument {param.name} ({expected}) = {arg} is outside the range of {dtype.name} "
+                f"[{info.min}, {info.max}]"
+            )
+    return np.array(arg, dtype=dtype)

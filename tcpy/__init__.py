@@ -24,10 +24,16 @@ from .errors import (
     TCSyntaxError,
 )
 from .lang import parse
+from .api import Kernel, Library, define
+from .schedule import Options
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "define",
+    "Kernel",
+    "Library",
+    "Options",
     "parse",
     "TCError",
     "TCProgramError",

@@ -264,6 +264,11 @@ def _first_point(node: Node) -> Point:
 # ----------------------------------------------------------------------------- lowering
 
 
+def input_shape(param: ast.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """Concrete shape of an input from its declared dims (size variables or constants)."""
+    return tuple(d.value if isinstance(d, ast.IntLit) else sizes[d.name] for d in param.type.dims)
+
+
 def _identity_needed(stmt: ast.Stmt) -> bool:
     return stmt.reduction is not None and bool(stmt.reduction_vars)
 
@@ -274,7 +279,8 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
     ``types`` maps every tensor name to its element type.
     """
     stmts = tuple(inline_lets(s) for s in def_.stmts)
-    shapes = {name: tuple(shape) for name, shape in bound.shapes.items()}
+    shapes = {p.name: input_shape(p, bound.sizes) for p in def_.params}
+    shapes.update((name, tuple(shape)) for name, shape in bound.shapes.items())
     nests: list[Nest] = []
     for index, (stmt, ranges) in enumerate(zip(stmts, bound.statements)):
         name = f"S{index}"

@@ -194,6 +194,8 @@ def choose_schedule(
                     tiles.append((v, size))
     else:
         for v in order:
+            if register and v in reduction:
+                continue  # a register accumulator spans the whole reduction: never tile it
             size = options.tile_sizes.get(v)
             if size and extents.get(v, 1) > size:
                 tiles.append((v, size))

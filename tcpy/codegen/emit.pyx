@@ -277,10 +277,13 @@ class _Emitter:
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
             self.emit(f"#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static){collapse}", depth)
-        if node.simd:
+        if node.simd and (node.simd_reduction or not node.unroll):
             reduction = f" reduction({node.simd_reduction}:tcpy_acc)" if node.simd_reduction else ""
             self.emit(f"#pragma omp simd{reduction}", depth)
-        if node.unroll:
+        elif node.unroll:
+            # gcc takes no unroll pragma after `omp simd`; ivdep asserts the same independence
+            if node.simd:
+                self.emit("#pragma GCC ivdep", depth)
             self.emit(f"#pragma GCC unroll {node.unroll}", depth)
         step = f"{node.var} += {node.step}" if node.step != 1 else f"{node.var}++"
         self.emit(f"for (int64_t {node.var} = {node.lo}; {node.cond}; {step}) {{", depth)

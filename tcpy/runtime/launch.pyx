@@ -56,7 +56,7 @@ cdef class _ArraySpec:
         self.dtype = np.dtype(dtype)
         if len(self.shape) > 32:
             raise ValueError(f"rank {len(self.shape)} is above NumPy's limit of 32")
-        if not self.dtype.isnative or self.dtype.num >= cnp.NPY_OBJECT:
+        if not self.dtype.isnative or self.dtype.kind not in "biuf":  # float16 is numeric too
             raise ValueError(f"kernels need a native numeric dtype, not {self.dtype}")
         self.nd = len(self.shape)
         for i, d in enumerate(self.shape):

@@ -1,0 +1,25 @@
+"""The README's Python examples run as written, and its first two commands are the CI commands."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_python_examples_run(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for block in blocks:  # later blocks use names the earlier ones defined
+        exec(compile(block, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "def 'matmul': size K is 32 from A.shape[1] but B.shape[0] is 31" in out
+    assert "cannot infer the range of index variable 'j'" in out
+    assert "C: (M, N) = (64, 48)" in out
+
+
+def test_readme_test_command_is_what_ci_runs():
+    commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert commands[1] == ci
+    assert commands[0].endswith("&& python -m tcpy demo")

@@ -1,0 +1,43 @@
+"""Shared pytest setup: the ``--accept`` switch and the ``golden`` fixture for golden files."""
+import difflib
+from pathlib import Path
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--accept",
+        action="store_true",
+        default=False,
+        help="write the actual output of golden tests into their expected files",
+    )
+
+
+class Golden:
+    """Compare text with an expected file; with ``--accept``, (re)write the file instead."""
+
+    def __init__(self, accept: bool):
+        self.accept = accept
+
+    def check(self, expected_path: Path, actual: str) -> None:
+        if self.accept:
+            expected_path.write_text(actual)
+            return
+        if not expected_path.exists():
+            pytest.fail(f"missing golden file {expected_path}; run pytest with --accept to create it")
+        expected = expected_path.read_text()
+        if actual != expected:
+            diff = "".join(
+                difflib.unified_diff(
+                    expected.splitlines(True), actual.splitlines(True), str(expected_path), "actual"
+                )
+            )
+            pytest.fail(f"output differs from {expected_path} (accept with --accept):\n{diff}", pytrace=False)
+
+
+@pytest.fixture
+def golden(request) -> Golden:
+    return Golden(request.config.getoption("--accept"))

@@ -325,7 +325,7 @@ def format_expr(expr) -> str:
             terms.insert(0, positive[0])
         out = format_expr(terms[0])
         for t in terms[1:]:
-            coeff, rest = t.as_coeff_Mul()
+            coeff = t.as_coeff_Mul()[0]
             if coeff < 0:
                 out += " - " + format_expr(-t)
             else:
@@ -352,7 +352,7 @@ def _sort_key(term) -> int:
 
 def _atom(expr) -> str:
     text = format_expr(expr)
-    return f"({text})" if isinstance(sympy.sympify(expr), sympy.Add) else text
+    return f"({text})" if isinstance(sympy.sympify(expr), (sympy.Add, sympy.floor)) else text
 
 
 # ----------------------------------------------------------------------------- AST -> isl
@@ -373,14 +373,13 @@ _COMPARE = {"<": "lt_set", "<=": "le_set", ">": "gt_set", ">=": "ge_set", "==": 
 class _Converter:
     """Turns size and index expressions into isl piecewise affine functions on one space."""
 
-    def __init__(self, params, dims, extents, def_name):
+    def __init__(self, params, dims, extents):
         self.space = (isl.Space.create_from_names(_CTX, set=list(dims), params=list(params)) if dims
                       else _param_space(params))
         self.ls = isl.LocalSpace.from_space(self.space)
         self.params = list(params)
         self.dims = list(dims)
         self.extents = extents  # tensor -> tuple of PwAff over the sizes
-        self.def_name = def_name
 
     def const(self, value: int) -> isl.PwAff:
         return isl.PwAff.from_aff(isl.Aff.val_on_domain(self.ls, isl.Val.int_from_si(_CTX, value)))
@@ -519,7 +518,7 @@ class _DefInference:
             self.context = self.context.lower_bound_val(_PARAM, pos, isl.Val.zero(_CTX))
         self.extents: dict[str, tuple] = {}
         self.sym_shapes: dict[str, tuple] = {}
-        pconv = _Converter(self.params, (), self.extents, def_.name)
+        pconv = _Converter(self.params, (), self.extents)
         for p in def_.params + def_.returns:
             if p.type is not None:
                 self.extents[p.name] = tuple(
@@ -530,8 +529,7 @@ class _DefInference:
         self.preconditions: list[Precondition] = []
 
     def error(self, message: str, span) -> TCRangeError:
-        err = TCRangeError(message, span, self.source, self.def_.name, self.filename)
-        return err
+        return TCRangeError(message, span, self.source, self.def_.name, self.filename)
 
     def run(self) -> DefRanges:
         from .lang.sema import inline_lets
@@ -549,8 +547,8 @@ class _DefInference:
 
     def statement(self, index: int, stmt: ast.Stmt) -> StmtRanges:
         dims = stmt.index_vars
-        conv = _Converter(self.params, dims, self.extents, self.def_.name)
-        pconv = _Converter(self.params, (), self.extents, self.def_.name)
+        conv = _Converter(self.params, dims, self.extents)
+        pconv = _Converter(self.params, (), self.extents)
         defines = stmt.target not in self.extents
 
         found: list = []
@@ -561,7 +559,7 @@ class _DefInference:
         for clause in stmt.where:
             if isinstance(clause, ast.Exists):
                 _accesses(clause.expr, None, conv, found)
-        bounds, runtime = self.bounds(stmt, conv, found, exists_from)
+        bounds, runtime = self.bounds(conv, found, exists_from)
 
         resolved: dict[str, tuple] = {}  # var -> (lo, hi, origin) over the sizes
         for clause in stmt.where:
@@ -572,11 +570,12 @@ class _DefInference:
                     raise self.error(
                         f"the range of '{clause.var}' must be given by affine size expressions, "
                         f"got '{exc.node}'", clause.span) from None
-                if clause.var in resolved:
+                origin = f"where {clause}"
+                if clause.var in resolved:  # several ranges for one variable: intersect them
                     old = resolved[clause.var]
-                    lo, hi = lo.max(old[0]), hi.min(old[1])
-                resolved[clause.var] = (lo, hi, f"where {clause}")
-                self.check_nonempty(stmt, clause.var, lo, hi, clause.span)
+                    lo, hi, origin = lo.max(old[0]), hi.min(old[1]), f"{old[2]}, {clause}"
+                resolved[clause.var] = (lo, hi, origin)
+                self.check_nonempty(clause.var, lo, hi, clause.span)
 
         self.solve(stmt, conv, bounds, resolved)
 
@@ -596,7 +595,7 @@ class _DefInference:
         self.access_preconditions(index, stmt, conv, domain, bounds, ranges)
         return StmtRanges(stmt, ranges, domain, defines, tuple(runtime))
 
-    def bounds(self, stmt, conv, found, exists_from):
+    def bounds(self, conv, found, exists_from):
         bounds, runtime = [], []
         for k, (access, guard) in enumerate(found):
             extents = self.extents.get(access.tensor)
@@ -614,7 +613,7 @@ class _DefInference:
                 runtime.append(access)
         return bounds, runtime
 
-    def check_nonempty(self, stmt, var, lo, hi, span):
+    def check_nonempty(self, var, lo, hi, span):
         if lo.lt_set(hi).intersect(self.context).is_empty():
             raise self.error(
                 f"inconsistent constraints on '{var}': {format_expr(pw_to_sympy(lo))} <= {var} < "
@@ -622,7 +621,6 @@ class _DefInference:
 
     def solve(self, stmt, conv, bounds, resolved):
         """TC's rounds: bound each variable from accesses where it is the only unresolved one."""
-        n = len(conv.dims)
         unresolved = [v for v in conv.dims if v not in resolved]
         pending = [b for b in bounds if b.index is not None]
         lows: dict = {v: [] for v in unresolved}
@@ -658,7 +656,7 @@ class _DefInference:
             for v in newly:
                 self.resolve(stmt, v, lows[v], highs[v], goods[v], resolved)
             if not newly:
-                self.unbounded(stmt, unresolved, lows, highs, bounds)
+                self.unbounded(stmt, unresolved, lows, highs, bounds, pending)
             unresolved = [v for v in unresolved if v not in newly]
         return resolved
 
@@ -670,7 +668,7 @@ class _DefInference:
         for other, _, _ in highs[1:]:
             hi = hi.min(other)
         lo, hi = lo.coalesce(), hi.coalesce()
-        self.check_nonempty(stmt, v, lo, hi, stmt.span)
+        self.check_nonempty(v, lo, hi, stmt.span)
         # Rectangular: every value in [lo, hi) must satisfy every constraint (no holes).
         space1 = goods[0].get_space()
         var1 = isl.PwAff.from_aff(isl.Aff.var_on_domain(isl.LocalSpace.from_space(space1), _SET, 0))
@@ -690,10 +688,11 @@ class _DefInference:
         origin = f"{', '.join(names)} (round {max(rounds)})"
         resolved[v] = (lo, hi, origin)
 
-    def unbounded(self, stmt, unresolved, lows, highs, bounds):
+    def unbounded(self, stmt, unresolved, lows, highs, bounds, pending):
         v = unresolved[0]
-        for b in bounds:
-            if v in b.vars and b.index is None and b.data:
+        mine = [b for b in bounds if v in b.vars]
+        for b in mine:
+            if b.index is None and b.data:
                 raise self.error(
                     f"the range of '{v}' depends on tensor values (in {b.access}); give it with a where "
                     f"clause, e.g. `where {v} in 0:{self.hint(v, bounds)}`", b.access.span)
@@ -703,12 +702,19 @@ class _DefInference:
         elif highs[v] and not lows[v]:
             what = f"index variable '{v}' has no lower bound"
         else:
-            others = [b for b in bounds if v in b.vars and b.index is not None]
             what = f"cannot infer the range of index variable '{v}'"
-            if not others:
-                what += " (no tensor access bounds it)"
+            waiting = [b for b in mine if b in pending]
+            used = [b for b in mine if b.index is not None and b not in pending]
+            nonaffine = [b for b in mine if b.index is None]
+            if waiting:
+                what += f" (it only appears together with other unresolved variables, in {waiting[0].access})"
+            elif used:
+                what += f" ({used[0].access} stays in bounds for arbitrarily large or small '{v}')"
+            elif nonaffine:
+                what += (f" (the index {nonaffine[0].access.indices[nonaffine[0].dim]} in {nonaffine[0].access} "
+                         f"is not affine)")
             else:
-                what += f" (it only appears together with other unresolved variables, in {others[0].access})"
+                what += " (no tensor access bounds it)"
         raise self.error(f"{what}; add a range with a where clause, e.g. {hint}", stmt.span)
 
     def hint(self, v, bounds) -> str:
@@ -800,7 +806,7 @@ def _violation_message(dr: DefRanges, pre: Precondition, sizes: dict, point: isl
     fixed = domain.intersect_params(isl.Set.from_point(point))
     parts = []
     info = dr.shapes_isl
-    conv = _Converter(dr.size_vars, dims, info, dr.def_.name)
+    conv = _Converter(dr.size_vars, dims, info)
     for d, e in enumerate(access.indices):
         try:
             pa = conv.affine(e).intersect_domain(fixed)

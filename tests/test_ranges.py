@@ -383,3 +383,50 @@ def test_explain_shows_preconditions_and_violations():
     assert "in bounds: C(i + j) (line 2) requires M <= 1 - N + P" in explain(dr)
     assert explain(dr, {"N": 3, "P": 4, "M": 3}).endswith("VIOLATED")
     assert explain(dr, {"N": 3, "P": 5, "M": 3}).endswith("ok")
+
+
+def test_not_affine_and_non_bounding_indices():
+    check_error("def f(float(N) B) -> (A) { A(i) = B(i*i) }",
+                "cannot infer the range of index variable 'i' (the index i * i in B(i * i) is not affine); "
+                "add a range with a where clause, e.g. `where i in 0:N`", 1, 28)
+    check_error("def f(float(N) B) -> (A) { A(i) = B(i % 4) }",
+                "cannot infer the range of index variable 'i' (B(i % 4) stays in bounds for arbitrarily large "
+                "or small 'i'); add a range with a where clause, e.g. `where i in 0:N`", 1, 28)
+    check_error("def f(float(N) B) -> (A) { A(i) = B(max(i - 1, 0)) }",
+                "index variable 'i' has no lower bound; add a range with a where clause, e.g. `where i in 0:N`",
+                1, 28)
+
+
+def test_non_affine_index_of_resolved_variables_is_checked_at_run_time():
+    dr = ranges("def f(float(N) B, float(M) C) -> (A) { A(i, j) = B(i) * C(j) * B(i*j) }")
+    assert [str(a) for a in dr.statements[0].runtime_checked] == ["B(i * j)"]
+    assert dr.preconditions == ()
+
+
+def test_floor_division_and_modulo_in_indices():
+    dr = ranges("def f(float(N) B) -> (A) { A(i) = B(i / 2) }")
+    assert symbolic(dr) == {"i": ("0", "2*N", "output")}
+    dr = ranges("def f(float(N) B) -> (A) { A(i) = B(i) * B((i + 1) % N) }")
+    assert symbolic(dr) == {"i": ("0", "N", "output")}
+    assert dr.preconditions == ()
+
+
+def test_let_clauses_are_inlined():
+    check_error("def f(float(N) B) -> (A) { A(i) = B(x) where x = i + 1 }",
+                "output index 'i' of A ranges over -1 <= i < N - 1, which starts below 0; output indices "
+                "start at 0: restrict it, e.g. `where i in 0:N - 1`", 1, 28)
+    dr = ranges("def f(float(N) B) -> (A) { A(i) = B(x) + B(x + 1) where x = 2 * i }")
+    assert symbolic(dr) == {"i": ("0", "N/2", "output")}
+
+
+def test_several_ranges_for_one_variable_intersect():
+    dr = ranges("def f(float(N) B) -> (A) { A(i) = B(i) where i in 0:N, i in 1:N+1 }")
+    assert symbolic(dr) == {"i": ("1", "N", "output")}
+    assert dr.statements[0].ranges["i"].origin == "where i in 0:N, i in 1:N + 1"
+
+
+def test_format_expr_keeps_floor_division_grouped():
+    import sympy
+    H, K = sympy.symbols("H K", integer=True)
+    assert format_expr(2 * sympy.floor((H - K) / 2) + 1) == "2*((H - K)/2) + 1"
+    assert format_expr(sympy.Min(H, K - 1)) == "min(H, K - 1)"

@@ -289,7 +289,7 @@ _MISTAKES: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
         (_BODY + "B(i) = A(i) ** 2 }",),
     ),
     (
-        "unbalanced parentheses: expected ')' to close '(' but found {found}",
+        "unbalanced parentheses: expected ')' to close the '(' at {open} but found {found}",
         False,
         (
             _BODY + "B(i) = (A(i) + 1 }",
@@ -298,7 +298,7 @@ _MISTAKES: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
         ),
     ),
     (
-        "unbalanced parentheses: expected ',' or ')' to close the argument list but found {found}",
+        "unbalanced parentheses: expected ',' or ')' to close the '(' at {open} but found {found}",
         False,
         (
             _BODY + "B(i) = A(i }",
@@ -387,7 +387,7 @@ def _describe(err: UnexpectedInput, source: str, def_name: Optional[str]) -> str
     tok = err.token
     at_end = tok.type == "$END"
     found = "the end of the input" if at_end else f"'{tok.value}'"
-    fill = {"found": found, "def": def_name or "?"}
+    fill = {"found": found, "def": def_name or "?", "open": _unclosed_paren(source, tok.start_pos)}
     table = _mistake_table()
     accepts = frozenset(err.accepts)
     state = err.state.position
@@ -397,6 +397,21 @@ def _describe(err: UnexpectedInput, source: str, def_name: Optional[str]) -> str
     if at_end and "RBRACE" in accepts:
         return "the source ends before the '}' that closes the def"
     return f"expected {_expected_words(accepts)} but found {found}"
+
+
+def _unclosed_paren(source: str, pos: Optional[int]) -> str:
+    """'line:column' of the innermost '(' still open at ``pos``."""
+    stack = []
+    text = re.sub(r"#[^\n]*", lambda m: " " * len(m.group(0)), source[:pos])
+    for i, char in enumerate(text):
+        if char == "(":
+            stack.append(i)
+        elif char == ")" and stack:
+            stack.pop()
+    if not stack:
+        return "?"
+    span = _pos_span(source, stack[-1])
+    return f"{span.line}:{span.column}"
 
 
 _EXPRESSION_START = frozenset({"NAME", "INT_LIT", "FLOAT_LIT", "LPAR", "MINUS", "BANG", "MIN", "MAX"})

@@ -131,7 +131,7 @@ def _vectorize(fn):
             return math.nan
 
     ufunc = np.frompyfunc(safe, 1, 1)
-    return lambda x: ufunc(np.asarray(x, np.float64)).astype(np.float64)
+    return lambda x: np.asarray(ufunc(np.asarray(x, np.float64)), np.float64)
 
 
 def _c_round(x):
@@ -163,6 +163,14 @@ def _cospi(x):
     return np.where(r == 1, -1.0, out)
 
 
+def _safe_remainder(a: float, b: float) -> float:
+    try:
+        return math.remainder(a, b)
+    except (ValueError, OverflowError):
+        return math.nan
+
+
+_REMAINDER = np.frompyfunc(_safe_remainder, 2, 1)
 _NORMAL = statistics.NormalDist()
 
 
@@ -220,7 +228,9 @@ _BUILTINS = {
     "fma": (lambda a, b, c: a * b + c, True), "fmax": (np.fmax, False), "fmin": (np.fmin, False),
     "fmod": (np.fmod, False), "hypot": (np.hypot, False),
     "j0": (_vectorize(_bessel_j(0)), True), "j1": (_vectorize(_bessel_j(1)), True),
-    "lgamma": (_vectorize(math.lgamma), True), "tgamma": (_vectorize(math.gamma), True),
+    "lgamma": (_vectorize(lambda x: math.inf if x <= 0 and x == int(x) else math.lgamma(x)), True),
+    "tgamma": (_vectorize(lambda x: math.copysign(math.inf, x) if x == 0 else
+                          math.inf if x > 171.7 else math.gamma(x)), True),
     "log": (np.log, False), "log10": (np.log10, False), "log1p": (np.log1p, False),
     "log2": (np.log2, False), "logb": (_logb, False), "nextafter": (np.nextafter, False),
     "norm3d": (lambda a, b, c: np.hypot(np.hypot(a, b), c), False),
@@ -230,7 +240,7 @@ _BUILTINS = {
     "normcdf": (lambda x: 0.5 * _vectorize(math.erfc)(-x / math.sqrt(2.0)), True),
     "normcdfinv": (_vectorize(_ndtri), True),
     "pow": (np.power, False), "rcbrt": (lambda x: 1.0 / np.cbrt(x), True),
-    "remainder": (np.frompyfunc(lambda a, b: _safe2(math.remainder, a, b), 2, 1), True),
+    "remainder": (lambda a, b: np.asarray(_REMAINDER(a, b), np.float64), True),
     "rhypot": (lambda a, b: 1.0 / np.hypot(a, b), True), "round": (_c_round, False),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), False), "sin": (np.sin, False), "sinh": (np.sinh, False),
     "sqrt": (np.sqrt, False), "tan": (np.tan, False), "tanh": (np.tanh, False),
@@ -240,11 +250,6 @@ _BUILTINS = {
 }
 
 
-def _safe2(fn, a, b):
-    try:
-        return fn(a, b)
-    except (ValueError, OverflowError):
-        return math.nan
 
 
 # ----------------------------------------------------------------------------- evaluation

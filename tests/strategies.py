@@ -1,0 +1,616 @@
+"""Hypothesis strategies: random valid TC programs with matching inputs, and invalid ones.
+
+:func:`programs` draws a :class:`GenProgram`: the source of one def with 1-3 statements, its
+arguments, and what the generator itself expects of it (output names and shapes). Programs are
+valid by construction. Sizes are drawn first, and every index expression is one of a few forms
+whose range the generator computes itself with TC's rule (the largest range that keeps every
+access in bounds, intersected over accesses, found in rounds):
+
+* ``c*v + d`` (stride ``c``, offset ``d``) and ``v / c`` (floor division): bound ``v`` in round 1;
+* ``c*v + w`` (a convolution window): ``v`` appears nowhere alone, so it is bounded in round 2
+  from the range of ``w``, which a plain ``w`` access fixes in round 1;
+* ``v + d`` for ``v`` given by ``where v in lo:hi`` (always in bounds), and the guarded padding
+  read ``v + d >= 0 && v + d < S ? X(v + d) : 0`` whose untaken branch would read out of bounds;
+* constant ``0``; data-dependent ``X(L(v))`` with a lookup table ``L`` whose values are in
+  range (rarely one is not: then every backend must raise TCRuntimeError).
+
+The shapes the generator computes are an oracle for range inference, independent of it.
+Expressions cover + - * / %, unary - and !, comparisons, && ||, lazy ternaries (also guarding
+integer divisions), builtins, min/max, casts, index and size variables used as values and
+literals; targets cover outputs, temporaries, updates of earlier outputs and rank 0, with every
+reduction operator with and without ``!``; dtypes cover half, float, double, signed and
+unsigned integers and bool.
+
+:func:`invalid_cases` draws mutations of valid programs and of their arguments (wrong rank,
+dtype or size, missing or extra arguments, non-arrays, out-of-range ``where``, undefined names,
+truncated source, random characters) for the fuzz test.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from hypothesis import strategies as st
+
+from tcpy.lang.types import ScalarType, promote
+
+S = ScalarType
+FLOAT_TYPES = (S.FLOAT32, S.FLOAT64, S.FLOAT16)
+INT_TYPES = (S.INT32, S.INT64, S.INT8, S.INT16, S.UINT8, S.UINT16, S.UINT32, S.UINT64)
+SIZE_NAMES = ("M", "N", "K", "P")
+OUT_VARS = ("i", "j", "l")
+RED_VARS = ("k", "q", "r", "s", "t", "u", "v", "w")
+FLOAT_BUILTINS = {"exp": 1, "tanh": 1, "sqrt": 1, "fabs": 1, "floor": 1, "sin": 1, "cos": 1,
+                  "log1p": 1, "erf": 1, "fmax": 2, "fmin": 2, "atan2": 2, "ceil": 1,
+                  "round": 1, "trunc": 1, "copysign": 2, "hypot": 2, "log": 1, "expm1": 1}
+REDUCTIONS = ("+", "*", "min", "max")
+
+
+@dataclass
+class Tensor:
+    """A tensor the generator knows: element type and concrete shape."""
+
+    name: str
+    type: ScalarType
+    shape: tuple
+    dims: tuple = ()  # signature dims (size names or digits) of parameters
+    role: str = "input"  # input, table, output or temporary
+    table_bound: int = 1 << 30  # lookup tables: their values index dims of this size
+
+
+@dataclass
+class GenProgram:
+    """A generated program: source, arguments, and what the generator expects of it."""
+
+    source: str
+    name: str
+    args: list
+    outputs: list
+    shapes: dict  # output name -> shape, from the generator's own range inference
+    reduction_length: int = 1  # the longest reduction (scales float tolerances)
+    bad_table: bool = False  # a lookup table holds an out-of-range index: TCRuntimeError expected
+    sizes: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
+        def show(a):
+            if isinstance(a, np.ndarray):
+                return f"np.array({a.tolist()!r}, dtype=np.{a.dtype})"
+            return repr(a)
+        args = ",\n    ".join(show(a) for a in self.args)
+        return f"GenProgram(sizes={self.sizes}, shapes={self.shapes})\nsrc = '''\n{self.source}'''\nargs = [\n    {args}]"
+
+
+def _affine(name: str, c: int, d: int) -> str:
+    text = name if c == 1 else f"{c} * {name}"
+    return f"{text} + {d}" if d > 0 else f"{text} - {-d}" if d < 0 else text
+
+
+class _Var:
+    """An index variable of the statement being built and what bounds it."""
+
+    def __init__(self, name: str, kind: str, output: bool):
+        self.name = name
+        self.kind = kind  # direct | window | where
+        self.output = output
+        self.lo: Optional[int] = None  # direct and where: the concrete range so far
+        self.hi: Optional[int] = None
+        self.partner: Optional["_Var"] = None  # window: the variable it slides over
+        self.reserved = False  # a window partner: used only plainly and in its windows
+        self.stride = 1
+        self.windows: list = []  # window: sizes of the dims it indexes
+        self.where = ""
+
+    @property
+    def bounded(self) -> bool:
+        if self.kind == "window":
+            return bool(self.windows)
+        return self.lo is not None
+
+    def range(self) -> tuple:
+        if self.kind == "window":
+            p = self.partner
+            return 0, min((size - p.hi) // self.stride + 1 for size in self.windows)
+        return self.lo, self.hi
+
+
+class _Builder:
+    """Draws one program; ``draw`` is hypothesis' draw function."""
+
+    def __init__(self, draw, name: str):
+        self.draw = draw
+        self.name = name
+        self.sizes: dict = {}
+        self.tensors: dict = {}
+        self.order: list = []
+        self.stmts: list = []
+        self.returns: list = []
+        self.max_reduction = 1
+        self.bad_table = False
+        self.pending_reads: list = []  # temporaries the next statement must read
+
+    def pick(self, options):
+        return self.draw(st.sampled_from(list(options)))
+
+    def chance(self, p: float) -> bool:
+        return self.draw(st.integers(0, 99)) < p * 100
+
+    # -- signature and arguments
+
+    def signature(self):
+        sizes = {name: self.draw(st.integers(1, 6)) for name in SIZE_NAMES[: self.draw(st.integers(1, 3))]}
+        self.family = self.pick(("float", "float", "float", "int", "int", "mixed"))
+        self.base = self.pick(INT_TYPES) if self.family == "int" else self.pick(FLOAT_TYPES)
+        for k in range(self.draw(st.integers(1, 3))):
+            t = self.base
+            if self.family == "mixed" and k > 0:
+                t = self.pick(FLOAT_TYPES + INT_TYPES + (S.BOOL,))
+            rank = self.draw(st.integers(1 if k == 0 else 0, 3))
+            dims = tuple(str(self.draw(st.integers(1, 4))) if self.chance(0.12) else self.pick(sizes)
+                         for _ in range(rank))
+            self.add(Tensor("ABC"[k], t, tuple(int(d) if d.isdigit() else sizes[d] for d in dims), dims))
+        used = {d for t in self.tensors.values() for d in t.dims}
+        self.sizes = {k: v for k, v in sizes.items() if k in used}
+        if self.sizes and self.chance(0.2):
+            dims = tuple(self.pick(self.sizes) for _ in range(self.draw(st.integers(1, 2))))
+            t = self.pick((S.INT32, S.INT64))
+            self.add(Tensor("L", t, tuple(self.sizes[d] for d in dims), dims, role="table"))
+
+    def add(self, t: Tensor):
+        self.tensors[t.name] = t
+        self.order.append(t.name)
+
+    def arguments(self) -> list:
+        rng = np.random.default_rng(self.draw(st.integers(0, 2**32 - 1)))
+        args = []
+        for name in self.order:
+            t = self.tensors[name]
+            if t.role == "table":
+                bound = min(t.table_bound, 1000)
+                values = rng.integers(0, bound, size=t.shape)
+                if values.size and self.chance(0.1):
+                    values.flat[rng.integers(values.size)] = self.pick((bound, -1))
+                    self.bad_table = True
+                args.append(values.astype(t.type.numpy_name))
+            elif t.role == "input":
+                args.append(random_array(rng, t.type, t.shape, as_number=self.chance(0.3)))
+        return args
+
+    def source(self) -> str:
+        params = []
+        for name in self.order:
+            t = self.tensors[name]
+            if t.role in ("input", "table"):
+                params.append(f"{t.type.tc_name}{'(' + ', '.join(t.dims) + ')' if t.dims else ''} {name}")
+        body = "".join(f"    {s}\n" for s in self.stmts)
+        return f"def {self.name}({', '.join(params)}) -> ({', '.join(self.returns)}) {{\n{body}}}\n"
+
+    # -- statements
+
+    def statement(self, last: bool):
+        written = [t for t in self.tensors.values() if t.role in ("output", "temporary")]
+        if written and self.chance(0.25):
+            target = self.pick(written)
+            text, _, _ = _Stmt(self, len(target.shape), target).build()
+            self.stmts.append(text)
+            return
+        role = "temporary" if not last and self.chance(0.3) else "output"
+        n = sum(1 for t in self.tensors.values() if t.role == role) + 1
+        name = ("T" if role == "temporary" else "O") + str(n)
+        text, ttype, shape = _Stmt(self, self.draw(st.integers(0, 3)), None).build()
+        self.add(Tensor(name, ttype, shape, role=role))
+        self.stmts.append(name + text)
+        (self.returns if role == "output" else self.pending_reads).append(name)
+
+
+def random_array(rng, t: ScalarType, shape, as_number: bool = False):
+    """Small values: dyadic floats in [-2, 2] (sums and products stay exact), ints in [-4, 6]."""
+    if t.is_float:
+        a = rng.integers(-8, 9, size=shape) / 4.0
+    elif t is S.BOOL:
+        a = rng.integers(0, 2, size=shape).astype(bool)
+    elif t.is_signed:
+        a = rng.integers(-4, 5, size=shape)
+    else:
+        a = rng.integers(0, 7, size=shape)
+    a = np.asarray(a).astype(t.numpy_name)
+    if not shape and as_number and t in (S.FLOAT64, S.FLOAT32, S.INT64, S.INT32, S.BOOL):
+        return a.item()  # a Python number for a rank-0 parameter
+    return a
+
+
+class _Stmt:
+    """Builds one statement: left side, operator, right side, where clauses."""
+
+    def __init__(self, b: _Builder, rank: int, target: Optional[Tensor]):
+        self.b = b
+        self.rank = rank
+        self.target = target  # set for an update of an existing tensor
+        self.vars: list = []
+        self.where: list = []
+        self.terms: list = []  # accesses that must appear (anchors): (text, type)
+
+    # -- variables
+
+    def new_var(self, output: bool, kind: Optional[str] = None) -> _Var:
+        b = self.b
+        taken = {v.name for v in self.vars}
+        name = next(n for n in (OUT_VARS if output else RED_VARS) if n not in taken)
+        if kind is None:
+            roll = b.draw(st.integers(0, 99))
+            kind = "where" if roll < 14 and b.sizes else "window" if roll < 26 and output else "direct"
+        var = _Var(name, kind, output)
+        self.vars.append(var)
+        if kind == "where":
+            size = b.pick(b.sizes)
+            n = b.sizes[size]
+            lo = b.pick((0, 0, 1)) if n >= 2 else 0
+            cut = b.pick((0, 0, 1)) if n - lo >= 2 else 0
+            var.lo, var.hi = lo, n - cut
+            var.where = f"{name} in {lo}:{size if cut == 0 else f'{size} - {cut}'}"
+            self.where.append(var.where)
+        if kind == "window":
+            anchors = [t for t in self.readable() if t.shape]
+            if not anchors:
+                var.kind = "direct"
+                return var
+            p = self.new_var(False, "direct")
+            p.reserved = True
+            t = b.pick(anchors)
+            dim = b.draw(st.integers(0, len(t.shape) - 1))
+            if t.shape[dim] < 1:
+                var.kind = "direct"
+                return var
+            p.lo, p.hi = 0, t.shape[dim]
+            parts = [p.name if k == dim else self.index(s) for k, s in enumerate(t.shape)]
+            self.terms.append((f"{t.name}({', '.join(parts)})", t.type))
+            var.partner = p
+            var.stride = b.pick((1, 1, 2))
+        return var
+
+    def readable(self):
+        own = self.target.name if self.target is not None else None
+        return [t for t in self.b.tensors.values() if t.role != "table" and t.name != own]
+
+    # -- index expressions
+
+    def index(self, size: int) -> str:
+        """An index expression for a dimension of ``size`` that keeps every range non-empty."""
+        b = self.b
+        roll = b.draw(st.integers(0, 99))
+        if roll < 5:
+            return "0"
+        table = b.tensors.get("L")
+        if table is not None and roll < 15:
+            table.table_bound = min(table.table_bound, size)
+            return f"L({', '.join(self.index(s) for s in table.shape)})"
+        candidates = [v for v in self.vars if not v.reserved and (v.kind != "window" or v.partner)]
+        n_reduction = sum(1 for v in self.vars if not v.output)
+        if (roll < 40 or not candidates) and n_reduction < 3:
+            var = self.new_var(output=False)
+            text = self.use(var, size)
+            if text is None and not var.bounded and var.kind == "direct":
+                self.vars.remove(var)
+        elif not candidates:
+            return "0"
+        else:
+            text = self.use(b.pick(candidates), size)
+        return "0" if text is None else text
+
+    def use(self, var: _Var, size: int) -> Optional[str]:
+        """``var`` in an index of a dimension of ``size``, updating its range; None if impossible."""
+        b = self.b
+        if var.kind == "where":
+            offsets = list(range(-var.lo, size - var.hi + 1))  # [lo+d, hi+d) within [0, size)
+            return _affine(var.name, 1, b.pick(offsets)) if offsets else None
+        if var.kind == "window":
+            p, c = var.partner, var.stride
+            if (size - p.hi) // c + 1 < 1:
+                return None
+            var.windows.append(size)
+            return f"{'' if c == 1 else f'{c} * '}{var.name} + {p.name}"
+        forms = [(1, 0), (1, 0), (1, 0), (1, -1), (1, 1), (2, 0), (2, 1), (1, -2), (3, 0), ("/", 2)]
+        for form in (b.pick(forms), (1, 0)):
+            if form[0] == "/":
+                lo, hi, text = 0, form[1] * size, f"{var.name} / {form[1]}"
+            else:
+                c, d = form
+                d = -abs(d) if var.output else d  # output ranges must start at 0 or above
+                lo, hi, text = -(d // c), (size - 1 - d) // c + 1, _affine(var.name, c, d)
+            new_lo = lo if var.lo is None else max(var.lo, lo)
+            new_hi = hi if var.hi is None else min(var.hi, hi)
+            if new_hi - new_lo >= 1 and not (var.output and new_lo < 0):
+                var.lo, var.hi = new_lo, new_hi
+                return text
+        return None
+
+    def access(self, t: Tensor) -> str:
+        if not t.shape:
+            return t.name
+        return f"{t.name}({', '.join(self.index(size) for size in t.shape)})"
+
+    def padded_read(self):
+        """``v + d >= 0 && v + d < S ? X(.., v + d, ..) : 0`` for a where variable ``v``."""
+        b = self.b
+        wheres = [v for v in self.vars if v.kind == "where"]
+        tensors = [t for t in self.readable() if t.shape and t.dims]
+        if not wheres or not tensors:
+            return None
+        var, t = b.pick(wheres), b.pick(tensors)
+        dim = b.draw(st.integers(0, len(t.shape) - 1))
+        d = b.pick((-2, -1, 1, 2))
+        idx = _affine(var.name, 1, d)
+        parts = [idx if k == dim else self.index(s) for k, s in enumerate(t.shape)]
+        bound = t.dims[dim]
+        text = f"({idx} >= 0 && {idx} < {bound} ? {t.name}({', '.join(parts)}) : {_zero(t.type)})"
+        return text, t.type
+
+    # -- expressions, as (text, type)
+
+    def leaf(self, want_float: bool, in_condition: bool = False):
+        b = self.b
+        if b.pending_reads:  # a temporary the previous statement wrote
+            t = b.tensors[b.pending_reads.pop(0)]
+            return self.access(t), t.type
+        roll = b.draw(st.integers(0, 99))
+        readable = self.readable()
+        if roll < 60 and readable:
+            t = b.pick(readable)
+            return self.access(t), t.type
+        if roll < 72:
+            if want_float or b.chance(0.5):
+                return repr(b.pick((0.5, 1.5, 2.0, 0.25, 3.0))), S.FLOAT32
+            return str(b.pick((1, 2, 3))), S.INT32
+        bounded = [v for v in self.vars if v.bounded]
+        if roll < 86 and bounded and not in_condition:  # affine conditions would change ranges
+            return b.pick(bounded).name, S.INT32
+        if roll < 92 and b.sizes:
+            return b.pick(b.sizes), S.INT32
+        if roll < 96:
+            padded = self.padded_read()
+            if padded is not None:
+                return padded
+        if readable:
+            t = b.pick(readable)
+            return self.access(t), t.type
+        return "1", S.INT32
+
+    def expr(self, depth: int, want_float: bool, in_condition: bool = False):
+        b = self.b
+        if depth <= 0 or b.chance(0.25):
+            return self.leaf(want_float, in_condition)
+        sub = lambda: self.expr(depth - 1, want_float, in_condition)  # noqa: E731
+        roll = b.draw(st.integers(0, 99))
+        if roll < 45:
+            op = b.pick(("+", "-", "*", "+", "*", "/", "%"))
+            (lt, ltype), (rt, rtype) = sub(), sub()
+            t = promote(ltype, rtype)
+            if t is S.BOOL:
+                return f"({lt} == {rt})", S.BOOL
+            if op == "%" and t.is_float:
+                op = "/"
+            if op in ("/", "%") and not t.is_float and b.chance(0.85):
+                # guarded: the lazy ternary must not divide by zero in the untaken branch
+                return f"({rt} != 0 ? ({lt}) {op} ({rt}) : 7)", promote(t, S.INT32)
+            return f"({lt}) {op} ({rt})", t
+        if roll < 56:
+            ct, _ = self.condition(depth - 1)
+            (at, atype), (ot, otype) = sub(), sub()
+            return f"({ct} ? {at} : {ot})", promote(atype, otype)
+        if roll < 68:
+            name = b.pick(sorted(FLOAT_BUILTINS))
+            args = [self.expr(depth - 1, True, in_condition) for _ in range(FLOAT_BUILTINS[name])]
+            t = S.FLOAT32
+            for _, at in args:
+                t = promote(t, at)
+            return f"{name}({', '.join(a for a, _ in args)})", t
+        if roll < 78:
+            (lt, ltype), (rt, rtype) = sub(), sub()
+            return f"{b.pick(('min', 'max'))}({lt}, {rt})", promote(ltype, rtype)
+        if roll < 89:
+            to = b.pick(FLOAT_TYPES + INT_TYPES + (S.BOOL,))
+            inner, _ = sub()
+            return f"{to.tc_name}({inner})", to
+        inner, t = sub()
+        return (f"!({inner})", S.BOOL) if t is S.BOOL else (f"-({inner})", t)
+
+    def condition(self, depth: int):
+        b = self.b
+        roll = b.draw(st.integers(0, 99))
+        if roll < 20 and depth > 0:
+            (lt, _), (rt, _) = self.condition(depth - 1), self.condition(depth - 1)
+            return f"({lt} {b.pick(('&&', '||'))} {rt})", S.BOOL
+        if roll < 28:
+            inner, _ = self.condition(max(depth - 1, 0))
+            return f"!{inner}", S.BOOL
+        lt, _ = self.expr(max(depth - 1, 0), False, in_condition=True)
+        rt, _ = self.expr(0, False, in_condition=True)
+        return f"({lt} {b.pick(('<', '>', '<=', '>=', '==', '!='))} {rt})", S.BOOL
+
+    # -- the statement
+
+    def build(self):
+        """(text after the target name, value type, shape of the target)."""
+        b, target = self.b, self.target
+        # updates: plain variables, bounded by the target's shape
+        out_vars = [self.new_var(True, "direct" if target is not None else None) for _ in range(self.rank)]
+        if target is not None:  # the target's shape bounds the left side like a read
+            for v, n in zip(out_vars, target.shape):
+                v.lo, v.hi = 0, n
+        rhs, rtype = self.expr(b.draw(st.integers(0, 3)), b.family != "int")
+        for text, ttype in self.terms:
+            rhs, rtype = f"({rhs}) {b.pick(('+', '*'))} {text}", promote(rtype, ttype)
+        for v in out_vars:  # every output variable needs something that bounds it
+            if v.bounded:
+                continue
+            tensors = [t for t in self.readable() if t.shape]
+            text = None
+            if tensors:
+                t = b.pick(tensors)
+                dim = b.draw(st.integers(0, len(t.shape) - 1))
+                own = self.use(v, t.shape[dim])
+                if own is not None:
+                    text = f"{t.name}({', '.join(own if k == dim else self.index(s) for k, s in enumerate(t.shape))})"
+                    rhs, rtype = f"({rhs}) + {text}", promote(rtype, t.type)
+            if text is None:  # a where clause over a size
+                size = b.pick(b.sizes) if b.sizes else None
+                v.kind, v.lo, v.hi = "where", 0, b.sizes[size] if size else 1
+                v.where = f"{v.name} in 0:{size if size else 1}"
+                self.where.append(v.where)
+        if rtype is S.BOOL:
+            rhs, rtype = f"int32({rhs})", S.INT32
+        if target is None and b.family != "int" and b.chance(0.3):
+            rhs, rtype = f"{b.base.tc_name}({rhs})", b.base
+        if target is not None and rtype is not target.type:
+            rhs, rtype = f"{target.type.tc_name}({rhs})", target.type
+        reduction_vars = [v for v in self.vars if not v.output]
+        if reduction_vars:
+            red = b.pick(REDUCTIONS)
+            if red == "*" and not rtype.is_float:  # integer products overflow (UB in C)
+                red = b.pick(("+", "min", "max"))
+            op = f"{red}=" + ("" if target is not None and b.chance(0.5) else "!")
+        elif target is not None:
+            op = b.pick(("=", "+=", "max=", "min=", "*="))
+        else:
+            op = b.pick(("=", "=", "=", "+=!", "max=!", "min=!", "*=!"))
+        length = 1
+        for v in reduction_vars:
+            lo, hi = v.range()
+            length *= max(0, hi - lo)
+        b.max_reduction = max(b.max_reduction, length)
+        shape = tuple(target.shape) if target is not None else tuple(v.range()[1] for v in out_vars)
+        lhs = f"({', '.join(v.name for v in out_vars)})" if out_vars else ""
+        where = f" where {', '.join(self.where)}" if self.where else ""
+        text = f"{lhs} {op} {rhs}{where}"
+        return (target.name + text if target is not None else text), rtype, shape
+
+
+def _zero(t: ScalarType) -> str:
+    return "0.0" if t.is_float else "0"
+
+
+@st.composite
+def programs(draw, name: str = "f") -> GenProgram:
+    """A random valid TC def with matching random arguments (see the module docstring)."""
+    b = _Builder(draw, name)
+    b.signature()
+    n = draw(st.integers(1, 3))
+    for k in range(n):
+        b.statement(last=k == n - 1)
+    while not b.returns or b.pending_reads:
+        b.statement(last=True)
+    args = b.arguments()
+    shapes = {o: tuple(b.tensors[o].shape) for o in b.returns}
+    return GenProgram(b.source(), name, args, list(b.returns), shapes, b.max_reduction,
+                      b.bad_table, dict(b.sizes))
+
+
+# ----------------------------------------------------------------------------- invalid inputs
+
+
+@dataclass
+class Case:
+    """One fuzz case: a source and arguments; ``what`` says which mutation made it."""
+
+    what: str
+    source: str
+    args: list
+
+    def __repr__(self) -> str:
+        return f"Case({self.what!r})\n{self.source}\nargs: {[getattr(a, 'shape', a) for a in self.args]}"
+
+
+_JUNK = string.printable + "éλ→∑\x00\x7f\u200b\ud7ff"
+
+
+def _mutate_source(draw, src: str) -> tuple[str, str]:
+    kind = draw(st.sampled_from(["truncate", "delete", "insert", "replace", "undefined", "swap",
+                                 "where", "bang", "rank", "bytes", "duplicate"]))
+    n = len(src)
+    pos = draw(st.integers(0, max(n - 1, 0)))
+    if kind == "truncate":
+        return kind, src[:pos]
+    if kind == "delete":
+        return kind, src[:pos] + src[pos + draw(st.integers(1, 4)):]
+    if kind == "insert":
+        return kind, src[:pos] + draw(st.text(alphabet=_JUNK, min_size=1, max_size=4)) + src[pos:]
+    if kind == "replace":
+        return kind, src[:pos] + draw(st.sampled_from(list("()[]{},:;=+-*/%!?<>.#0123456789 \n\t\"'"))) + src[pos + 1:]
+    if kind == "undefined":  # a name used but never defined
+        names = [w for w in ("A", "B", "C", "M", "N", "K", "i", "j", "k", "O1", "L", "exp", "max")
+                 if w in src]
+        if not names:
+            return kind, src + "Z"
+        old = draw(st.sampled_from(names))
+        start = src.find("{") if draw(st.booleans()) else 0
+        return kind, src[:start] + src[start:].replace(old, draw(st.sampled_from(["Zq", "undefined_", "_", "X9"])), 1)
+    if kind == "swap":  # exchange two tokens
+        tokens = src.split(" ")
+        if len(tokens) > 2:
+            a, c = draw(st.integers(0, len(tokens) - 1)), draw(st.integers(0, len(tokens) - 1))
+            tokens[a], tokens[c] = tokens[c], tokens[a]
+        return kind, " ".join(tokens)
+    if kind == "where":  # a where range beyond the sizes
+        line_end = src.rfind("\n}")
+        clause = draw(st.sampled_from([" where i in 0:M + 3", " where k in -2:N", " where i in 5:2",
+                                       " where i in 0:i", " where k in 0:A(0)", " where zz in 0:3"]))
+        sep = ", " if " where " in src[src.rfind("\n", 0, line_end) : line_end] else ""
+        return kind, src[:line_end] + (clause.replace(" where ", ", ") if sep else clause) + src[line_end:]
+    if kind == "bang":  # drop or add the '!' of reductions
+        return kind, src.replace("=!", "=", 1) if "=!" in src else src.replace(" = ", " +=! ", 1)
+    if kind == "rank":  # one index too many or too few
+        p = src.find("(", src.find("{"))
+        if p < 0:
+            return kind, src + ")"
+        return kind, src[: p + 1] + ("0, " if draw(st.booleans()) else "") + src[p + 1:].replace(", ", ") + (", 1)
+    if kind == "duplicate":
+        return kind, src.replace("->", ", float X, float X) -> (", 1) if draw(st.booleans()) else src + src
+    raw = draw(st.binary(min_size=1, max_size=40))
+    return kind, src[:pos] + raw.decode("latin-1") + src[pos:]
+
+
+def _mutate_args(draw, prog: GenProgram) -> tuple[str, list]:
+    args = list(prog.args)
+    kind = draw(st.sampled_from(["rank", "dtype", "size", "count", "kind", "noncontig_bad", "table"]))
+    if not args:
+        return "count", [np.zeros(1)]
+    k = draw(st.integers(0, len(args) - 1))
+    a = np.asarray(args[k])
+    if kind == "rank":
+        args[k] = a[..., None] if draw(st.booleans()) or a.ndim == 0 else a.reshape(-1)[:0] if a.ndim == 1 else a[0]
+    elif kind == "dtype":
+        others = [t for t in FLOAT_TYPES + INT_TYPES + (S.BOOL,) if t.numpy_name != a.dtype.name]
+        args[k] = a.astype(draw(st.sampled_from(others)).numpy_name)
+        if a.ndim == 0 and draw(st.booleans()):
+            args[k] = draw(st.sampled_from(["1.5", None, [1, 2], 1j, object()]))
+    elif kind == "size":
+        if a.ndim == 0:
+            args[k] = np.zeros((2,), a.dtype)
+        else:
+            shape = list(a.shape)
+            d = draw(st.integers(0, a.ndim - 1))
+            shape[d] += draw(st.sampled_from([1, 2, -1])) if shape[d] > 0 else 1
+            args[k] = np.zeros(tuple(max(s, 0) for s in shape), a.dtype)
+    elif kind == "count":
+        args = args[:-1] if draw(st.booleans()) else args + [a]
+    elif kind == "kind":
+        args[k] = draw(st.sampled_from(["not an array", None, {"a": 1}, [[1.0, 2.0]], (1,), b"xy"]))
+    elif kind == "noncontig_bad":
+        args[k] = np.asfortranarray(a).astype(">f8") if a.ndim else np.float16(1)
+    else:
+        if "L" in prog.source and len(args) >= 1:
+            return "table", args  # the program's own tables may already be out of range
+        args[k] = a
+    return kind, args
+
+
+@st.composite
+def invalid_cases(draw) -> Case:
+    """A mutated program or mutated arguments of a valid program (see the module docstring)."""
+    prog = draw(programs())
+    if draw(st.integers(0, 9)) < 6:
+        kind, src = _mutate_source(draw, prog.source)
+        return Case(f"source:{kind}", src, list(prog.args))
+    kind, args = _mutate_args(draw, prog)
+    return Case(f"args:{kind}", prog.source, args)

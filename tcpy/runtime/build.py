@@ -241,43 +241,41 @@ def _entry_is_valid(so_path: Path) -> bool:
 
 
 def _compile(c_source: str, cc: str, flags: tuple[str, ...], kernels: Path, key: str) -> None:
-    """Run the compiler (caller holds the key's lock); publish .c, .sha256, .so atomically."""
+    """Run the compiler (the caller holds the key's lock) and publish .c, .sha256, .so atomically.
+
+    The compiler reads ``<key>.c`` and writes a fixed temporary name, so the same input gives
+    the same bytes (the file name ends up in the library's symbol table).
+    """
     global compiler_invocations
-    fd, c_tmp = tempfile.mkstemp(dir=kernels, prefix=f".{key[:16]}-", suffix=".c")
-    with os.fdopen(fd, "w") as f:
-        f.write(c_source)
-    so_tmp = c_tmp[:-2] + ".so"
-    cmd = [cc, *flags, "-I", str(runtime_include_dir()), c_tmp, "-o", so_tmp, "-lm"]
+    c_path, so_tmp = kernels / f"{key}.c", kernels / f".{key}.so.tmp"
+    _write_atomic(c_path, c_source.encode())
+    cmd = [cc, *flags, "-I", str(runtime_include_dir()), str(c_path), "-o", str(so_tmp), "-lm"]
     if _debug_level() >= 1:
         print("tcpy: " + shlex.join(cmd), file=sys.stderr)
     compiler_invocations += 1
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
     except OSError as e:
-        os.unlink(c_tmp)
         raise TCCompilerError(f"cannot run the C compiler {cc!r}: {e}") from None
     if result.returncode != 0:
-        kept = _keep_failed_source(c_tmp, kernels, key)
-        Path(so_tmp).unlink(missing_ok=True)
+        so_tmp.unlink(missing_ok=True)
+        (kernels / "failed").mkdir(exist_ok=True)
+        kept = kernels / "failed" / c_path.name
+        os.replace(c_path, kept)
         raise TCCompilerError(
             f"tcpy generated C that {Path(cc).name} rejected; this is a bug in tcpy, please report it "
-            f"with {kept}\n{result.stderr.replace(c_tmp, str(kept)).strip()}"
+            f"with {kept}\n{result.stderr.replace(str(c_path), str(kept)).strip()}"
         )
-    digest = hashlib.sha256(Path(so_tmp).read_bytes()).hexdigest()
-    fd, sha_tmp = tempfile.mkstemp(dir=kernels, prefix=f".{key[:16]}-", suffix=".sha256")
-    with os.fdopen(fd, "w") as f:
-        f.write(digest + "\n")
-    os.replace(c_tmp, kernels / f"{key}.c")  # kept for reading; not needed to load
-    os.replace(sha_tmp, kernels / f"{key}.sha256")
+    so_bytes = so_tmp.read_bytes()
+    _write_atomic(kernels / f"{key}.sha256", (hashlib.sha256(so_bytes).hexdigest() + "\n").encode())
     os.replace(so_tmp, kernels / f"{key}.so")
 
 
-def _keep_failed_source(c_tmp: str, kernels: Path, key: str) -> Path:
-    failed = kernels / "failed"
-    failed.mkdir(exist_ok=True)
-    kept = failed / f"{key}.c"
-    os.replace(c_tmp, kept)
-    return kept
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _debug_level() -> int:

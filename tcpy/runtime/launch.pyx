@@ -213,7 +213,12 @@ cdef _check_out(LaunchEntry entry, object out, list arrays):
     cdef _ArraySpec spec
     outs = (out,) if cnp.PyArray_Check(out) else out
     if not isinstance(outs, (tuple, list)) or len(outs) != n_out:
-        got = f"a {type(out).__name__}" if not isinstance(out, (tuple, list)) else f"{len(out)} arrays"
+        if cnp.PyArray_Check(out):
+            got = "one array"
+        elif isinstance(out, (tuple, list)):
+            got = f"{len(out)} array{'' if len(out) == 1 else 's'}"
+        else:
+            got = f"a {type(out).__name__}"
         raise TCArgumentError(f"out= must be {_count(n_out)}, got {got}")
     for i in range(n_out):
         o = outs[i]

@@ -1,0 +1,142 @@
+"""tcpy vs NumPy (and PyTorch, if installed): GEMM, a ResNet 3x3 convolution, attention, call overhead.
+
+Run it as (see BENCHMARKS.md for why the environment variables go)::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py
+
+Prints the machine, NumPy's BLAS and threads, then one line per case::
+
+    gemm       M=N=K=512                  tcpy    12.345 ms   21.7 GFLOP/s | numpy ... | numpy/tcpy 0.31x | ...
+
+``numpy/tcpy`` is NumPy's time divided by tcpy's (above 1x: tcpy is faster). Times are the
+best of repeated calls after a first call that compiles (its time is shown as ``compile``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import timeit
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+import tcpy  # noqa: E402
+from tcpy import demo  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+TINY_ADD = """
+def add(float(N) A, float(N) B) -> (C) {
+    C(i) = A(i) + B(i)
+}
+"""
+
+
+def machine() -> str:
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines()
+                     if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    return f"{model}; {os.cpu_count()} CPUs; {platform.system()} {platform.release()}"
+
+
+def blas_info() -> list[str]:
+    from threadpoolctl import threadpool_info
+
+    return [f"{p.get('internal_api')} {p.get('version')} ({p.get('user_api')}, "
+            f"kernel {p.get('architecture')}, {p.get('num_threads')} threads) {p.get('filepath')}"
+            for p in threadpool_info()]
+
+
+def torch_fn(name: str):
+    """The same computation in PyTorch on the CPU (inputs converted outside the timed call)."""
+    if torch is None:
+        return None
+    fns = {"gemm": torch.matmul,
+           "conv2d": torch.nn.functional.conv2d,
+           "attention": lambda q, k, v, s: torch.softmax(s * (q @ k.transpose(-1, -2)), -1) @ v}
+    return fns[name]
+
+
+def cases(quick: bool):
+    gemm = [256, 512] if quick else [256, 512, 1024, 2048]
+    yield from (demo.gemm_case(n, n, n) for n in gemm)
+    yield from (demo.conv2d_case(n, 64, 64, 56) for n in ([1] if quick else [1, 8]))
+    yield demo.attention_case(1, 8, 512 if not quick else 128, 64)
+
+
+def run_case(case, rng, budget: float) -> str:
+    kernel = tcpy.define(case.source)
+    args = case.make_args(rng)
+    compile_s = timeit.default_timer()
+    got = kernel(*args)
+    compile_s = timeit.default_timer() - compile_s
+    ok = demo.close(got, case.reference(*args), np.float32)
+    t_tc = demo.best_time(kernel, *args, budget=budget)
+    t_np = demo.best_time(case.reference, *args, budget=budget)
+    gflops = lambda t: case.flops / t / 1e9  # noqa: E731
+    line = (f"{case.name:<10} {case.shapes:<28} tcpy {t_tc * 1e3:9.3f} ms {gflops(t_tc):6.1f} GFLOP/s"
+            f" | numpy {t_np * 1e3:9.3f} ms {gflops(t_np):6.1f} GFLOP/s | numpy/tcpy {t_np / t_tc:5.2f}x")
+    fn = torch_fn(case.name)
+    if fn is not None:
+        targs = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+        t_pt = demo.best_time(fn, *targs, budget=budget)
+        line += f" | torch {t_pt * 1e3:9.3f} ms torch/tcpy {t_pt / t_tc:5.2f}x"
+    return line + f" | compile {compile_s:5.2f} s | correct {'yes' if ok else 'NO'}"
+
+
+def overhead_line(n: int = 4, number: int = 20000) -> str:
+    """Per-call cost of a tiny elementwise kernel against numpy.add (both allocate the result)."""
+    add = tcpy.define(TINY_ADD)
+    a, b = np.ones(n, np.float32), np.ones(n, np.float32)
+    add(a, b)  # compile
+    out = np.empty(n, np.float32)
+
+    def per_call(fn):
+        return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+
+    t_tc = per_call(lambda: add(a, b))
+    t_np = per_call(lambda: np.add(a, b))
+    t_tc_out = per_call(lambda: add(a, b, out=out))
+    t_np_out = per_call(lambda: np.add(a, b, out=out))
+    return (f"{'overhead':<10} {f'add N={n}':<28} tcpy {t_tc:7.2f} us/call | numpy.add {t_np:7.2f} us/call"
+            f" | with out=: tcpy {t_tc_out:7.2f} us, numpy {t_np_out:7.2f} us")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke test)")
+    parser.add_argument("--budget", type=float, default=1.0, help="seconds of repeats per measurement")
+    args = parser.parse_args(argv)
+
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+    print(f"machine: {machine()}")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, tcpy {tcpy.__version__}, "
+          f"torch {torch.__version__ if torch else 'not installed'}")
+    for line in blas_info():
+        print(f"threadpool: {line}")
+    print(f"tcpy threads: {tcpy.Options().threads}")
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if var in os.environ:
+            print(f"WARNING: {var} is set; it slows numpy's GEMM here. "
+                  "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py")
+    rng = np.random.default_rng(0)
+    for case in cases(args.quick):
+        print(run_case(case, rng, args.budget), flush=True)
+    print(overhead_line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

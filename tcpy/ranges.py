@@ -225,9 +225,43 @@ def _simplest(pa: isl.PwAff) -> isl.PwAff:
 
 
 def _requires_text(ok: isl.Set) -> str:
-    text = str(ok)
-    inner = text[text.index("{") + 1: text.rindex("}")].strip()
-    return inner.split(":", 1)[1].strip() if ":" in inner else inner
+    """A parameter set as readable conditions: ``N + M <= P + 1``, alternatives joined by ``or``."""
+    ok = ok.coalesce()
+    if ok.is_empty():
+        return "false"
+    alternatives = []
+    for bset in ok.get_basic_sets():
+        if bset.dim(isl.dim_type.div):  # existentials: let isl say it
+            text = str(ok)
+            inner = text[text.index("{") + 1: text.rindex("}")].strip()
+            return inner.split(":", 1)[1].strip() if ":" in inner else inner
+        conds = [_constraint_text(c) for c in bset.get_constraints()]
+        alternatives.append(" and ".join(conds) if conds else "true")
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return " or ".join(f"({a})" if " and " in a else a for a in alternatives)
+
+
+def _constraint_text(c: isl.Constraint) -> str:
+    left, right = [], []  # terms with negative / positive coefficients
+    for pos in range(c.dim(_PARAM)):
+        coeff = c.get_coefficient_val(_PARAM, pos).to_python()
+        if coeff:
+            name = c.get_dim_name(_PARAM, pos)
+            term = name if abs(coeff) == 1 else f"{abs(coeff)}*{name}"
+            (right if coeff > 0 else left).append(term)
+    const = c.get_constant_val().to_python()
+    op = "=" if c.is_equality() else "<="
+    # the constraint reads  sum(right) + const >= sum(left)  (or ==)
+    if not left:
+        return f"{' + '.join(right)} {'>=' if op == '<=' else '='} {-const}"
+    if not right:
+        return f"{' + '.join(left)} {op} {const}"
+    if const > 0:
+        right.append(str(const))
+    elif const < 0:
+        left.append(str(-const))
+    return f"{' + '.join(left)} {op} {' + '.join(right)}"
 
 
 # ----------------------------------------------------------------------------- isl -> sympy

@@ -32,6 +32,14 @@ def test_matmul():
     assert bound.statements[0] == {"m": (0, 3), "n": (0, 5), "k": (0, 4)}
 
 
+def test_stencil_from_tc_docs_starts_at_two():
+    dr = ranges("def f(float(N) B, float(P) C) -> (A) { A(i) = B(i) + C(i - 2) }")
+    assert symbolic(dr) == {"i": ("2", "min(N, P + 2)", "output")}
+    bound = dr.bind({"N": 6, "P": 10})
+    assert bound.statements[0]["i"] == (2, 6) and bound.shapes["A"] == (6,)  # A(0), A(1) stay zero
+    assert dr.bind({"N": 6, "P": 1}).shapes["A"] == (3,)
+
+
 def test_inverted_indexing():
     dr = ranges("def reverted(float(I) B) -> (A) { A(i) = B(10 - i) }")
     assert symbolic(dr) == {"i": ("11 - I", "11", "output")}
@@ -262,6 +270,7 @@ def test_unused_access_becomes_precondition():
     msg = str(info.value)
     assert msg.startswith("in def 'f', line 2: with sizes N=3, P=4, M=3, C(i + j) reads out of bounds of C")
     assert "index 0 (i + j) takes values 0..4" in msg
+    assert msg.endswith("(these sizes must satisfy N + M <= P + 1)")
     # with an empty domain nothing is read
     assert dr.bind({"N": 0, "P": 0, "M": 3}).shapes["A"] == (0, 3)
 
@@ -380,7 +389,7 @@ def test_explain_symbolic_and_bound():
 
 def test_explain_shows_preconditions_and_violations():
     dr = ranges("def f(float(N) B, float(P) C, float(M) D) -> (A) {\n A(i, j) = B(i) * C(i + j) * D(j)\n}")
-    assert "in bounds: C(i + j) (line 2) requires M <= 1 - N + P" in explain(dr)
+    assert "in bounds: C(i + j) (line 2) requires N + M <= P + 1" in explain(dr)
     assert explain(dr, {"N": 3, "P": 4, "M": 3}).endswith("VIOLATED")
     assert explain(dr, {"N": 3, "P": 5, "M": 3}).endswith("ok")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import TCSyntaxError
 from . import ast
@@ -28,13 +28,27 @@ KEYWORDS = frozenset({"def", "where", "in", "exists", "min", "max"}) | frozenset
 
 @functools.lru_cache(maxsize=None)
 def _lark() -> Lark:
-    return Lark(
+    keyword_types: dict[str, str] = {}
+
+    def reserve_keywords(tok: Token) -> Token:
+        # The contextual lexer only knows the terminals the current parser state accepts, so a
+        # keyword where none is expected would come out as a NAME. Give it its keyword type
+        # so that the parser rejects it there.
+        kind = keyword_types.get(tok.value)
+        return tok if kind is None else Token.new_borrow_pos(kind, tok.value, tok)
+
+    parser = Lark(
         GRAMMAR_PATH.read_text(),
         parser="lalr",
         lexer="contextual",
         propagate_positions=True,
         maybe_placeholders=True,
+        lexer_callbacks={"NAME": reserve_keywords},
     )
+    for term in parser.terminals:
+        if term.pattern.type == "str" and term.pattern.value in KEYWORDS:
+            keyword_types[term.pattern.value] = term.name
+    return parser
 
 
 def parse_program(source: str, filename: str = "<string>") -> ast.Program:
@@ -46,12 +60,7 @@ def parse_program(source: str, filename: str = "<string>") -> ast.Program:
         tree = _lark().parse(source)
     except UnexpectedInput as err:
         raise _syntax_error(err, source, filename) from None
-    try:
-        return _ToAst(source).transform(tree)
-    except VisitError as err:  # the transformer's own TCSyntaxError (a keyword used as a name)
-        if isinstance(err.orig_exc, TCSyntaxError):
-            raise err.orig_exc.located(source, filename) from None
-        raise
+    return _ToAst(source).transform(tree)
 
 
 # ----------------------------------------------------------------------------- tree -> AST
@@ -78,15 +87,6 @@ class _ToAst(Transformer):
         super().__init__()
         self.source = source
 
-    def _ident(self, tok: Token) -> str:
-        if tok.value in KEYWORDS:
-            raise TCSyntaxError(
-                f"'{tok.value}' is a keyword and cannot be used as a name",
-                _token_span(tok),
-                def_name=_enclosing_def(self.source, tok.start_pos),
-            )
-        return tok.value
-
     # -- signature
 
     def start(self, meta, children):
@@ -95,7 +95,7 @@ class _ToAst(Transformer):
     def function(self, meta, children):
         name, params, results, *stmts = children
         return ast.Def(
-            self._ident(name), params, results, tuple(stmts), span=_span(meta), name_span=_token_span(name)
+            name.value, params, results, tuple(stmts), span=_span(meta), name_span=_token_span(name)
         )
 
     def params(self, meta, children):
@@ -105,11 +105,11 @@ class _ToAst(Transformer):
 
     def param(self, meta, children):
         type_, name = children
-        return ast.Param(self._ident(name), type_, span=_span(meta))
+        return ast.Param(name.value, type_, span=_span(meta))
 
     def inferred_result(self, meta, children):
         (name,) = children
-        return ast.Param(self._ident(name), None, span=_span(meta))
+        return ast.Param(name.value, None, span=_span(meta))
 
     def tensor_type(self, meta, children):
         scalar, *dims = children
@@ -118,7 +118,7 @@ class _ToAst(Transformer):
             if d.type == "INT_LIT":
                 out.append(ast.IntLit(int(d.value), span=_token_span(d)))
             else:
-                out.append(ast.Name(self._ident(d), span=_token_span(d)))
+                out.append(ast.Name(d.value, span=_token_span(d)))
         return ast.TensorType(scalar, tuple(out), span=_span(meta))
 
     def scalar_type(self, meta, children):
@@ -130,7 +130,7 @@ class _ToAst(Transformer):
         target, lhs, op, rhs, equivalent, where = children
         reduction = None if op.value == "=" else op.value.split("=")[0]
         return ast.Stmt(
-            self._ident(target),
+            target.value,
             lhs or (),
             reduction,
             op.value.endswith("!"),
@@ -146,18 +146,18 @@ class _ToAst(Transformer):
 
     def equivalent(self, meta, children):
         name, *args = children
-        return ast.Equivalent(self._ident(name), _present(args), span=_span(meta))
+        return ast.Equivalent(name.value, _present(args), span=_span(meta))
 
     def where(self, meta, children):
         return tuple(children)
 
     def range_constraint(self, meta, children):
         var, lo, hi = children
-        return ast.RangeConstraint(self._ident(var), lo, hi, span=_span(meta))
+        return ast.RangeConstraint(var.value, lo, hi, span=_span(meta))
 
     def let(self, meta, children):
         name, expr = children
-        return ast.Let(self._ident(name), expr, span=_span(meta))
+        return ast.Let(name.value, expr, span=_span(meta))
 
     def exists(self, meta, children):
         return ast.Exists(children[0], span=_span(meta))
@@ -193,14 +193,14 @@ class _ToAst(Transformer):
     def apply(self, meta, children):
         name, *args = children
         args = _present(args)
-        func = self._ident(name)
+        func = name.value
         if func in BUILTINS:
             return ast.Call(func, args, span=_span(meta))
         return ast.Access(func, args, span=_span(meta))
 
     def dim_ref(self, meta, children):
         name, dim = children
-        return ast.DimRef(self._ident(name), int(dim.value), span=_span(meta))
+        return ast.DimRef(name.value, int(dim.value), span=_span(meta))
 
     def name(self, meta, children):
         return ast.Name(self._ident(children[0]), span=_span(meta))
@@ -386,7 +386,12 @@ def _describe(err: UnexpectedInput, source: str, def_name: Optional[str]) -> str
         return hint if hint else f"unexpected character '{char}'"
     tok = err.token
     at_end = tok.type == "$END"
-    found = "the end of the input" if at_end else f"'{tok.value}'"
+    if at_end:
+        found = "the end of the input"
+    elif tok.value in KEYWORDS and tok.type != "NAME":
+        found = f"the keyword '{tok.value}'"
+    else:
+        found = f"'{tok.value}'"
     fill = {"found": found, "def": def_name or "?", "open": _unclosed_paren(source, tok.start_pos)}
     table = _mistake_table()
     accepts = frozenset(err.accepts)

@@ -203,7 +203,7 @@ class _ToAst(Transformer):
         return ast.DimRef(name.value, int(dim.value), span=_span(meta))
 
     def name(self, meta, children):
-        return ast.Name(self._ident(children[0]), span=_span(meta))
+        return ast.Name(children[0].value, span=_span(meta))
 
 
 # ----------------------------------------------------------------------------- syntax errors

@@ -39,6 +39,7 @@ Decisions where TC is silent:
 from __future__ import annotations
 
 import itertools
+import numbers
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -136,8 +137,9 @@ class DefRanges:
         the sizes when some access would read out of bounds for these sizes.
         """
         point = self._point(sizes)
-        for pre in self.violated(point):
-            raise TCPreconditionError(_violation_message(self, pre, sizes, point))
+        broken = self.violated(point)
+        if broken:
+            raise TCPreconditionError(_violation_message(self, broken[0], sizes, point))
         return self._evaluate(sizes, point)
 
     def violated(self, point: isl.Point) -> list:
@@ -163,11 +165,11 @@ class DefRanges:
         point = isl.Point.zero(_param_space(self.size_vars))
         for pos, name in enumerate(self.size_vars):
             value = sizes[name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
                 raise TCShapeError(
                     f"in def '{self.def_.name}': size {name} must be an integer >= 0, got {value!r}"
                 )
-            point = point.set_coordinate_val(_PARAM, pos, value)
+            point = point.set_coordinate_val(_PARAM, pos, int(value))
         return point
 
 
@@ -427,8 +429,12 @@ class _Converter:
     def universe(self) -> isl.Set:
         return isl.Set.universe(self.space)
 
-    def affine(self, e: ast.Expr) -> isl.PwAff:
-        """The isl function of ``e``; raises :class:`_NotAffine`."""
+    def affine(self, e: ast.Expr, index: bool = True) -> isl.PwAff:
+        """The isl function of ``e``; raises :class:`_NotAffine`.
+
+        ``/`` and ``%`` round toward negative infinity inside index expressions only; in value
+        expressions (ternary conditions) C truncates, which isl cannot express: not affine.
+        """
         if isinstance(e, ast.IntLit):
             return self.const(e.value)
         if isinstance(e, ast.IndexVar):
@@ -443,18 +449,18 @@ class _Converter:
                 raise _NotAffine(e, False)
             return self.lift(dims[e.dim])
         if isinstance(e, ast.Cast) and e.to.is_integral:
-            return self.affine(e.operand)
+            return self.affine(e.operand, index)
         if isinstance(e, ast.Unary) and e.op == "-":
-            return self.affine(e.operand).neg()
+            return self.affine(e.operand, index).neg()
         if isinstance(e, ast.Call) and e.func in ("min", "max") and len(e.args) == 2:
-            a, b = self.affine(e.args[0]), self.affine(e.args[1])
+            a, b = self.affine(e.args[0], index), self.affine(e.args[1], index)
             return a.min(b) if e.func == "min" else a.max(b)
         if isinstance(e, ast.Ternary):
             cond = self.condition(e.cond)
-            then, other = self.affine(e.then), self.affine(e.other)
+            then, other = self.affine(e.then, index), self.affine(e.other, index)
             return then.intersect_domain(cond).union_add(other.intersect_domain(self.universe().subtract(cond)))
         if isinstance(e, ast.Binary) and e.op in "+-*/%":
-            a, b = self.affine(e.lhs), self.affine(e.rhs)
+            a, b = self.affine(e.lhs, index), self.affine(e.rhs, index)
             if e.op == "+":
                 return a.add(b)
             if e.op == "-":
@@ -464,7 +470,7 @@ class _Converter:
                     raise _NotAffine(e, False)
                 return a.mul(b)
             divisor = self._constant(b)
-            if divisor in (None, 0):
+            if divisor in (None, 0) or not index:
                 raise _NotAffine(e, False)
             quotient = a.scale_down_val(isl.Val.int_from_si(_CTX, divisor)).floor()
             if e.op == "/":
@@ -485,7 +491,7 @@ class _Converter:
     def condition(self, e: ast.Expr) -> isl.Set:
         """The set where a boolean expression holds; raises :class:`_NotAffine`."""
         if isinstance(e, ast.Binary) and e.op in _COMPARE:
-            return getattr(self.affine(e.lhs), _COMPARE[e.op])(self.affine(e.rhs))
+            return getattr(self.affine(e.lhs, False), _COMPARE[e.op])(self.affine(e.rhs, False))
         if isinstance(e, ast.Binary) and e.op in ("&&", "||"):
             a, b = self.condition(e.lhs), self.condition(e.rhs)
             return a.intersect(b) if e.op == "&&" else a.union(b)

@@ -439,3 +439,10 @@ def test_format_expr_keeps_floor_division_grouped():
     H, K = sympy.symbols("H K", integer=True)
     assert format_expr(2 * sympy.floor((H - K) / 2) + 1) == "2*((H - K)/2) + 1"
     assert format_expr(sympy.Min(H, K - 1)) == "min(H, K - 1)"
+
+
+def test_guards_prove_reads_only_with_c_semantics():
+    assert ranges("def f(float(N) B) -> (A) { A(i) = i >= 1 ? B(i - 1) : 0.0 where i in 0:N }").preconditions == ()
+    # C truncates (0 - 1) / 2 to 0, so the guard holds at i = 0 and B(-1) would be read
+    check_error("def f(float(N) B) -> (A) { A(i) = (i - 1) / 2 >= 0 ? B(i - 1) : 0.0 where i in 0:N }",
+                "B(i - 1) reads out of bounds of B (shape (N)) for all sizes when 0 <= i < N", 1, 54)

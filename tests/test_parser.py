@@ -1,10 +1,12 @@
 """Parser: source text -> unchecked AST (names, spans, precedence, syntax errors)."""
+from pathlib import Path
+
 import pytest
 
 from tcpy.errors import TCSyntaxError
 from tcpy.lang import ast
 from tcpy.lang.parser import parse_program
-from tcpy.lang.types import ScalarType
+from tcpy.lang.types import TYPE_NAMES, ScalarType
 
 MATMUL = """
 def matmul(float(M,K) A, float(K,N) B) -> (C) {
@@ -70,3 +72,70 @@ def test_syntax_error_is_located():
     assert (err.line, err.column) == (2, 8)
     assert err.def_name == "f"
     assert "assignment operator" in err.message
+
+
+GOOD = sorted((Path(__file__).parent / "golden" / "good").glob("*.tc"))
+
+
+def _parse_expr(text: str) -> ast.Expr:
+    return parse_program(f"def f() -> () {{ y = {text} }}").defs[0].stmts[0].rhs
+
+
+@pytest.mark.parametrize("path", GOOD, ids=[p.stem for p in GOOD])
+def test_every_span_covers_its_node(path):
+    """Each expression's span is exactly its source text: re-parsing the slice gives the node."""
+    source = path.read_text()
+    for d in parse_program(source).defs:
+        assert source[d.name_span.start_pos:d.name_span.end_pos] == d.name
+        assert source[d.span.start_pos:d.span.end_pos].startswith("def") and source[d.span.end_pos - 1] == "}"
+        for s in d.stmts:
+            assert source[s.target_span.start_pos:s.target_span.end_pos] == s.target
+            exprs = [*s.lhs, s.rhs] + [e for c in s.where for e in _clause_exprs(c)]
+            for top in exprs:
+                for e in top.walk():
+                    assert e.span != ast.NO_SPAN
+                    assert _parse_expr(source[e.span.start_pos:e.span.end_pos]) == e
+
+
+def _clause_exprs(clause):
+    if isinstance(clause, ast.RangeConstraint):
+        return [clause.lo, clause.hi]
+    return [clause.expr]
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("7", ast.IntLit(7)), ("1.5", ast.FloatLit(1.5)), ("3.", ast.FloatLit(3.0)), (".5e-7", ast.FloatLit(0.5e-7)),
+     ("3E-5", ast.FloatLit(3e-5)), ("2e3", ast.FloatLit(2000.0))],
+)
+def test_number_literals(text, value):
+    assert _parse_expr(text) == value
+
+
+def test_keywords_are_reserved_and_min_max_are_calls():
+    e = _parse_expr("min(a, max(b, c)) + minimum")
+    assert e == ast.Binary(
+        "+", ast.Call("min", (ast.Name("a"), ast.Call("max", (ast.Name("b"), ast.Name("c"))))), ast.Name("minimum")
+    )
+    with pytest.raises(TCSyntaxError, match="found the keyword 'in'"):
+        parse_program("def f(float(N) in) -> (B) { }")
+
+
+def test_all_assignment_operators_and_where_clauses():
+    ops = ["=", "+=", "*=", "min=", "max=", "+=!", "*=!", "min=!", "max=!"]
+    body = "\n".join(f"    O {op} A(i) where i in 0:N, x = 1, exists A(i)" for op in ops)
+    d = parse_program(f"def f(float(N) A) -> (O) {{\n{body}\n}}").defs[0]
+    assert [s.op for s in d.stmts] == ops
+    assert all(len(s.where) == 3 for s in d.stmts)
+
+
+def test_casts_to_every_type_spelling():
+    for spelling, scalar in TYPE_NAMES.items():
+        assert _parse_expr(f"{spelling}(x)") == ast.Cast(scalar, ast.Name("x"))
+
+
+def test_empty_source_and_several_defs():
+    assert parse_program("").defs == ()
+    assert parse_program("  # only a comment\n").defs == ()
+    names = [d.name for d in parse_program("def a() -> () {}\ndef b() -> () {}").defs]
+    assert names == ["a", "b"]

@@ -885,23 +885,28 @@ def explain(def_ranges: DefRanges, sizes: Optional[dict] = None) -> str:
         point = dr._point(sizes)
         bound = dr._evaluate(sizes, point)
         lines.append("  sizes: " + ", ".join(f"{k}={sizes[k]}" for k in dr.size_vars))
+    roles = {t.name: t.role for t in dr.def_.tensors}
     for k, st in enumerate(dr.statements):
         lines.append(f"  statement {k + 1}: {st.stmt}")
-        width = max([len(str(vr)) for vr in st.ranges.values()] + [0])
+        rows = []
         for var, vr in st.ranges.items():
-            row = f"    {vr.kind:<9}  {str(vr):<{width}}"
+            numbers = ""
             if bound is not None:
                 lo, hi = bound.statements[k][var]
-                row += f"  = [{lo}, {hi})" if hi > lo else "  = empty"
-            lines.append(row + f"   ({vr.origin})")
+                numbers = f"= [{lo}, {hi})" if hi > lo else "= empty"
+            rows.append((vr.kind, str(vr), numbers, f"({vr.origin})"))
+        widths = [len("reduction")] + [max([len(r[c]) for r in rows] + [0]) for c in (1, 2)]
+        for row in rows:
+            cells = [cell.ljust(w) for cell, w in zip(row, widths)] + [row[3]]
+            lines.append("    " + "  ".join(c for c in cells if c))
         for access in st.runtime_checked:
             lines.append(f"    checked at run time: {access} (index not affine in the sizes and index variables)")
     if dr.shapes:
         lines.append("  shapes:")
         for name, dims in dr.shapes.items():
-            row = f"    {name}: ({', '.join(format_expr(d) for d in dims)}{',' if len(dims) == 1 else ''})"
-            if bound is not None:
-                row += f" = {bound.shapes[name]}"
+            row = f"    {name} ({roles.get(name, 'output')}): ({', '.join(format_expr(d) for d in dims)}"
+            row += "," if len(dims) == 1 else ""
+            row += ")" if bound is None else f") = {bound.shapes[name]}"
             lines.append(row)
     if dr.preconditions:
         lines.append("  preconditions:")

@@ -904,10 +904,10 @@ def explain(def_ranges: DefRanges, sizes: Optional[dict] = None) -> str:
     if dr.shapes:
         lines.append("  shapes:")
         for name, dims in dr.shapes.items():
-            row = f"    {name} ({roles.get(name, 'output')}): ({', '.join(format_expr(d) for d in dims)}"
+            row = f"    {name}: ({', '.join(format_expr(d) for d in dims)}"
             row += "," if len(dims) == 1 else ""
             row += ")" if bound is None else f") = {bound.shapes[name]}"
-            lines.append(row)
+            lines.append(f"{row}  ({roles.get(name, 'output')})")
     if dr.preconditions:
         lines.append("  preconditions:")
         bad = set(map(id, dr.violated(point))) if point is not None else set()

@@ -381,10 +381,10 @@ def test_explain_symbolic_and_bound():
     text = explain(dr)
     assert "output     0 <= h < (H - KH)/2 + 1" in text
     assert "reduction  0 <= kh < KH" in text
-    assert text.endswith("O (output): (N, M, (H - KH)/2 + 1, (W - KW)/2 + 1)")
+    assert text.endswith("O: (N, M, (H - KH)/2 + 1, (W - KW)/2 + 1)  (output)")
     text = explain(dr, dict(N=1, C=3, H=9, W=9, M=8, KH=3, KW=3))
     assert "    output     0 <= h < (H - KH)/2 + 1  = [0, 4)  (I(n, c, 2 * h + kh, 2 * w + kw) (round 2))" in text
-    assert "O (output): (N, M, (H - KH)/2 + 1, (W - KW)/2 + 1) = (1, 8, 4, 4)" in text
+    assert "O: (N, M, (H - KH)/2 + 1, (W - KW)/2 + 1) = (1, 8, 4, 4)  (output)" in text
 
 
 def test_explain_shows_preconditions_and_violations():

@@ -137,3 +137,32 @@ def test_checked_program_round_trip(statements):
     for stmt in d.stmts:
         assert all(isinstance(e.type, ScalarType) for e in stmt.rhs.walk())
         assert not any(isinstance(e, ast.Name) for e in stmt.rhs.walk())
+
+
+TOKENS = [
+    "def", "f", "g", "(", ")", "{", "}", "->", ",", "float", "int32", "half", "A", "B", "N", "i", "j", "k",
+    "=", "+=!", "+=", "max=!", "min=", "*=!", "+", "-", "*", "/", "%", "?", ":", "<", ">=", "==", "!=", "&&",
+    "||", "!", "where", "in", "exists", "<=>", "min", "max", "exp", "pow", "0", "1", "2.5", ".", "#c\n", "\n",
+    "$", ";", "[",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), max_size=40).map(" ".join))
+def test_token_soup_raises_only_tc_errors(text):
+    try:
+        tcpy.parse(text)
+    except tcpy.TCProgramError as err:
+        assert err.span is not None and err.source == text
+        str(err)
+
+
+@settings(max_examples=100, deadline=None)
+@given(programs)
+def test_sema_on_arbitrary_programs_raises_only_tc_errors(program):
+    try:
+        checked = tcpy.parse(str(program))
+    except tcpy.TCSemanticError as err:
+        assert err.span is not None and err.def_name is not None
+    else:
+        assert tcpy.parse(str(checked)) == checked

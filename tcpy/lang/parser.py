@@ -21,8 +21,7 @@ from .types import TYPE_NAMES
 
 GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "grammar.lark"
 
-# Words the lexer reserves; the contextual lexer would otherwise accept them as names
-# wherever the keyword itself cannot appear.
+# Words that can never be names (TC's lexer reserves them).
 KEYWORDS = frozenset({"def", "where", "in", "exists", "min", "max"}) | frozenset(TYPE_NAMES)
 
 
@@ -384,6 +383,8 @@ def _describe(err: UnexpectedInput, source: str, def_name: Optional[str]) -> str
         char = source[err.pos_in_stream]
         hint = _CHARACTER_HINTS.get(char)
         return hint if hint else f"unexpected character '{char}'"
+    if not isinstance(err, UnexpectedToken):
+        return "unexpected end of the input"
     tok = err.token
     at_end = tok.type == "$END"
     if at_end:

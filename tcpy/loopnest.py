@@ -13,6 +13,8 @@ bodies stay TC expressions and are turned into C by :mod:`tcpy.codegen.emit`.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
@@ -77,7 +79,38 @@ class Accumulate:
     body: tuple["Node", ...]
 
 
-Node = Union[Loop, Guard, Point, Accumulate]
+@dataclass(frozen=True, slots=True)
+class RegisterTile:
+    """A ``rows x cols`` block of the target kept in registers across the reduction loops.
+
+    ``fast`` runs when the block is whole (``full``): it loads the block, runs the reduction
+    loops whose innermost body is a :class:`TileUpdate`, and stores the block back. ``slow``
+    is isl's plain loop nest for partial blocks at the edges.
+    """
+
+    stmt: int
+    row_var: str
+    rows: int
+    row_start: str
+    col_var: str
+    cols: int
+    col_start: str
+    full: str
+    point: tuple[tuple[str, str], ...]  # the other output variables
+    fast: tuple["Node", ...]
+    slow: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TileUpdate:
+    """``tile[r][c] = tile[r][c] op rhs`` over the whole register tile, at ``point`` (all
+    variables but the tile's row and column)."""
+
+    stmt: int
+    point: tuple[tuple[str, str], ...]
+
+
+Node = Union[Loop, Guard, Point, Accumulate, RegisterTile, TileUpdate]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +185,7 @@ def _rect_set(name: str, vars_: tuple[str, ...], ranges: Mapping[str, tuple[int,
 
 
 def _schedule_map(name: str, vars_: tuple[str, ...], sched: StmtSchedule, domain: isl.Set) -> isl.Map:
-    outs = [f"floor({v}/{t})" for v, t in sched.tiles] + list(sched.order)
+    outs = list(sched.dim_exprs())
     if not outs:  # a scalar statement still needs one schedule dimension
         outs = ["0"]
     text = f"{{ {name}[{', '.join(vars_)}] -> [{', '.join(outs)}] }}"
@@ -176,18 +209,26 @@ class _Lowerer:
         self.sched = sched
         self.mode = mode
         self.vars = vars_
-        dims = sched.dims() if sched else tuple((v, False) for v in vars_)
-        self.dim_of = {f"c{i}": d for i, d in enumerate(dims)}
-        self.parallel = {f"c{i}" for i in range(sched.parallel_dims)} if sched else set()
-        self.innermost = f"c{len(dims) - 1}" if dims else None
+        dims = sched.dims() if sched else tuple((v, "point") for v in vars_)
+        names = [f"c{i}" for i in range(len(dims))]
+        self.parallel = set(names[: sched.parallel_dims]) if sched else set()
+        self.innermost = names[-1] if dims else None
+        point_reductions = {
+            name for name, (v, level) in zip(names, dims) if level == "point" and v in stmt.reduction_vars
+        }
         # Schedule dimensions of the reduction loops that accumulate in a register; the first
         # one isl emits as a loop opens the accumulator (isl drops loops of extent 1).
-        self.reduction_dims = set()
-        if sched and sched.register_reduction:
-            self.reduction_dims = {
-                f"c{len(sched.tiles) + i}" for i, v in enumerate(sched.order) if v in stmt.reduction_vars
-            }
+        self.reduction_dims = point_reductions if sched and sched.register_reduction else set()
         self.in_accumulator = False
+        # Register tile: the first loop below the block loops opens it; the row loop ends it.
+        self.tile_dims: set[str] = set()
+        self.row_dim = self.col_dim = None
+        if sched and sched.register_tile and mode == "memory":
+            row, _, col, _ = sched.register_tile
+            self.row_dim, self.col_dim = names[-2], names[-1]
+            self.tile_dims = point_reductions | {self.row_dim, self.col_dim}
+        self.in_tile = False
+        self.fast = False
 
     def lower(self, node: Optional[isl.AstNode], in_parallel: bool = False) -> tuple[Node, ...]:
         if node is None:
@@ -212,6 +253,12 @@ class _Lowerer:
 
     def _loop(self, node: isl.AstNode, in_parallel: bool) -> Node:
         var = node.for_get_iterator().get_id().get_name()
+        if var in self.tile_dims and not self.in_tile:
+            return self._register_tile(node, in_parallel)
+        if self.fast and var == self.row_dim:
+            point = _first_point(self._plain(node, in_parallel))
+            row, _, col, _ = self.sched.register_tile
+            return TileUpdate(self.stmt_index, tuple((v, e) for v, e in point.point if v not in (row, col)))
         collapse = 0
         if var in self.parallel and not in_parallel:
             collapse, inner = 1, node.for_get_body()
@@ -241,6 +288,38 @@ class _Lowerer:
             return Accumulate(self.stmt_index, self._output_point(loop), (loop,))
         return loop
 
+    def _plain(self, node: isl.AstNode, in_parallel: bool) -> Node:
+        fast, self.fast = self.fast, False
+        try:
+            return self._loop(node, in_parallel)
+        finally:
+            self.fast = fast
+
+    def _register_tile(self, node: isl.AstNode, in_parallel: bool) -> Node:
+        self.in_tile = True
+        try:
+            slow = self._loop(node, in_parallel)
+            row_loop = _find_for(node, self.row_dim)
+            col_loop = _find_for(node, self.col_dim)
+            if row_loop is None or col_loop is None:  # a degenerate edge block: plain loops
+                return slow
+            row, rows, col, cols = self.sched.register_tile
+            row_start = isl_expr_to_c(row_loop.for_get_init())
+            col_start = isl_expr_to_c(col_loop.for_get_init())
+            full = " && ".join(
+                _substitute(isl_expr_to_c(loop.for_get_cond()), dim, f"(tcpy_{which}0 + {size - 1})")
+                for loop, dim, which, size in ((row_loop, self.row_dim, "row", rows),
+                                               (col_loop, self.col_dim, "col", cols)))
+            self.fast = True
+            fast = self._loop(node, in_parallel)
+            self.fast = False
+            others = tuple((v, e) for v, e in _first_point(slow).point
+                           if v in self.stmt.output_vars and v not in (row, col))
+            return RegisterTile(self.stmt_index, row, rows, row_start, col, cols, col_start, full,
+                                others, (fast,), (slow,))
+        finally:
+            self.in_tile = False
+
     def _output_point(self, node: Node) -> tuple[tuple[str, str], ...]:
         """The output variables' C expressions, found from the first point below ``node``."""
         point = _first_point(node)
@@ -252,6 +331,19 @@ class _Lowerer:
         if self.mode == "register" and not self.in_accumulator:  # every reduction loop had extent 1
             return Accumulate(self.stmt_index, self._output_point(point), (point,))
         return point
+
+
+def _find_for(node: isl.AstNode, name: str) -> Optional[isl.AstNode]:
+    """The loop over iterator ``name`` along the chain of single-loop bodies from ``node``."""
+    while node.get_type() == isl.ast_node_type.for_:
+        if node.for_get_iterator().get_id().get_name() == name:
+            return node
+        node = node.for_get_body()
+    return None
+
+
+def _substitute(c_text: str, name: str, replacement: str) -> str:
+    return re.sub(rf"\b{name}\b", replacement, c_text)
 
 
 def _first_point(node: Node) -> Point:
@@ -291,7 +383,7 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
             # when it has `!` and as an in-place update otherwise.
             mode = "assign" if stmt.reduction is None or stmt.init else "memory"
             sched = choose_schedule(stmt, extents, shapes, types[stmt.target], options)
-            sched = StmtSchedule(sched.order, sched.tiles, sched.parallel_dims, sched.simd, False, sched.unroll)
+            sched = dataclasses.replace(sched, register_reduction=False)
             dom = _rect_set(name, vars_, ranges)
             ast_root = _build_ast(_schedule_map(name, vars_, sched, dom))
             body = _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
@@ -325,8 +417,8 @@ def _empty_reduction(index, stmt, sched, name, ranges) -> tuple[Node, ...]:
     out_vars = stmt.output_vars
     if not stmt.init:
         return ()  # T op= (identity) leaves T unchanged
-    init_sched = StmtSchedule(tuple(v for v in sched.order if v in out_vars), (), sched.parallel_dims,
-                              False, False, 0)
+    init_sched = StmtSchedule(order=tuple(v for v in sched.order if v in out_vars), reductions=(), tiles=(),
+                              parallel_dims=0, simd=False, register_reduction=False, unroll=0)
     dom = _rect_set(name, out_vars, ranges)
     ast_root = _build_ast(_schedule_map(name, out_vars, init_sched, dom))
     return _Lowerer(index, stmt, init_sched, "init", out_vars).lower(ast_root)

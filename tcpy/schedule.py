@@ -13,6 +13,11 @@ The heuristics are deliberately simple and explainable:
   initialisation nest. ``half`` targets always use a register accumulator in float32.
 * **Tiles.** Only nests that reduce in memory (GEMM-like) are tiled: the register-resident
   patterns gain nothing from it. Tile loops come first (output variables, then reductions).
+* **Register tile.** In those nests a block of ``R x V`` outputs (``R`` rows of a second output
+  variable, ``V`` contiguous elements of the innermost one) stays in registers across the
+  reduction loops, so each loaded input vector feeds ``R`` fused multiply-adds. The row
+  variable is the output variable whose accesses share the fewest loads with the inner one
+  (``m`` in matmul, the output channel in a convolution).
 * **Parallel.** The leading output loops (tile loops, or untiled outer loops) are collapsed into
   one ``omp parallel for`` when the nest has enough work; reduction loops are never parallel.
 * **SIMD.** The innermost loop gets ``omp simd`` (with a ``reduction`` clause for ``+``/``*``
@@ -22,6 +27,7 @@ The heuristics are deliberately simple and explainable:
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -30,7 +36,8 @@ from .lang import ast
 
 # Loops with fewer iterations than this in total run serially: OpenMP start-up costs ~1-5 us.
 PARALLEL_MIN_WORK = 1 << 15
-DEFAULT_TILES = {"inner": 512, "output": 32, "reduction": 128}
+DEFAULT_TILES = {"inner": 256, "output": 96, "reduction": 256}
+VECTOR_BYTES = 64  # one AVX-512 register; register tiles use at most 12 of the 32
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class Options:
         semantics are no longer guaranteed). Off by default.
     check_indices: bounds-check data-dependent indices such as ``B(C(i))`` at run time.
     cflags: extra compiler flags.
+    register_tile: keep blocks of outputs in registers across reductions (GEMM-like nests).
     """
 
     tile_sizes: Mapping[str, int] = field(default_factory=dict)
@@ -60,6 +68,7 @@ class Options:
     fast_math: bool = False
     check_indices: bool = True
     cflags: tuple[str, ...] = ()
+    register_tile: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "tile_sizes", dict(self.tile_sizes))
@@ -82,6 +91,7 @@ class Options:
         return (
             tuple(sorted(self.tile_sizes.items())), self.loop_order, self.unroll, self.threads,
             self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
+            self.register_tile,
         )
 
 
@@ -96,22 +106,51 @@ class StmtSchedule:
     """
 
     order: tuple[str, ...]
+    reductions: tuple[str, ...]
     tiles: tuple[tuple[str, int], ...]
     parallel_dims: int
     simd: bool
     register_reduction: bool
     unroll: int
+    # (row variable, rows, column variable, columns) of a register tile, or None
+    register_tile: Optional[tuple[str, int, str, int]] = None
 
-    def dims(self) -> tuple[tuple[str, bool], ...]:
-        """Schedule dimensions as (variable, is_tile_loop), outermost first."""
-        return tuple((v, True) for v, _ in self.tiles) + tuple((v, False) for v in self.order)
+    def dims(self) -> tuple[tuple[str, str], ...]:
+        """Schedule dimensions as (variable, level), outermost first; level is ``"tile"``,
+        ``"block"`` (a register tile's start) or ``"point"``."""
+        tiles = tuple((v, "tile") for v, _ in self.tiles)
+        if self.register_tile is None:
+            return tiles + tuple((v, "point") for v in self.order)
+        row, _, col, _ = self.register_tile
+        outer = tuple((v, "point") for v in self.order if v not in (row, col) and v not in self.reductions)
+        reductions = tuple((v, "point") for v in self.order if v in self.reductions)
+        return tiles + outer + ((row, "block"), (col, "block")) + reductions + ((row, "point"), (col, "point"))
+
+    def dim_exprs(self) -> tuple[str, ...]:
+        """isl schedule expressions of :meth:`dims`."""
+        sizes = dict(self.tiles)
+        if self.register_tile is not None:
+            row, rows, col, cols = self.register_tile
+            blocks = {row: rows, col: cols}
+        out = []
+        for v, level in self.dims():
+            if level == "tile":
+                out.append(f"floor({v}/{sizes[v]})")
+            elif level == "block":
+                out.append(f"floor({v}/{blocks[v]})")
+            else:
+                out.append(v)
+        return tuple(out)
 
     def describe(self) -> str:
         parts = [f"order {', '.join(self.order) or '(scalar)'}"]
         if self.tiles:
             parts.append("tiles " + ", ".join(f"{v}:{t}" for v, t in self.tiles))
+        if self.register_tile:
+            row, rows, col, cols = self.register_tile
+            parts.append(f"register tile {row}:{rows} x {col}:{cols}")
         if self.parallel_dims:
-            outer = [f"{v}{'_tile' if t else ''}" for v, t in self.dims()[: self.parallel_dims]]
+            outer = [f"{v}{'' if level == 'point' else '_' + level}" for v, level in self.dims()[: self.parallel_dims]]
             parts.append("parallel over " + ", ".join(outer))
         if self.register_reduction:
             parts.append("reduction in a register")
@@ -161,7 +200,7 @@ def choose_schedule(
     reduction = set(stmt.reduction_vars)
 
     def heuristic_key(v):  # ascending = outermost first
-        return (-strided[v], contiguous[v], v in reduction, extents.get(v, 1))
+        return (-strided[v], contiguous[v], extents.get(v, 1), v in reduction)
 
     order = sorted(stmt.index_vars, key=heuristic_key)
     if options.loop_order:
@@ -180,9 +219,14 @@ def choose_schedule(
     if register:
         order = [v for v in order if v not in reduction] + [v for v in order if v in reduction]
 
+    register_tile = None
+    if has_reduction and not register and options.register_tile and len(order) >= 2:
+        register_tile = _register_tile(stmt, order, extents, target_type)
+
     tiles: list[tuple[str, int]] = []
     if has_reduction and not register:
         inner = order[-1] if order else None
+        blocks = {register_tile[0]: register_tile[1], register_tile[2]: register_tile[3]} if register_tile else {}
         for group in ("output", "reduction"):
             for v in order:
                 if (v in reduction) != (group == "reduction"):
@@ -190,6 +234,8 @@ def choose_schedule(
                 size = options.tile_sizes.get(v)
                 if size is None:
                     size = DEFAULT_TILES["inner" if v == inner else group]
+                if v in blocks and size:  # whole register blocks per tile
+                    size = max(blocks[v], size // blocks[v] * blocks[v])
                 if size and extents.get(v, 1) > size:
                     tiles.append((v, size))
     else:
@@ -200,26 +246,60 @@ def choose_schedule(
             if size and extents.get(v, 1) > size:
                 tiles.append((v, size))
 
+    sched = StmtSchedule(
+        order=tuple(order),
+        reductions=tuple(v for v in order if v in reduction),
+        tiles=tuple(tiles),
+        parallel_dims=0,
+        simd=options.vectorize and bool(order),
+        register_reduction=register,
+        unroll=options.unroll,
+        register_tile=register_tile,
+    )
     work = 1
     for v in order:
         work *= max(extents.get(v, 1), 0)
     parallel_dims = 0
     if options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK:
+        dims = sched.dims()
         tiled = {v for v, _ in tiles}
-        dims = [(v, True) for v, _ in tiles] + [(v, False) for v in order]
-        # The innermost loop stays out of the parallel collapse: it is the SIMD loop.
-        for v, is_tile in dims[: max(1, len(dims) - 1)]:
-            if v in reduction or (not is_tile and v in tiled) or (not is_tile and tiles):
+        # The innermost loop stays out of the parallel collapse: it is the SIMD loop. Point
+        # loops of tiled variables depend on their tile loop, so the collapse stops there.
+        for v, level in dims[: max(1, len(dims) - 1)]:
+            if v in reduction or level == "block" or (level == "point" and (v in tiled or tiles)):
                 break
             parallel_dims += 1
             if parallel_dims == 3:
                 break
+    return dataclasses.replace(sched, parallel_dims=parallel_dims)
 
-    return StmtSchedule(
-        order=tuple(order),
-        tiles=tuple(tiles),
-        parallel_dims=parallel_dims,
-        simd=options.vectorize and bool(order),
-        register_reduction=register,
-        unroll=options.unroll,
-    )
+
+def _register_tile(stmt, order, extents, target_type):
+    """(row var, rows, column var, columns) for a memory-accumulating nest, or None.
+
+    Among a few shapes that fit in the vector registers, the one that leaves the smallest
+    share of the outputs to partial blocks (which take the plain path) wins.
+    """
+    reduction = set(stmt.reduction_vars)
+    col = order[-1]
+    if col in reduction:
+        return None
+    candidates = [v for v in order if v not in reduction and v != col]
+    if not candidates:
+        return None
+    reads = [a for a in _accesses(stmt) if any(col in _vars_in(i) for i in a.indices)]
+
+    def shared_loads(v):  # accesses that contain both the column variable and v
+        return sum(any(v in _vars_in(i) for i in a.indices) for a in reads)
+
+    row = min(reversed(candidates), key=shared_loads)
+    vector = max(1, VECTOR_BYTES // max(1, target_type.bits // 8))
+    rows_ext, cols_ext = extents.get(row, 0), extents.get(col, 0)
+    best, best_covered = None, 0.0
+    for rows, cols in ((6, 2 * vector), (8, vector), (4, 2 * vector), (4, vector)):
+        if rows_ext < rows or cols_ext < cols:
+            continue
+        covered = (rows_ext - rows_ext % rows) * (cols_ext - cols_ext % cols) / (rows_ext * cols_ext)
+        if covered > best_covered + 0.05:
+            best, best_covered = (row, rows, col, cols), covered
+    return best

@@ -368,3 +368,20 @@ def test_options_change_schedule_not_result():
     k = tcpy.define(MATMUL, options=options)
     check(k(A, B), A @ B)
     assert "#pragma omp parallel" not in k.c_source(A, B)
+
+
+def test_register_tiles_with_partial_blocks():
+    # m = 13 and w = 38 are not multiples of the register tile: whole blocks take the register
+    # path, edge blocks the plain loops; both must agree with NumPy.
+    k = tcpy.define("""
+    def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {
+        O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw)
+    }""")
+    I, W = rand(1, 5, 6, 40), rand(13, 5, 3, 3)
+    assert "register tile m:" in k.explain(I, W)
+    assert "tcpy_tile" in k.c_source(I, W)
+    check(k(I, W), conv2d_nchw(I, W, 1))
+    mm = tcpy.define(MATMUL)
+    A, B = rand(67, 35), rand(35, 111)
+    assert "tcpy_tile" in mm.c_source(A, B)
+    check(mm(A, B), A @ B)

@@ -107,6 +107,7 @@ class _Emitter:
         self.stmt_index = 0
         self.env = {}
         self.uses_divzero = False
+        self.tile = None
 
     # -- error table -------------------------------------------------------------------------
 
@@ -273,6 +274,57 @@ class _Emitter:
         self.emit(f"{target} = {value};", depth + 1)
         self.emit("}", depth)
 
+    def register_tile(self, node, depth):
+        stmt = self.ir.stmts[node.stmt]
+        self.current_stmt = stmt
+        t = self.ir.types[stmt.target]
+        self.emit("{", depth)
+        self.emit(f"const int64_t tcpy_row0 = {node.row_start}, tcpy_col0 = {node.col_start};", depth + 1)
+        self.emit(f"if ({node.full}) {{", depth + 1)
+        self.emit(f"{t.c_type} tcpy_tile[{node.rows}][{node.cols}];", depth + 2)
+        self._tile_copy(node, stmt, "tcpy_tile[tcpy_r][tcpy_c] = {target};", depth + 2)
+        self.nodes(node.fast, depth + 2)
+        self._tile_copy(node, stmt, "{target} = tcpy_tile[tcpy_r][tcpy_c];", depth + 2)
+        self.emit("} else {", depth + 1)
+        self.nodes(node.slow, depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+        self.tile = None
+
+    def _tile_loops(self, node, depth):
+        """Open the two loops over a register tile; the caller emits the body and closes them."""
+        self.tile = node
+        self.emit(f"#pragma GCC unroll {node.rows}", depth)
+        self.emit(f"for (int64_t tcpy_r = 0; tcpy_r < {node.rows}; tcpy_r++) {{", depth)
+        self.emit("#pragma omp simd", depth + 1)
+        self.emit(f"for (int64_t tcpy_c = 0; tcpy_c < {node.cols}; tcpy_c++) {{", depth + 1)
+
+    def _tile_env(self, node, point):
+        env = dict(point)
+        env[node.row_var] = "tcpy_row0 + tcpy_r"
+        env[node.col_var] = "tcpy_col0 + tcpy_c"
+        return env
+
+    def _tile_copy(self, node, stmt, template, depth):
+        self.env = self._tile_env(node, node.point)
+        target = self.access(stmt.target, stmt.lhs)
+        self._tile_loops(node, depth)
+        self.emit(template.format(target=target), depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def tile_update(self, node, depth):
+        stmt = self.ir.stmts[node.stmt]
+        self.current_stmt = stmt
+        t = self.ir.types[stmt.target]
+        self.env = self._tile_env(self.tile, node.point)
+        rhs = convert(self.value(stmt.rhs), stmt.rhs.type, t)
+        self._tile_loops(self.tile, depth)
+        cell = "tcpy_tile[tcpy_r][tcpy_c]"
+        self.emit(f"{cell} = {combine(stmt.reduction, cell, rhs, t)};", depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+
     def loop(self, node, depth):
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
@@ -291,7 +343,7 @@ class _Emitter:
         self.emit("}", depth)
 
     def nodes(self, nodes, depth):
-        from tcpy.loopnest import Accumulate, Guard, Loop, Point
+        from tcpy.loopnest import Accumulate, Guard, Loop, Point, RegisterTile, TileUpdate
         for node in nodes:
             if isinstance(node, Loop):
                 self.loop(node, depth)
@@ -299,6 +351,10 @@ class _Emitter:
                 self.point(node, depth)
             elif isinstance(node, Accumulate):
                 self.accumulate(node, depth)
+            elif isinstance(node, RegisterTile):
+                self.register_tile(node, depth)
+            elif isinstance(node, TileUpdate):
+                self.tile_update(node, depth)
             elif isinstance(node, Guard):
                 self.emit(f"if ({node.cond}) {{", depth)
                 self.nodes(node.then, depth + 1)

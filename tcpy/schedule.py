@@ -4,7 +4,7 @@ The heuristics are deliberately simple and explainable:
 
 * **Order.** A variable is *strided* in an access when it indexes a non-innermost dimension, and
   *contiguous* when it indexes the innermost one. Loops are ordered from most strided (outermost)
-  to most contiguous (innermost), output variables before reduction variables on ties, so for
+  to most contiguous (innermost), longer loops innermost on ties, so for
   matmul ``C(m,n) +=! A(m,k) * B(k,n)`` the order is ``m, k, n``: the inner loop walks rows of
   ``B`` and ``C``.
 * **Accumulation.** When the innermost loop would be a reduction variable, all reduction

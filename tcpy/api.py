@@ -69,6 +69,10 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<tcpy.Kernel {self.def_.signature()}>"
 
+    def _repr_html_(self) -> str:
+        from .display import kernel_html
+        return kernel_html(self)
+
     # -- specialisation -------------------------------------------------------------------
 
     def specialize(self, *arrays_or_shapes, **sizes) -> Specialization:

@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # the language layer stays import-light
 class TCError(Exception):
     """Base class of everything tcpy raises for a bad program or a bad input."""
 
+    def _repr_html_(self) -> str:  # Jupyter shows errors as a readable diagnostic box
+        from .display import error_html
+        return error_html(self)
+
 
 class TCProgramError(TCError):
     """An error located in TC source text.

@@ -665,7 +665,6 @@ class _DefInference:
         pending = [b for b in bounds if b.index is not None]
         lows: dict = {v: [] for v in unresolved}
         highs: dict = {v: [] for v in unresolved}
-        goods: dict = {v: [] for v in unresolved}
         round_no = 0
         while unresolved:
             round_no += 1
@@ -685,22 +684,20 @@ class _DefInference:
                 for ok in (b.index.ge_set(zero), b.index.lt_set(b.extent)):
                     bad = _keep_dim(box.subtract(ok), pos)
                     good = isl.Set.universe(bad.get_space()).subtract(bad).intersect_params(ctx)
-                    goods[v].append(good)
                     lo, hi = _try_bound(good, "min"), _try_bound(good, "max")
                     if lo is not None:
                         lows[v].append((lo, b, round_no))
                     if hi is not None:
-                        highs[v].append((hi.add(isl.PwAff.val_on_domain(hi.domain(), isl.Val.one(_CTX))), b,
-                                         round_no))
+                        highs[v].append((hi.add_constant_val(isl.Val.one(_CTX)), b, round_no))
             newly = [v for v in unresolved if lows[v] and highs[v]]
             for v in newly:
-                self.resolve(stmt, v, lows[v], highs[v], goods[v], resolved)
+                self.resolve(stmt, v, lows[v], highs[v], resolved)
             if not newly:
                 self.unbounded(stmt, unresolved, lows, highs, bounds, pending)
             unresolved = [v for v in unresolved if v not in newly]
         return resolved
 
-    def resolve(self, stmt, v, lows, highs, goods, resolved):
+    def resolve(self, stmt, v, lows, highs, resolved):
         lo = lows[0][0]
         for other, _, _ in lows[1:]:
             lo = lo.max(other)
@@ -709,23 +706,13 @@ class _DefInference:
             hi = hi.min(other)
         lo, hi = lo.coalesce(), hi.coalesce()
         self.check_nonempty(v, lo, hi, stmt.span)
-        # Rectangular: every value in [lo, hi) must satisfy every constraint (no holes).
-        space1 = goods[0].get_space()
-        var1 = isl.PwAff.from_aff(isl.Aff.var_on_domain(isl.LocalSpace.from_space(space1), _SET, 0))
-        box = _lift(lo, 1).le_set(var1).intersect(var1.lt_set(_lift(hi, 1)))
-        for good in goods:
-            if not box.intersect_params(good.params()).is_subset(good):
-                raise self.error(
-                    f"the values of '{v}' that keep every access in bounds do not form one range "
-                    f"(holes); give its range with a where clause, e.g. `where {v} in "
-                    f"{format_expr(pw_to_sympy(lo))}:{format_expr(pw_to_sympy(hi))}`",
-                    stmt.span)
+        # Values inside [lo, hi) that some access rejects (holes, e.g. from `%`) are not
+        # checked here: the preconditions computed over the whole domain report them.
         names = []
         for _, b, _ in lows + highs:
             if str(b.access) not in names:
                 names.append(str(b.access))
-        rounds = sorted({r for _, _, r in lows + highs})
-        origin = f"{', '.join(names)} (round {max(rounds)})"
+        origin = f"{', '.join(names)} (round {max(r for _, _, r in lows + highs)})"
         resolved[v] = (lo, hi, origin)
 
     def unbounded(self, stmt, unresolved, lows, highs, bounds, pending):

@@ -446,3 +446,14 @@ def test_guards_prove_reads_only_with_c_semantics():
     # C truncates (0 - 1) / 2 to 0, so the guard holds at i = 0 and B(-1) would be read
     check_error("def f(float(N) B) -> (A) { A(i) = (i - 1) / 2 >= 0 ? B(i - 1) : 0.0 where i in 0:N }",
                 "B(i - 1) reads out of bounds of B (shape (N)) for all sizes when 0 <= i < N", 1, 54)
+
+
+def test_modulo_index_becomes_a_precondition():
+    dr = ranges("def f(float(N) B, float(M) C) -> (A) { A(i) = B(i % 4) + C(i) }")
+    assert symbolic(dr) == {"i": ("0", "M", "output")}
+    assert [p.text for p in dr.preconditions] == ["B(i % 4)"]
+    assert dr.bind({"N": 4, "M": 9}).shapes["A"] == (9,)
+    assert dr.bind({"N": 2, "M": 2}).shapes["A"] == (2,)
+    with pytest.raises(TCPreconditionError, match=r"B\(i % 4\) reads out of bounds of B \(shape \(2,\)\): "
+                                                  r"index 0 \(i % 4\) takes values 0..2"):
+        dr.bind({"N": 2, "M": 3})

@@ -9,7 +9,9 @@ fresh tensor, narrowing into any already-typed tensor, integral range bounds.
 
 The checked tree satisfies the invariants documented in :mod:`tcpy.lang.ast`: names resolved,
 every expression typed, statements know their output and reduction variables, each def lists
-its size variables and tensors.
+its size variables and tensors. Two things are kept exactly as written: a ``<=>`` annotation
+(TC gives it no meaning, so its arguments stay unchecked ``Name``/``Access`` nodes) and the
+operator of a ``+=!``-style statement without reduction variables (it behaves like ``=``).
 """
 from __future__ import annotations
 

@@ -238,3 +238,11 @@ def test_filename_is_reported():
     with pytest.raises(TCSemanticError) as info:
         tcpy.parse("def f(float(N) A) -> (B) { B(i) = Q(i) }", filename="kernels.tc")
     assert str(info.value).startswith("kernels.tc:1:35: error: in def 'f': unknown function or tensor 'Q'")
+
+
+def test_crlf_and_tabs_keep_columns():
+    src = "def f(float(N) A) -> (B) {\r\n\tB(i) = A(i) + Q(i)\r\n}\r\n"
+    with pytest.raises(TCSemanticError) as info:
+        tcpy.parse(src)
+    assert (info.value.line, info.value.column) == (2, 16)
+    assert str(info.value).splitlines()[1:] == ["     B(i) = A(i) + Q(i)", "                   ^~~~"]

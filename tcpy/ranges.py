@@ -226,6 +226,11 @@ def _simplest(pa: isl.PwAff) -> isl.PwAff:
     return pa
 
 
+def _tuple_text(items) -> str:
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 def _requires_text(ok: isl.Set) -> str:
     """A parameter set as readable conditions: ``N + M <= P + 1``, alternatives joined by ``or``."""
     ok = ok.coalesce()
@@ -789,32 +794,33 @@ class _DefInference:
         self.sym_shapes[stmt.target] = tuple(sym)
 
     def access_preconditions(self, index, stmt, conv, domain, bounds, ranges):
-        by_access: dict = {}
+        by_access: dict = {}  # id(access) -> (bound, sizes where out of bounds, domain where read)
+        zero = conv.const(0)
         for b in bounds:
             if b.index is None or b.exists:
                 continue
-            zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(domain.get_space()))
             ok = b.index.ge_set(zero).intersect(b.index.lt_set(b.extent))
             where = domain if b.guard is None else domain.intersect(b.guard)
             bad = where.subtract(ok).params().intersect(self.context)
             if bad.is_empty():
                 continue
-            key = id(b.access)
-            prev = by_access.get(key)
-            by_access[key] = (b, bad if prev is None else prev[1].union(bad), where)
+            prev = by_access.get(id(b.access))
+            by_access[id(b.access)] = (b, bad if prev is None else prev[1].union(bad), where)
         runs = domain.params().intersect(self.context)
         for b, bad, where in by_access.values():
             bad = bad.coalesce()
             if runs.is_subset(bad):
                 used = [v for v in conv.dims if v in _index_vars(b.access)]
                 given = ", ".join(f"{format_expr(ranges[v].lo)} <= {v} < {format_expr(ranges[v].hi)}" for v in used)
-                shape = ", ".join(self.def_extent_text(b.access.tensor, d) or "?" for d in range(len(b.access.indices)))
+                shape = _tuple_text(self.def_extent_text(b.access.tensor, d) or "?"
+                                    for d in range(len(b.access.indices)))
                 raise self.error(
-                    f"{b.access} reads out of bounds of {b.access.tensor} (shape ({shape})) for all sizes "
+                    f"{b.access} reads out of bounds of {b.access.tensor} (shape {shape}) for all sizes "
                     f"when {given}", b.access.span)
+            indices = tuple((c.dim, c.index) for c in bounds if c.access is b.access and c.index is not None)
             self.preconditions.append(Precondition(
                 str(b.access), b.access.span, index, "access",
-                _requires_text(runs.subtract(bad).gist(runs)), bad, (b.access, where, conv.dims)))
+                _requires_text(runs.subtract(bad).gist(runs)), bad, (b.access, where, indices)))
 
 
 # ----------------------------------------------------------------------------- bind-time messages
@@ -829,20 +835,14 @@ def _violation_message(dr: DefRanges, pre: Precondition, sizes: dict, point: isl
         lo, hi = _eval(vr.lo_isl, point), _eval(vr.hi_isl, point)
         return (head + f"output index '{vr.var}' of {pre.text} would range over {lo} <= {vr.var} < {hi} "
                 f"({vr}), below 0; these sizes must satisfy {pre.requires}")
-    access, domain, dims = pre.detail
+    access, domain, indices = pre.detail
     fixed = domain.intersect_params(isl.Set.from_point(point))
     parts = []
-    info = dr.shapes_isl
-    conv = _Converter(dr.size_vars, dims, info)
-    for d, e in enumerate(access.indices):
-        try:
-            pa = conv.affine(e).intersect_domain(fixed)
-        except _NotAffine:
-            continue
-        if pa.domain().is_empty():
-            continue
-        parts.append(f"index {d} ({e}) takes values {pa.min_val()}..{pa.max_val()}")
-    extent = _extent_text(dr, access.tensor, point, info)
+    for d, index in indices:
+        pa = index.intersect_domain(fixed)
+        if not pa.domain().is_empty():
+            parts.append(f"index {d} ({access.indices[d]}) takes values {pa.min_val()}..{pa.max_val()}")
+    extent = _extent_text(dr, access.tensor, point, dr.shapes_isl)
     return (head + f"{pre.text} reads out of bounds of {access.tensor}{extent}: " + "; ".join(parts)
             + f" (these sizes must satisfy {pre.requires})")
 

@@ -368,7 +368,7 @@ def test_output_index_starting_above_zero_is_fine():
 
 def test_where_range_always_out_of_bounds():
     check_error("def f(float(I) B) -> (A) { A(i) = B(i) where i in 0:I+1 }",
-                "B(i) reads out of bounds of B (shape (I)) for all sizes when 0 <= i < I + 1", 1, 35)
+                "B(i) reads out of bounds of B (shape (I,)) for all sizes when 0 <= i < I + 1", 1, 35)
 
 
 # ----------------------------------------------------------------------------- explain
@@ -445,7 +445,7 @@ def test_guards_prove_reads_only_with_c_semantics():
     assert ranges("def f(float(N) B) -> (A) { A(i) = i >= 1 ? B(i - 1) : 0.0 where i in 0:N }").preconditions == ()
     # C truncates (0 - 1) / 2 to 0, so the guard holds at i = 0 and B(-1) would be read
     check_error("def f(float(N) B) -> (A) { A(i) = (i - 1) / 2 >= 0 ? B(i - 1) : 0.0 where i in 0:N }",
-                "B(i - 1) reads out of bounds of B (shape (N)) for all sizes when 0 <= i < N", 1, 54)
+                "B(i - 1) reads out of bounds of B (shape (N,)) for all sizes when 0 <= i < N", 1, 54)
 
 
 def test_modulo_index_becomes_a_precondition():
@@ -457,3 +457,13 @@ def test_modulo_index_becomes_a_precondition():
     with pytest.raises(TCPreconditionError, match=r"B\(i % 4\) reads out of bounds of B \(shape \(2,\)\): "
                                                   r"index 0 \(i % 4\) takes values 0..2"):
         dr.bind({"N": 2, "M": 3})
+
+
+def test_precondition_message_with_dim_ref_index():
+    dr = ranges("def f(float(N) A, float(M) B) -> (O) { O(i) = B(A.0 - 1 - i) where i in 0:N }")
+    assert [p.text for p in dr.preconditions] == ["B(A.0 - 1 - i)"]
+    assert dr.bind({"N": 3, "M": 3}).shapes["O"] == (3,)
+    with pytest.raises(TCPreconditionError, match=r"B\(A.0 - 1 - i\) reads out of bounds of B \(shape \(2,\)\): "
+                                                  r"index 0 \(A.0 - 1 - i\) takes values 0..2 "
+                                                  r"\(these sizes must satisfy N <= M\)"):
+        dr.bind({"N": 3, "M": 2})

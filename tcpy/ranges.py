@@ -295,7 +295,7 @@ def pw_to_sympy(pa: isl.PwAff) -> sympy.Expr:
         if candidate.ne_set(pa).is_empty():
             return _tidy(_aff_to_sympy(aff))
     # min/max of some of the pieces' formulas (pieces such as "0 when N = 0" may be redundant)
-    for size in range(2, min(len(affs), 4) + 1):
+    for size in range(2, min(len(affs), 4) + 1) if len(affs) <= 6 else ():
         for subset in itertools.combinations(range(len(affs)), size):
             for combine, fn in ((isl.PwAff.min, sympy.Min), (isl.PwAff.max, sympy.Max)):
                 total = whole[subset[0]]

@@ -467,3 +467,48 @@ def test_precondition_message_with_dim_ref_index():
                                                   r"index 0 \(A.0 - 1 - i\) takes values 0..2 "
                                                   r"\(these sizes must satisfy N <= M\)"):
         dr.bind({"N": 3, "M": 2})
+
+
+def test_padded_conv_nhwc_with_where_ranges():
+    dr = ranges("""def conv(float(N,H,W,C) I, float(KH,KW,C,M) Wt) -> (O) {
+        O(n, h, w, m) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W)
+            ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c, m) : 0.0
+            where h in 0:H, w in 0:W, kh in 0:KH, kw in 0:KW
+    }""")
+    assert shape(dr, "O") == ("N", "H", "W", "M")
+    assert dr.preconditions == ()
+    assert dr.bind(dict(N=2, H=5, W=4, C=3, KH=3, KW=3, M=6)).shapes["O"] == (2, 5, 4, 6)
+
+
+def test_strided_padded_conv_output_size():
+    # stride 2, padding 1: output (H + 2 - KH)/2 + 1 via a where range on h
+    dr = ranges("""def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {
+        O(n, m, h, w) +=! (2*h + kh - 1 >= 0 && 2*h + kh - 1 < H && 2*w + kw - 1 >= 0 && 2*w + kw - 1 < W)
+            ? I(n, c, 2*h + kh - 1, 2*w + kw - 1) * Wt(m, c, kh, kw) : 0.0
+            where h in 0:(H + 2 - KH)/2 + 1, w in 0:(W + 2 - KW)/2 + 1, kh in 0:KH, kw in 0:KW
+    }""")
+    assert shape(dr, "O") == ("N", "M", "(H - KH)/2 + 2", "(W - KW)/2 + 2")
+    assert dr.preconditions == ()
+    assert dr.bind(dict(N=1, C=1, H=7, W=8, M=1, KH=3, KW=3)).shapes["O"] == (1, 1, 4, 4)
+
+
+def test_group_conv_and_average_pool():
+    dr = ranges("""def gconv(float(N,G,C,H,W) I, float(G,F,C,KH,KW) Wt) -> (O) {
+        O(n, g, f, h, w) +=! I(n, g, c, h + kh, w + kw) * Wt(g, f, c, kh, kw)
+    }""")
+    assert shape(dr, "O") == ("N", "G", "F", "H - KH + 1", "W - KW + 1")
+    dr = ranges("""def avgpool(float(N,C,H,W) I) -> (O) {
+        O(n, c, h, w) +=! I(n, c, 3*h + kh, 3*w + kw) / 9.0 where kh in 0:3, kw in 0:3
+    }""")
+    assert shape(dr, "O") == ("N", "C", "H/3", "W/3")
+    assert dr.bind(dict(N=1, C=1, H=8, W=9)).shapes["O"] == (1, 1, 2, 3)
+
+
+def test_reading_an_earlier_output():
+    dr = ranges("""def moments(float(M,N) A) -> (S, Mean) {
+        S(m) +=! A(m, n)
+        Mean(m) = S(m) / float(N)
+    }""")
+    assert symbolic(dr, 1) == {"m": ("0", "M", "output")}
+    assert dr.statements[1].ranges["m"].origin == "S(m) (round 1)"
+    assert dr.bind({"M": 3, "N": 4}).shapes == {"S": (3,), "Mean": (3,)}

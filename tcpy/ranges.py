@@ -33,8 +33,12 @@ Decisions where TC is silent:
   are listed in ``StmtRanges.runtime_checked`` for the code generator to check at run time.
 * Every affine access that isl cannot prove in bounds for all sizes becomes a
   :class:`Precondition`: an isl set of sizes for which it would read out of bounds, checked by
-  :meth:`DefRanges.bind`. An access out of bounds for every size with a non-empty domain is an
-  error at inference time.
+  :meth:`DefRanges.bind`. This includes accesses on ``where`` variables and holes inside a
+  range (``B(i % 4)`` with ``i`` fixed elsewhere). An access out of bounds for every size with a
+  non-empty domain is an error at inference time.
+* A variable bounded on one side only keeps that bound and waits for the other side from a
+  later round (TC would give up); with no progress in a round, inference stops with an error
+  that names the variable and shows the ``where`` clause to add.
 """
 from __future__ import annotations
 

@@ -61,11 +61,8 @@ def _parse_sizes(text: Optional[str]) -> dict[str, int]:
     return sizes
 
 
-def _parse_tiles(text: str) -> dict[str, int]:
-    return _parse_sizes(text)
-
-
 def _options(args):
+    """The tcpy.Options the schedule flags ask for."""
     from .schedule import Options
 
     return Options(
@@ -117,12 +114,14 @@ def cmd_check(args) -> int:
 
 
 def cmd_explain(args) -> int:
+    """Ranges, shapes and preconditions of one def (bound to --sizes when given), and its schedule."""
     kernel = _kernel(args)
     print(kernel.explain(**args.sizes), end="")
     return 0
 
 
 def cmd_emit(args) -> int:
+    """The generated C of one def for --sizes, to stdout or -o FILE."""
     kernel = _kernel(args)
     c_source = kernel.c_source(**args.sizes)
     if args.output:
@@ -134,6 +133,7 @@ def cmd_emit(args) -> int:
 
 
 def cmd_cache(args) -> int:
+    """Show where compiled kernels are cached and how many, or delete them."""
     from .runtime import build
 
     if args.action == "info":
@@ -149,6 +149,7 @@ def cmd_cache(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """GEMM, conv2d and attention: compile, check against NumPy, time."""
     from . import demo
 
     return demo.main()
@@ -158,12 +159,13 @@ def cmd_demo(args) -> int:
 
 
 def _kernel_arguments(p: argparse.ArgumentParser, sizes_required: bool) -> None:
+    """FILE, --name, --sizes and the schedule options shared by explain and emit."""
     p.add_argument("file", metavar="FILE", help="TC source file ('-' for standard input)")
     p.add_argument("--name", help="which def, when the file has several")
     p.add_argument("--sizes", type=_parse_sizes, default={}, required=sizes_required,
                    metavar="M=64,N=32", help="values of the size variables")
     tuning = p.add_argument_group("schedule options (see tcpy.Options)")
-    tuning.add_argument("--tile", type=_parse_tiles, metavar="m=64,k=256",
+    tuning.add_argument("--tile", type=_parse_sizes, metavar="m=64,k=256",
                         help="tile sizes per index variable (0: do not tile)")
     tuning.add_argument("--order", metavar="m,k,n", help="loop order, outermost first")
     tuning.add_argument("--threads", type=int, metavar="N", help="OpenMP threads (default: all CPUs)")
@@ -172,6 +174,7 @@ def _kernel_arguments(p: argparse.ArgumentParser, sizes_required: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the whole command line (one subcommand per action)."""
     parser = argparse.ArgumentParser(
         prog="tcpy",
         description="Tensor Comprehensions for Python: check, explain and compile TC kernels.",

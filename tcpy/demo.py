@@ -41,6 +41,7 @@ def attention(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V, float scale)
 
 
 def numpy_gemm(A, B):
+    """C = A @ B."""
     return A @ B
 
 
@@ -56,6 +57,7 @@ def im2col_conv2d(I, Wt):
 
 
 def numpy_attention(Q, K, V, scale):
+    """softmax(scale * Q K^T) V over the last two axes, with the usual max subtraction."""
     scores = scale * (Q @ K.swapaxes(-1, -2))
     scores -= scores.max(axis=-1, keepdims=True)
     p = np.exp(scores)
@@ -76,15 +78,18 @@ class Case:
 
 
 def _f32(rng, *shape):
+    """Standard normal float32 data."""
     return rng.standard_normal(shape, dtype=np.float32)
 
 
 def gemm_case(m: int, n: int, k: int) -> Case:
+    """(m x k) @ (k x n) in float32."""
     return Case("gemm", GEMM, f"{m}x{k} @ {k}x{n}",
                 lambda rng: (_f32(rng, m, k), _f32(rng, k, n)), numpy_gemm, 2.0 * m * n * k)
 
 
 def conv2d_case(n: int, c: int, f: int, hw: int, k: int = 3) -> Case:
+    """A k x k convolution, c -> f channels, hw x hw output, over a pre-padded NCHW input."""
     pad = hw + k - 1  # pre-padded input: output is hw x hw
     return Case("conv2d", CONV2D, f"N={n} C={c} F={f} {hw}x{hw} {k}x{k}",
                 lambda rng: (_f32(rng, n, c, pad, pad), _f32(rng, f, c, k, k)),
@@ -92,6 +97,7 @@ def conv2d_case(n: int, c: int, f: int, hw: int, k: int = 3) -> Case:
 
 
 def attention_case(b: int, h: int, length: int, d: int) -> Case:
+    """Self-attention shapes (batch, heads, sequence length, head size), scale 1/sqrt(d)."""
     scale = float(1.0 / np.sqrt(d))
     return Case("attention", ATTENTION, f"B={b} H={h} L=S={length} D={d}",
                 lambda rng: (_f32(rng, b, h, length, d), _f32(rng, b, h, length, d),

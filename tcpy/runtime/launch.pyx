@@ -21,6 +21,7 @@ cimport numpy as cnp
 from cpython.tuple cimport PyTuple_GET_SIZE
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memset
 
 from ..errors import TCArgumentError, TCRuntimeError
 
@@ -211,6 +212,7 @@ cdef _check_out(LaunchEntry entry, object out, list arrays):
     as zero wherever no statement writes them (and kernels may rely on it)."""
     cdef Py_ssize_t i, j, n_in = entry.n_inputs, n_out = PyTuple_GET_SIZE(entry._outs)
     cdef _ArraySpec spec
+    cdef cnp.ndarray o
     outs = (out,) if cnp.PyArray_Check(out) else out
     if not isinstance(outs, (tuple, list)) or len(outs) != n_out:
         if cnp.PyArray_Check(out):
@@ -221,26 +223,59 @@ cdef _check_out(LaunchEntry entry, object out, list arrays):
             got = f"a {type(out).__name__}"
         raise TCArgumentError(f"out= must be {_count(n_out)}, got {got}")
     for i in range(n_out):
-        o = outs[i]
         spec = <_ArraySpec>entry._outs[i]
+        if not cnp.PyArray_Check(outs[i]):
+            _bad_out(spec, i, n_out, f"got {type(outs[i]).__name__}")
+        o = <cnp.ndarray>outs[i]
+        if not _same_shape(o, spec) or not _same_dtype(o, spec):
+            _bad_out(spec, i, n_out, f"got a {o.dtype} array of shape {(<object>o).shape}")
+        if not cnp.PyArray_ISCARRAY(o):
+            problem = "read-only" if not cnp.PyArray_ISWRITEABLE(o) else "not C-contiguous"
+            _bad_out(spec, i, n_out, f"got an array that is {problem}")
         name = "out" if n_out == 1 else f"out[{i}]"
-        expected = f"a C-contiguous writeable {spec.dtype} array of shape {spec.shape}"
-        if not cnp.PyArray_Check(o):
-            raise TCArgumentError(f"{name}: expected {expected}, got {type(o).__name__}")
-        if o.dtype != spec.dtype or o.shape != spec.shape:
-            raise TCArgumentError(f"{name}: expected {expected}, got a {o.dtype} array of shape {o.shape}")
-        if not cnp.PyArray_ISCARRAY(<cnp.ndarray>o):
-            problem = "read-only" if not o.flags.writeable else "not C-contiguous"
-            raise TCArgumentError(f"{name}: expected {expected}, got an array that is {problem}")
         for j in range(n_in):
-            if np.may_share_memory(o, arrays[j]):
+            if _overlap(o, <cnp.ndarray>arrays[j]):
                 raise TCArgumentError(f"{name} shares memory with input {j}; kernels do not work in place")
         for j in range(i):
-            if np.may_share_memory(o, arrays[n_in + j]):
+            if _overlap(o, <cnp.ndarray>arrays[n_in + j]):
                 raise TCArgumentError(f"{name} shares memory with out[{j}]")
         arrays[n_in + i] = o
     for i in range(n_out):
-        (<cnp.ndarray>arrays[n_in + i]).fill(0)
+        o = <cnp.ndarray>arrays[n_in + i]
+        memset(cnp.PyArray_DATA(o), 0, cnp.PyArray_NBYTES(o))
+
+
+cdef _bad_out(_ArraySpec spec, Py_ssize_t i, Py_ssize_t n_out, str got):
+    name = "out" if n_out == 1 else f"out[{i}]"
+    raise TCArgumentError(f"{name}: expected a C-contiguous writeable {spec.dtype} array of shape "
+                          f"{spec.shape}, {got}")
+
+
+cdef inline bint _same_shape(cnp.ndarray a, _ArraySpec spec):
+    cdef int d
+    if cnp.PyArray_NDIM(a) != spec.nd:
+        return False
+    for d in range(spec.nd):
+        if cnp.PyArray_DIM(a, d) != spec.dims[d]:
+            return False
+    return True
+
+
+cdef inline bint _same_dtype(cnp.ndarray a, _ArraySpec spec):
+    # Type numbers are equal for equal native builtin dtypes, but one dtype may have two numbers
+    # (int64 is both "long" and "longlong" on Linux): only then ask NumPy.
+    if cnp.PyArray_TYPE(a) == spec.typenum and cnp.PyArray_ISNOTSWAPPED(a):
+        return True
+    return a.dtype == spec.dtype
+
+
+cdef inline bint _overlap(cnp.ndarray a, cnp.ndarray b):
+    """Byte ranges intersect (both arrays are C-contiguous here, so a range is exact)."""
+    cdef char *a0 = <char *>cnp.PyArray_DATA(a)
+    cdef char *b0 = <char *>cnp.PyArray_DATA(b)
+    cdef char *a1 = a0 + cnp.PyArray_NBYTES(a)
+    cdef char *b1 = b0 + cnp.PyArray_NBYTES(b)
+    return a0 < a1 and b0 < b1 and a0 < b1 and b0 < a1  # empty arrays overlap nothing
 
 
 cdef str _count(Py_ssize_t n):

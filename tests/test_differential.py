@@ -1,0 +1,102 @@
+"""Differential testing: random valid TC programs, compiled with ``tcpy.define`` and evaluated by
+the reference evaluator (``tcpy.reference``), must agree.
+
+Each generated program (``tests/strategies.py``) is checked three ways:
+
+* the compiled kernel and the reference give the same outcome: the same output dtypes and
+  shapes and equal values (integers and bool exactly, floats within a tolerance scaled by the
+  dtype's epsilon and the reduction length), or both raise the same ``TCError`` subclass;
+* the output shapes equal the generator's own range computation (an oracle for range
+  inference that does not use ``tcpy.ranges``);
+* run-time errors (an out-of-range lookup-table index, an unguarded integer division by
+  zero) are raised by both, as ``TCRuntimeError``.
+
+The default run checks ``TCPY_FUZZ_EXAMPLES`` programs (250), derandomized so that reruns hit
+the kernel disk cache. A longer, fresh run is one variable away::
+
+    TCPY_FUZZ_EXAMPLES=5000 TCPY_FUZZ_SEED=random python -m pytest tests/test_differential.py -q
+
+(``TCPY_FUZZ_SHRINK=1`` also shrinks failures in the default run; it recompiles every candidate.)
+
+Failures shrink to a minimal program; record it in ``/work/notes/bugs_found.md`` style notes and
+as a regression test in ``tests/test_regressions.py``.
+"""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+import tcpy
+from tcpy.reference import define_reference
+
+from strategies import GenProgram, programs
+
+EXAMPLES = int(os.environ.get("TCPY_FUZZ_EXAMPLES", "250"))
+RANDOM = os.environ.get("TCPY_FUZZ_SEED", "") == "random"
+# Shrinking recompiles every candidate (minutes); on by default only in the long run.
+SHRINK = os.environ.get("TCPY_FUZZ_SHRINK", "1" if RANDOM else "0") == "1"
+
+EPS = {np.dtype(np.float16): 2.0**-10, np.dtype(np.float32): 2.0**-23, np.dtype(np.float64): 2.0**-52}
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not RANDOM,
+    database=None if not RANDOM else settings.default.database,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    print_blob=True,
+    phases=tuple(Phase) if SHRINK else (Phase.explicit, Phase.reuse, Phase.generate),
+)
+
+
+def outcome(kernel, args):
+    """("ok", outputs tuple) or ("error", exception) for one call; non-TCError exceptions escape."""
+    try:
+        result = kernel(*args)
+    except tcpy.TCError as err:
+        assert str(err), f"{type(err).__name__} without a message"
+        return "error", err
+    return "ok", result if isinstance(result, tuple) else (result,)
+
+
+def assert_close(name: str, got: np.ndarray, want: np.ndarray, prog: GenProgram):
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} vs reference {want.dtype}"
+    assert got.shape == want.shape, f"{name}: shape {got.shape} vs reference {want.shape}"
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=f"output {name}")
+        return
+    # Float results depend on summation order, on float16 intermediates kept in float by gcc,
+    # and on 1-ulp differences between libm and NumPy builtins: allow a few ulps per term.
+    eps = EPS[want.dtype]
+    rel = 16 * eps * (prog.reduction_length + 1)
+    finite = np.isfinite(want) & np.isfinite(got)
+    scale = max(1.0, float(np.max(np.abs(want[finite]), initial=0.0)))
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rel, atol=rel * scale,
+                               equal_nan=True, err_msg=f"output {name}")
+
+
+def check_program(prog: GenProgram):
+    def_ = tcpy.parse(prog.source).defs[0]  # valid by construction: a TCError here is a bug
+    reference = define_reference(def_)
+    compiled = tcpy.define(prog.source)
+    ref_kind, ref_value = outcome(reference, prog.args)
+    cc_kind, cc_value = outcome(compiled, prog.args)
+    if ref_kind == "error":
+        assert isinstance(ref_value, tcpy.TCRuntimeError), f"reference raised {ref_value!r}"
+        assert cc_kind == "error", "the reference raised but the compiled kernel returned"
+        assert type(cc_value) is type(ref_value), f"compiled raised {cc_value!r}, reference {ref_value!r}"
+        return
+    assert cc_kind == "ok", f"compiled raised {cc_value!r} but the reference returned"
+    for name, want in zip(prog.outputs, ref_value):
+        assert want.shape == prog.shapes[name], (
+            f"output {name}: inferred shape {want.shape}, the generator computed {prog.shapes[name]}")
+    assert len(cc_value) == len(ref_value)
+    for name, got, want in zip(prog.outputs, cc_value, ref_value):
+        assert_close(name, got, want, prog)
+
+
+@SETTINGS
+@given(prog=programs())
+def test_compiled_kernels_match_the_reference(prog):
+    check_program(prog)

@@ -479,11 +479,15 @@ class ReferenceKernel:
 
     backend = "reference"
 
-    def __init__(self, def_: A.Def):
+    def __init__(self, def_: A.Def, source: Optional[str] = None):
+        from .errors import TCProgramError
         from .ranges import infer
 
         self.def_ = def_
-        self.ranges = infer(def_)
+        try:
+            self.ranges = infer(def_)
+        except TCProgramError as err:  # show the offending line when the source is known
+            raise err.located(source) if source else err
 
     @property
     def name(self) -> str:
@@ -565,9 +569,12 @@ class ReferenceKernel:
         return "\n".join(lines)
 
 
-def define_reference(def_: A.Def) -> ReferenceKernel:
-    """A callable kernel that evaluates the checked def ``def_`` with the reference evaluator."""
-    return ReferenceKernel(def_)
+def define_reference(def_: A.Def, source: Optional[str] = None) -> ReferenceKernel:
+    """A callable kernel that evaluates the checked def ``def_`` with the reference evaluator.
+
+    ``source`` (the program text) only makes range errors show the offending line.
+    """
+    return ReferenceKernel(def_, source)
 
 
 def evaluate(def_: A.Def, args: Sequence, *, out=None):

@@ -28,3 +28,11 @@ def test_unwritten_temporary_elements_are_zero(backend):
         np.testing.assert_array_equal(k(A), [1, 2, 3, 4, 5])
         scratch = [np.full(64, 7.0, np.float32) for _ in range(8)]  # dirty the allocator
         del scratch
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("source", ["", "# only a comment\n"])
+def test_define_of_an_empty_source_raises_lookup_error(backend, source):
+    """Bug 2: a source without defs must raise, not return an empty Library."""
+    with pytest.raises(tcpy.TCLookupError, match="defines no def"):
+        tcpy.define(source, backend=backend)

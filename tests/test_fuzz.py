@@ -1,0 +1,123 @@
+"""Fuzzing with invalid programs and arguments: the only allowed outcomes are success (a
+mutation that is still valid) or a ``tcpy.TCError`` subclass with a non-empty message —
+never another exception type, a crash or a hang.
+
+Cases (``tests/strategies.py``): mutations of random valid programs (truncation, deleted,
+inserted or replaced characters, random bytes, undefined names, swapped tokens, bad or
+out-of-range ``where`` clauses, a dropped ``!``, wrong index counts, duplicate names) and of
+their arguments (wrong rank, dtype, size or count, non-arrays, big-endian or Fortran-ordered
+arrays), run through both backends; plus random text fed to the parser.
+
+Default: 500 mutated cases and 200 random texts, derandomized (reruns hit the kernel disk
+cache). More: ``TCPY_FUZZ_INVALID_EXAMPLES=5000 TCPY_FUZZ_SEED=random``.
+"""
+import os
+import signal
+from contextlib import contextmanager
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+
+from strategies import Case, invalid_cases
+
+EXAMPLES = int(os.environ.get("TCPY_FUZZ_INVALID_EXAMPLES", "500"))
+RANDOM = os.environ.get("TCPY_FUZZ_SEED", "") == "random"
+CASE_SECONDS = 60  # generous: a first compile takes ~0.3 s; a hang is what this catches
+
+
+def fuzz_settings(n):
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=not RANDOM,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=tuple(Phase) if RANDOM else (Phase.explicit, Phase.generate),
+    )
+
+
+class Hang(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Fail a case that runs longer than ``seconds`` (a hang) instead of blocking the suite."""
+
+    def on_alarm(signum, frame):
+        raise Hang(f"case still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_case(case: Case, backend: str) -> str:
+    """Define and call; return "ok" or the TCError class name. Anything else propagates."""
+    try:
+        with time_limit(CASE_SECONDS):
+            kernel = tcpy.define(case.source, backend=backend)
+            if not callable(kernel):  # several defs: a Library; call the first
+                kernels = list(kernel)
+                if not kernels:  # bug 2 in bugs_found.md: define("") gives an empty Library
+                    return "empty Library"
+                kernel = kernels[0]
+            kernel(*case.args)
+    except tcpy.TCError as err:
+        message = str(err)
+        assert message.strip(), f"{type(err).__name__} with an empty message"
+        assert "Traceback" not in message
+        return type(err).__name__
+    return "ok"
+
+
+@fuzz_settings(EXAMPLES)
+@given(case=invalid_cases())
+def test_invalid_programs_and_arguments_raise_tc_errors(case):
+    compiled = run_case(case, "compiled")
+    reference = run_case(case, "reference")
+    # The front end, ranges and argument checks are shared: both backends fail the same way,
+    # except run-time errors, which both must raise too.
+    assert compiled == reference, f"compiled: {compiled}, reference: {reference}"
+
+
+@fuzz_settings(EXAMPLES // 5 * 2)
+@given(text=st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
+def test_random_text_is_rejected_with_a_syntax_error(text):
+    try:
+        with time_limit(CASE_SECONDS):
+            program = tcpy.parse(text)
+    except tcpy.TCError as err:
+        assert str(err).strip()
+        return
+    assert program.defs == () or all(d.name for d in program.defs)
+
+
+def test_a_known_bad_case_for_each_mutation_kind():
+    """The mutation kinds the strategy draws, one fixed example each, with their error class."""
+    src = "def f(float(M,K) A, float(K,N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}\n"
+    A, B = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
+    cases = [
+        (src[:30], [A, B], "TCSyntaxError"),
+        (src.replace("B(k, n)", "Q(k, n)"), [A, B], "TCSemanticError"),
+        (src.replace("+=!", "+="), [A, B], "TCSemanticError"),
+        (src.replace("}\n", " where k in 0:K + 3\n}\n"), [A, B], "TCRangeError"),
+        (src.replace("A(m, k)", "A(m, k, 0)"), [A, B], "TCSemanticError"),
+        (src, [A, B[:2]], "TCShapeError"),
+        (src, [A.astype(np.float64), B], "TCArgumentError"),
+        (src, [A[None], B], "TCArgumentError"),
+        (src, [A], "TCArgumentError"),
+        (src, ["A", B], "TCArgumentError"),
+        (src.replace("(C)", "(C, C)"), [A, B], "TCSemanticError"),
+        ("\x00" + src, [A, B], "TCSyntaxError"),
+    ]
+    for source, args, expected in cases:
+        for backend in ("compiled", "reference"):
+            assert run_case(Case("fixed", source, args), backend) == expected, (source, backend)

@@ -41,6 +41,11 @@ int shifted(void *const *buffers, int num_threads, int64_t *err) {
     return 0;
 }
 
+int noop(void *const *buffers, int num_threads, int64_t *err) {
+    (void)buffers; (void)num_threads; (void)err;
+    return 0;
+}
+
 /* error 2 of the entry's table, with two details */
 int fail(void *const *buffers, int num_threads, int64_t *err) {
     (void)buffers; (void)num_threads;
@@ -135,6 +140,24 @@ def test_signature_includes_dtype_shape_and_python_types(library):
     assert len(misses) == 2
     run(a.astype(np.float32), 1.0)  # the miss handler (here: no checks) is asked for new dtypes
     assert len(misses) == 3
+
+
+def test_table_key_tells_apart_shapes_ranks_dtypes_and_number_types(library):
+    misses = []
+    address = build.load_symbol(library, "noop")
+
+    def miss(args):
+        misses.append(args)
+        dtypes = [a.dtype if isinstance(a, np.ndarray) else np.dtype(type(a)) for a in args]
+        return LaunchEntry(address, len(args), [((), F32)], input_dtypes=dtypes)
+
+    run = Launcher(miss)
+    calls = [(np.zeros((3, 4)),), (np.zeros((4, 3)),), (np.zeros(12),), (np.zeros((3, 4), F32),),
+             (np.zeros((3, 4)), np.zeros(())), (np.zeros(()), np.zeros((3, 4))), (np.zeros((1, 3, 4)),),
+             (1,), (1.0,), (True,), (np.zeros((3, 4)), 1)]
+    for args in calls + calls:
+        run(*args)
+    assert len(misses) == len(run.table) == len(calls)
 
 
 def test_number_that_does_not_fit_the_parameter_type(library):

@@ -18,7 +18,8 @@ import os
 import numpy as np
 
 cimport numpy as cnp
-from cpython.tuple cimport PyTuple_GET_SIZE
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
@@ -123,17 +124,36 @@ cdef class LaunchEntry:
                 f"temps={len(self.temp_specs)}, threads={self.num_threads})")
 
 
-cdef inline object _signature(tuple args):
-    """The table key: (dtype, shape) per array, the Python type per anything else."""
-    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(args)
-    cdef list key = [None] * n
+cdef inline void _put(tuple t, Py_ssize_t i, object x):
+    Py_INCREF(x)  # PyTuple_SET_ITEM steals a reference
+    PyTuple_SET_ITEM(t, i, x)
+
+
+cdef tuple _signature(tuple args):
+    """The table key, flat for speed: per array its dtype, rank and dims; per anything else
+    (Python numbers) its type. Dtypes, ranks and types are distinct kinds, so it is unambiguous."""
+    cdef Py_ssize_t i, k = 0, size = 0, n = PyTuple_GET_SIZE(args)
+    cdef int d, nd
+    cdef cnp.ndarray a
     for i in range(n):
-        a = args[i]
-        if cnp.PyArray_Check(a):
-            key[i] = (a.dtype, a.shape)
+        x = <object>PyTuple_GET_ITEM(args, i)
+        size += 2 + cnp.PyArray_NDIM(<cnp.ndarray>x) if cnp.PyArray_Check(x) else 1
+    cdef tuple key = PyTuple_New(size)
+    for i in range(n):
+        x = <object>PyTuple_GET_ITEM(args, i)
+        if cnp.PyArray_Check(x):
+            a = <cnp.ndarray>x
+            nd = cnp.PyArray_NDIM(a)
+            _put(key, k, <object>cnp.PyArray_DESCR(a))
+            _put(key, k + 1, nd)
+            k += 2
+            for d in range(nd):
+                _put(key, k, cnp.PyArray_DIM(a, d))
+                k += 1
         else:
-            key[i] = type(a)
-    return tuple(key)
+            _put(key, k, type(x))
+            k += 1
+    return key
 
 
 cdef class Launcher:

@@ -64,3 +64,30 @@ def error_html(err: TCError) -> str:
         body = escape(body)
     return (f'<div class="tcpy-error" style="border-left: 4px solid #c33; padding: 4px 8px">'
             f'<b style="color: #c33">{escape(kind)}</b><pre style="margin: 4px 0">{body}</pre></div>')
+
+
+class Diagnostic:
+    """A tcpy error for display: HTML in notebooks, the plain compiler-style text elsewhere."""
+
+    def __init__(self, err: TCError):
+        self.err = err
+
+    def _repr_html_(self) -> str:
+        return error_html(self.err)
+
+    def __repr__(self) -> str:
+        return f"{type(self.err).__name__}: {self.err}"
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext tcpy.display``: show a tcpy error raised in a cell as its diagnostic.
+
+    The compiler-style message (position, source line, caret) is what matters for a TCError;
+    the traceback through tcpy's internals is left out. Other exceptions are untouched.
+    """
+    from IPython.display import display
+
+    def show(shell, etype, value, tb, tb_offset=None):
+        display(Diagnostic(value))
+
+    ipython.set_custom_exc((TCError,), show)

@@ -51,3 +51,20 @@ def test_error_html_for_call_errors():
         kernel(np.zeros(3))
     html = error_html(info.value)
     assert "TCArgumentError" in html and "must have dtype float32" in html
+
+
+def test_ipython_extension_shows_tcerrors_as_diagnostics():
+    from tcpy import display
+
+    class Shell:
+        def set_custom_exc(self, types, handler):
+            self.types, self.handler = types, handler
+
+    shell = Shell()
+    display.load_ipython_extension(shell)
+    assert shell.types == (tcpy.TCError,)
+    with pytest.raises(tcpy.TCSyntaxError) as info:
+        tcpy.define("def f(float(N) X) -> (Y) { Y(i) = X(i) + }")
+    diagnostic = display.Diagnostic(info.value)
+    assert repr(diagnostic) == f"TCSyntaxError: {info.value}"
+    assert diagnostic._repr_html_() == error_html(info.value)

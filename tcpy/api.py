@@ -14,8 +14,9 @@ import numpy as np
 
 from . import binding, ranges
 from .codegen.emit import emit_kernel
-from .errors import TCArgumentError, TCLookupError, TCProgramError
+from .errors import TCArgumentError, TCProgramError
 from .lang import ast, parse
+from .lang.sema import select_def
 from .lang.types import ScalarType
 from .loopnest import KernelIR, lower
 from .runtime.build import build_library, load_symbol
@@ -205,15 +206,9 @@ def define(source: str, name: Optional[str] = None, *, options: Optional[Options
     def make(def_: ast.Def):
         if backend == "reference":
             from .reference import define_reference
-            return define_reference(def_)
+            return define_reference(def_, source)
         return Kernel(def_, source, options)
 
-    if name is not None:
-        for def_ in program.defs:
-            if def_.name == name:
-                return make(def_)
-        available = ", ".join(d.name for d in program.defs)
-        raise TCLookupError(f"no def named {name!r} in the source; it defines: {available}")
-    if len(program.defs) == 1:
-        return make(program.defs[0])
+    if name is not None or len(program.defs) < 2:
+        return make(select_def(program, name))
     return Library({d.name: make(d) for d in program.defs})

@@ -48,7 +48,7 @@ FLOAT_BUILTINS = {"exp": 1, "tanh": 1, "sqrt": 1, "fabs": 1, "floor": 1, "sin": 
 REDUCTIONS = ("+", "*", "min", "max")
 # Bug 1 in /work/notes/bugs_found.md: compiled kernels leave unwritten temporary elements
 # uninitialised. While it is open, temporaries are written from index 0 on (no garbage read).
-TEMPORARIES_START_AT_ZERO = True
+TEMPORARIES_START_AT_ZERO = False
 
 
 @dataclass

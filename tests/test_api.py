@@ -26,7 +26,7 @@ def test_several_defs_give_a_library_and_name_picks_one():
 
 
 def test_unknown_def_name_lists_the_available_ones():
-    with pytest.raises(tcpy.TCLookupError, match=r"no def named 'mm'.*scale, total"):
+    with pytest.raises(tcpy.TCLookupError, match=r"no def named 'mm'; the source defines 'scale', 'total'"):
         tcpy.define(TWO_DEFS, name="mm")
 
 
@@ -97,3 +97,8 @@ def test_reference_backend_has_the_same_interface():
     result = k(X, 3.0)
     assert result.dtype == np.float32
     np.testing.assert_array_equal(result, 3 * X)
+
+
+def test_a_source_without_defs_is_a_lookup_error():
+    with pytest.raises(tcpy.TCLookupError, match="the source defines no def"):
+        tcpy.define("# only a comment\n")

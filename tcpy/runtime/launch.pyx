@@ -57,7 +57,7 @@ cdef class _ArraySpec:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         if len(self.shape) > 32:
-            raise ValueError(f"rank {len(self.shape)} is above NumPy's limit of 32")
+            raise ValueError(f"rank {len(self.shape)} is above the launcher's limit of 32")
         if not self.dtype.isnative or self.dtype.kind not in "biuf":  # float16 is numeric too
             raise ValueError(f"kernels need a native numeric dtype, not {self.dtype}")
         self.nd = len(self.shape)
@@ -209,7 +209,8 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
     else:
         _check_out(entry, out, arrays)
     for i in range(n_tmp):
-        arrays[n_in + n_out + i] = (<_ArraySpec>entry._temps[i]).empty()
+        # zero-filled like outputs: a temporary may be read where no statement wrote it
+        arrays[n_in + n_out + i] = (<_ArraySpec>entry._temps[i]).zeros()
     _call(entry, arrays, n_buf)
     if entry.single_output:
         return arrays[n_in]

@@ -298,6 +298,10 @@ def test_entry_validates_its_description(library):
         LaunchEntry(address, 3, [((3,), F32)], input_dtypes=[F32, F32])
     with pytest.raises(ValueError, match="native numeric dtype"):
         LaunchEntry(address, 0, [((3,), np.dtype(object))])
+    for dtype in ("float16", "bool", "uint64", "int8"):  # every TC scalar type is allowed
+        assert LaunchEntry(address, 0, [((2,), dtype)]).output_specs == (((2,), np.dtype(dtype)),)
+    with pytest.raises(ValueError, match="native numeric dtype"):
+        LaunchEntry(address, 0, [((3,), np.dtype(">f4"))])
     entry = LaunchEntry(address, 2, [((3, 4), "float32")], num_threads=2)
     assert entry.output_specs == (((3, 4), F32),) and entry.num_threads == 2
     assert repr(entry).endswith("inputs=2, outputs=[float32[3, 4]], temps=0, threads=2)")

@@ -1,0 +1,161 @@
+"""Compiled kernels under AddressSanitizer + UBSan: no out-of-bounds access, no undefined behaviour.
+
+With ``TCPY_SANITIZE=1`` the kernel builds add ``-fsanitize=address,undefined`` (see
+``tcpy/runtime/build.py``). A sanitized shared library can only be loaded into a process that
+started with the ASan runtime, so this test runs a child Python with (libstdc++ is preloaded
+too, or ASan cannot intercept the C++ exceptions islpy throws: "real___cxa_throw" CHECK failure)::
+
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \\
+    ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \\
+    TCPY_SANITIZE=1 TCPY_CACHE_DIR=<a fresh directory> python -c <CHILD>
+
+The child compiles and runs GEMM, conv2d (stride 1 and 2), attention as several statements, a
+padded stencil whose untaken ternary branches would read out of bounds, a LUT gather whose
+run-time check must fire before the read, and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random
+programs from ``tests/strategies.py``, each compared with the reference evaluator. Any
+sanitizer report aborts the child; the test fails and shows it.
+
+Run it alone::
+
+    python -m pytest tests/test_sanitizer.py -q
+
+It skips (with the reason) when gcc has no libasan, or when Python cannot start with it
+preloaded (e.g. a Python built with another sanitizer, or an ASan-incompatible kernel setting).
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+EXAMPLES = int(os.environ.get("TCPY_SANITIZE_EXAMPLES", "15"))
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tcpy
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    rng = np.random.default_rng(0)
+
+    def rand(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def same(src, *args):
+        got = tcpy.define(src)(*args)
+        want = tcpy.define(src, backend="reference")(*args)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    same("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+         rand(33, 17), rand(17, 29))
+    for stride in (1, 2):
+        same(f'''def conv(float(N,C,H,W) I, float(O,C,KH,KW) Wt) -> (Out) {{
+                 Out(n, o, h, w) +=! I(n, c, {stride} * h + kh, {stride} * w + kw) * Wt(o, c, kh, kw)
+             }}''', rand(2, 3, 11, 10), rand(4, 3, 3, 3))
+    same('''def attention(float(B,M,D) Q, float(B,N,D) K, float(B,N,E) V) -> (O) {
+             S(b, m, n) +=! Q(b, m, d) * K(b, n, d)
+             mx(b, m) max=! S(b, m, n)
+             P(b, m, n) = exp(S(b, m, n) - mx(b, m))
+             s(b, m) +=! P(b, m, n)
+             O(b, m, e) +=! P(b, m, n) * V(b, n, e) / s(b, m)
+         }''', rand(2, 7, 8), rand(2, 9, 8), rand(2, 9, 5))
+    same('''def pad(float(N) X) -> (Y) {
+             Y(i) = (i >= 1 ? X(i - 1) : 0.0) + X(i) + (i + 1 < N ? X(i + 1) : 0.0) where i in 0:N
+         }''', rand(13))
+    lut = tcpy.define("def lut(float(N) T, int32(M) I) -> (O) { O(i) = T(I(i)) }")
+    try:
+        lut(rand(5), np.array([0, 5], np.int32))
+        sys.exit("the out-of-range LUT index was not caught")
+    except tcpy.TCRuntimeError:
+        pass
+
+    sys.path.insert(0, sys.argv[1])
+    from strategies import programs
+    from test_differential import check_program
+
+    @settings(max_examples=int(sys.argv[2]), deadline=None, derandomize=True, database=None,
+              phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+    @given(programs())
+    def random_programs(prog):
+        check_program(prog)
+
+    random_programs()
+    print("SANITIZER-RUN-OK")
+    """
+)
+
+
+def _gcc_library(name):
+    try:
+        path = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot run gcc to find {name}: {exc}")
+    if not path or not os.path.isabs(path) or not os.path.exists(path):
+        pytest.skip(f"gcc has no {name} (gcc -print-file-name={name} found nothing)")
+    return path
+
+
+def _preload():
+    return f"{_gcc_library('libasan.so')} {_gcc_library('libstdc++.so')}"
+
+
+def _env(tmp_path, libasan):
+    env = dict(os.environ)
+    env.update(
+        LD_PRELOAD=libasan,
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1",
+        UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
+        TCPY_SANITIZE="1",
+        TCPY_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
+    )
+    return env
+
+
+@pytest.mark.sanitizer
+def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    libasan = _preload()
+    env = _env(tmp_path, libasan)
+    probe = subprocess.run([sys.executable, "-c", "import numpy, tcpy"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    if probe.returncode != 0:
+        pytest.skip(f"Python does not start with {libasan} preloaded: {probe.stderr.strip()[-500:]}")
+    child = subprocess.run([sys.executable, "-c", CHILD, str(TESTS), str(EXAMPLES)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=1200)
+    report = (child.stdout + child.stderr)[-6000:]
+    assert "ERROR: AddressSanitizer" not in report, report
+    assert "runtime error:" not in report, report
+    assert child.returncode == 0 and "SANITIZER-RUN-OK" in child.stdout, report
+    built = list((tmp_path / "cache").rglob("*.so"))
+    assert built, "no kernel was built in the sanitizer cache directory"
+
+
+OOB_CHILD = textwrap.dedent(
+    """
+    import ctypes
+    import numpy as np
+    from tcpy.runtime.build import build_library, load_symbol
+
+    src = "float peek(const float *x, int n) { return x[n]; }"  # reads one past the end
+    addr = load_symbol(build_library(src), "peek")
+    peek = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_void_p, ctypes.c_int)(addr)
+    x = np.ones(7, np.float32)
+    print(peek(x.ctypes.data, 7))
+    """
+)
+
+
+@pytest.mark.sanitizer
+def test_the_sanitizer_harness_catches_an_out_of_bounds_read(tmp_path):
+    """The setup above is not vacuous: a sanitized build reading past a NumPy buffer is reported."""
+    env = _env(tmp_path, _preload())
+    child = subprocess.run([sys.executable, "-c", OOB_CHILD], env=env, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode != 0
+    assert "ERROR: AddressSanitizer: heap-buffer-overflow" in child.stderr, child.stderr[-3000:]

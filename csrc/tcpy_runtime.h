@@ -15,7 +15,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
-#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>

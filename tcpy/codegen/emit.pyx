@@ -326,13 +326,16 @@ class _Emitter:
         self.emit("}", depth)
 
     def loop(self, node, depth):
+        simd = node.simd and (node.simd_reduction or not node.unroll)
+        reduction = f" reduction({node.simd_reduction}:tcpy_acc)" if node.simd_reduction else ""
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
-            self.emit(f"#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static){collapse}", depth)
-        if node.simd and (node.simd_reduction or not node.unroll):
-            reduction = f" reduction({node.simd_reduction}:tcpy_acc)" if node.simd_reduction else ""
+            both = " simd" if simd else ""  # a single loop is both the parallel and the SIMD one
+            self.emit(f"#pragma omp parallel for{both} num_threads(tcpy_num_threads) schedule(static)"
+                      f"{collapse}{reduction if simd else ''}", depth)
+        elif simd:
             self.emit(f"#pragma omp simd{reduction}", depth)
-        elif node.unroll:
+        elif node.unroll:  # (gcc takes no loop pragma after an OpenMP one)
             # gcc takes no unroll pragma after `omp simd`; ivdep asserts the same independence
             if node.simd:
                 self.emit("#pragma GCC ivdep", depth)

@@ -132,6 +132,7 @@ class _Builder:
         self.max_reduction = 1
         self.bad_table = False
         self.pending_reads: list = []  # temporaries the next statement must read
+        self.typed_returns: dict = {}  # name -> "float(M, N) O1"
 
     def pick(self, options):
         return self.draw(st.sampled_from(list(options)))
@@ -177,7 +178,11 @@ class _Builder:
                     self.bad_table = True
                 args.append(values.astype(t.type.numpy_name))
             elif t.role == "input":
-                args.append(random_array(rng, t.type, t.shape, as_number=self.chance(0.3)))
+                a = random_array(rng, t.type, t.shape, as_number=self.chance(0.3))
+                if isinstance(a, np.ndarray) and a.ndim and self.chance(0.15):
+                    # same values, not C-contiguous: a strided view or Fortran order
+                    a = np.repeat(a, 2, axis=-1)[..., ::2] if self.chance(0.5) else np.asfortranarray(a)
+                args.append(a)
         return args
 
     def source(self) -> str:
@@ -187,7 +192,8 @@ class _Builder:
             if t.role in ("input", "table"):
                 params.append(f"{t.type.tc_name}{'(' + ', '.join(t.dims) + ')' if t.dims else ''} {name}")
         body = "".join(f"    {s}\n" for s in self.stmts)
-        return f"def {self.name}({', '.join(params)}) -> ({', '.join(self.returns)}) {{\n{body}}}\n"
+        returns = ", ".join(self.typed_returns.get(r, r) for r in self.returns)
+        return f"def {self.name}({', '.join(params)}) -> ({returns}) {{\n{body}}}\n"
 
     # -- statements
 
@@ -201,11 +207,22 @@ class _Builder:
         role = "temporary" if not last and self.chance(0.3) else "output"
         n = sum(1 for t in self.tensors.values() if t.role == role) + 1
         name = ("T" if role == "temporary" else "O") + str(n)
-        stmt = _Stmt(self, self.draw(st.integers(0, 3)), None)
+        rank = self.draw(st.integers(0, 3))
+        declared = None
+        if role == "output" and self.sizes and rank and self.chance(0.15):
+            # a typed return: its declared shape bounds the defining statement like a read
+            dims = tuple(self.pick(self.sizes) for _ in range(rank))
+            t = self.pick(FLOAT_TYPES + INT_TYPES) if self.family == "mixed" else self.base
+            declared = Tensor(name, t, tuple(self.sizes[d] for d in dims), dims, role="output")
+        stmt = _Stmt(self, rank, declared, fresh=declared is not None)
         stmt.from_zero = role == "temporary" and TEMPORARIES_START_AT_ZERO
         text, ttype, shape = stmt.build()
-        self.add(Tensor(name, ttype, shape, role=role))
-        self.stmts.append(name + text)
+        self.add(declared or Tensor(name, ttype, shape, role=role))
+        if declared is not None:
+            self.stmts.append(text)
+            self.typed_returns[name] = f"{declared.type.tc_name}({', '.join(declared.dims)}) {name}"
+        else:
+            self.stmts.append(name + text)
         (self.returns if role == "output" else self.pending_reads).append(name)
 
 
@@ -228,10 +245,11 @@ def random_array(rng, t: ScalarType, shape, as_number: bool = False):
 class _Stmt:
     """Builds one statement: left side, operator, right side, where clauses."""
 
-    def __init__(self, b: _Builder, rank: int, target: Optional[Tensor]):
+    def __init__(self, b: _Builder, rank: int, target: Optional[Tensor], fresh: bool = False):
         self.b = b
         self.rank = rank
-        self.target = target  # set for an update of an existing tensor
+        self.target = target  # a tensor of known shape: an update, or a typed return (fresh)
+        self.fresh = fresh  # the first write of a typed return
         self.vars: list = []
         self.where: list = []
         self.terms: list = []  # accesses that must appear (anchors): (text, type)
@@ -356,8 +374,11 @@ class _Stmt:
 
     def leaf(self, want_float: bool, in_condition: bool = False):
         b = self.b
-        if b.pending_reads:  # a temporary the previous statement wrote
-            t = b.tensors[b.pending_reads.pop(0)]
+        own = self.target.name if self.target is not None else None
+        pending = [n for n in b.pending_reads if n != own]  # never read the statement's own target
+        if pending:  # a temporary an earlier statement wrote
+            b.pending_reads.remove(pending[0])
+            t = b.tensors[pending[0]]
             return self.access(t), t.type
         roll = b.draw(st.integers(0, 99))
         readable = self.readable()
@@ -445,6 +466,10 @@ class _Stmt:
             for v, n in zip(out_vars, target.shape):
                 v.lo, v.hi = 0, n
         rhs, rtype = self.expr(b.draw(st.integers(0, 3)), b.family != "int")
+        if b.chance(0.12):  # a let binding, inlined by sema
+            let_text, let_type = self.expr(1, b.family != "int")
+            self.where.append(f"z0 = {let_text}")
+            rhs, rtype = f"({rhs}) {b.pick(('+', '*', '-'))} z0", promote(rtype, let_type)
         for text, ttype in self.terms:
             rhs, rtype = f"({rhs}) {b.pick(('+', '*'))} {text}", promote(rtype, ttype)
         for v in out_vars:  # every output variable needs something that bounds it
@@ -458,7 +483,10 @@ class _Stmt:
                 own = self.use(v, t.shape[dim])
                 if own is not None:
                     text = f"{t.name}({', '.join(own if k == dim else self.index(s) for k, s in enumerate(t.shape))})"
-                    rhs, rtype = f"({rhs}) + {text}", promote(rtype, t.type)
+                    if b.chance(0.3):  # constrains like an access, computes nothing
+                        self.where.append(f"exists {text}")
+                    else:
+                        rhs, rtype = f"({rhs}) + {text}", promote(rtype, t.type)
             if text is None:  # a where clause over a size
                 size = b.pick(b.sizes) if b.sizes else None
                 v.kind, v.lo, v.hi = "where", 0, b.sizes[size] if size else 1
@@ -475,8 +503,8 @@ class _Stmt:
             red = b.pick(REDUCTIONS)
             if red == "*" and not rtype.is_float:  # integer products overflow (UB in C)
                 red = b.pick(("+", "min", "max"))
-            op = f"{red}=" + ("" if target is not None and b.chance(0.5) else "!")
-        elif target is not None:
+            op = f"{red}=" + ("" if target is not None and not self.fresh and b.chance(0.5) else "!")
+        elif target is not None and not self.fresh:
             op = b.pick(("=", "+=", "max=", "min=", "*="))
         else:
             op = b.pick(("=", "=", "=", "+=!", "max=!", "min=!", "*=!"))

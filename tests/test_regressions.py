@@ -36,3 +36,14 @@ def test_define_of_an_empty_source_raises_lookup_error(backend, source):
     """Bug 2: a source without defs must raise, not return an empty Library."""
     with pytest.raises(tcpy.TCLookupError, match="defines no def"):
         tcpy.define(source, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_division_in_a_ternary_inside_an_index_floors(backend):
+    """Bug 3: / and % anywhere inside an index expression round toward -inf (DESIGN.md)."""
+    X = np.arange(6, dtype=np.float32)
+    k = tcpy.define("def f(float(N) X) -> (Y) { Y(i) = X(i >= 0 ? (i - 3) / 2 + 2 : 0) where i in 0:N }",
+                    backend=backend)
+    np.testing.assert_array_equal(k(X), [0, 1, 1, 2, 2, 3])  # truncation would give 1 1 2 2 2 3
+    m = tcpy.define("def f(float(N) X, int32(N) I) -> (Y) { Y(i) = X(max((I(i) - 3) % 4, 0)) }", backend=backend)
+    np.testing.assert_array_equal(m(X, np.array([0, 1, 2, 3, 4, 5], np.int32)), [1, 2, 3, 0, 1, 2])

@@ -138,18 +138,30 @@ class Kernel:
         path = build_library(spec.c_source, flags=flags)
         address = load_symbol(path, spec.symbol)
         shapes = spec.bound.shapes
+
+        def array_spec(name):
+            return (tuple(shapes[name]), np.dtype(self.types[name].numpy_name), not _covered(name, spec))
+
         return LaunchEntry(
             func_address=address,
             n_inputs=len(self.def_.params),
             input_dtypes=[np.dtype(self.types[p.name].numpy_name) for p in self.def_.params],
-            output_specs=[(tuple(shapes[r.name]), np.dtype(self.types[r.name].numpy_name))
-                          for r in self.def_.returns],
-            temp_specs=[(tuple(shapes[t.name]), np.dtype(t.scalar.numpy_name))
-                        for t in self.def_.temporaries],
+            output_specs=[array_spec(r.name) for r in self.def_.returns],
+            temp_specs=[array_spec(t.name) for t in self.def_.temporaries],
             error_messages=list(spec.error_messages),
             num_threads=self.options.threads,
             single_output=len(self.def_.returns) == 1,
         )
+
+
+def _covered(tensor: str, spec: Specialization) -> bool:
+    """Whether the first statement writing ``tensor`` writes all of it (so it needs no zero fill)."""
+    shape = spec.bound.shapes[tensor]
+    for stmt, ranges in zip(spec.ir.stmts, spec.bound.statements):
+        if stmt.target == tensor:
+            return all(ranges[v][0] <= 0 and ranges[v][1] >= extent
+                       for v, extent in zip(stmt.output_vars, shape))
+    return False
 
 
 class Explanation(str):

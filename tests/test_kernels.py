@@ -385,3 +385,15 @@ def test_register_tiles_with_partial_blocks():
     A, B = rand(67, 35), rand(35, 111)
     assert "tcpy_tile" in mm.c_source(A, B)
     check(mm(A, B), A @ B)
+
+
+def test_index_division_by_minus_one_at_the_minimum_does_not_trap():
+    # INT32_MIN / -1 traps on x86 when done with a division instruction
+    k = tcpy.define("def f(float(N) X, int32(N) I, int32(N) J) -> (Y) { Y(i) = X(max(I(i) / J(i), 0) % N) }")
+    X = np.arange(4, dtype=np.float32)
+    I = np.array([np.iinfo(np.int32).min, 7, -9, 3], np.int32)
+    J = np.array([-1, -1, 2, 1], np.int32)
+    # floor division: MIN / -1 wraps to MIN -> max(., 0) = 0; 7 / -1 = -7 -> 0; -9 / 2 = -5 -> 0; 3
+    check(k(X, I, J), np.array([0, 0, 0, 3], np.float32))
+    with pytest.raises(tcpy.TCRuntimeError, match="integer division by zero"):
+        k(X, I, np.zeros(4, np.int32))

@@ -108,6 +108,7 @@ class _Emitter:
         self.env = {}
         self.uses_divzero = False
         self.tile = None
+        self.in_index = 0  # > 0 while emitting the value of a computed index expression
 
     # -- error table -------------------------------------------------------------------------
 
@@ -146,8 +147,13 @@ class _Emitter:
             self.uses_divzero = True
             return (f"({divisor} == 0 ? (tcpy_divzero = 1, INT64_C(0)) : "
                     f"{fn}({self.index(expr.lhs)}, {divisor}))")
-        # Data-dependent or otherwise computed: evaluate as a value, widen to int64.
-        return f"((int64_t)({self.value(expr)}))"
+        # Data-dependent or otherwise computed: evaluate as a value (still with floor / and %,
+        # as everything inside an index), widen to int64.
+        self.in_index += 1
+        try:
+            return f"((int64_t)({self.value(expr)}))"
+        finally:
+            self.in_index -= 1
 
     def access(self, tensor, indices):
         """C lvalue of ``tensor(indices)``, bounds-checked where range inference cannot prove it."""
@@ -214,6 +220,13 @@ class _Emitter:
         a, b = self.typed(expr.lhs, t), self.typed(expr.rhs, t)
         if op in ("/", "%") and not t.is_float:
             self.uses_divzero = True
+            if self.in_index:  # TC: index arithmetic floors
+                fn = f"tcpy_floor{'div' if op == '/' else 'mod'}_{t.numpy_name}"
+                text = f"{fn}({a}, {b})"
+                if t.is_signed:  # MIN / -1 traps on x86: -1 needs no division anyway
+                    minus_one = f"({t.c_type})(-({a}))" if op == "/" else f"({t.c_type})0"
+                    text = f"({b} == -1 ? {minus_one} : {text})"
+                return f"({b} == 0 ? (tcpy_divzero = 1, ({t.c_type})0) : {text})"
             return f"tcpy_{'div' if op == '/' else 'mod'}_{t.numpy_name}({a}, {b}, &tcpy_divzero)"
         if op == "%":
             return f"(({t.c_type})fmod{'f' if t is ScalarType.FLOAT32 else ''}({a}, {b}))"

@@ -46,14 +46,19 @@ def default_num_threads():
 
 
 cdef class _ArraySpec:
-    """Shape and dtype of an array the launcher allocates, ready for the NumPy C API."""
+    """Shape and dtype of an array the launcher allocates, ready for the NumPy C API.
+
+    ``zero``: the kernel may leave elements unwritten, so the array starts zero-filled.
+    Otherwise it is allocated uninitialised, which saves touching every page twice."""
     cdef public tuple shape
     cdef public object dtype
+    cdef public bint zero
     cdef int nd
     cdef cnp.npy_intp dims[32]
     cdef int typenum
 
-    def __init__(self, shape, dtype):
+    def __init__(self, shape, dtype, zero=True):
+        self.zero = zero
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         if len(self.shape) > 32:
@@ -71,13 +76,17 @@ cdef class _ArraySpec:
     cdef inline cnp.ndarray empty(self):
         return cnp.PyArray_EMPTY(self.nd, self.dims, self.typenum, 0)
 
+    cdef inline cnp.ndarray new(self):
+        return self.zeros() if self.zero else self.empty()
+
 
 cdef class LaunchEntry:
     """How to call one compiled kernel for one call signature.
 
     ``func_address``: the kernel's address (``tcpy.runtime.build.load_symbol``).
     ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``
-    per output (return order) / temporary. ``error_messages``: ``str.format`` templates, error
+    or ``(shape, dtype, zero)`` per output (return order) / temporary; ``zero=False`` says the
+    kernel writes every element, so the array need not be zero-filled first. ``error_messages``: ``str.format`` templates, error
     code k uses ``error_messages[k - 1]`` with ``err[0..3]`` as positional arguments.
     ``num_threads``: passed to the kernel; 0 or None means :func:`default_num_threads` at creation.
     ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
@@ -104,8 +113,8 @@ cdef class LaunchEntry:
         self.func_address = int(func_address)
         self.fn = <kernel_fn><size_t>self.func_address
         self.n_inputs = n_inputs
-        self._outs = tuple(_ArraySpec(s, d) for s, d in output_specs)
-        self._temps = tuple(_ArraySpec(s, d) for s, d in temp_specs)
+        self._outs = tuple(_ArraySpec(*spec) for spec in output_specs)
+        self._temps = tuple(_ArraySpec(*spec) for spec in temp_specs)
         self.output_specs = tuple((s.shape, s.dtype) for s in self._outs)
         self.temp_specs = tuple((s.shape, s.dtype) for s in self._temps)
         self.error_messages = tuple(error_messages)
@@ -205,12 +214,11 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
         arrays[i] = a
     if out is None:
         for i in range(n_out):
-            arrays[n_in + i] = (<_ArraySpec>entry._outs[i]).zeros()
+            arrays[n_in + i] = (<_ArraySpec>entry._outs[i]).new()
     else:
         _check_out(entry, out, arrays)
     for i in range(n_tmp):
-        # zero-filled like outputs: a temporary may be read where no statement wrote it
-        arrays[n_in + n_out + i] = (<_ArraySpec>entry._temps[i]).zeros()
+        arrays[n_in + n_out + i] = (<_ArraySpec>entry._temps[i]).new()
     _call(entry, arrays, n_buf)
     if entry.single_output:
         return arrays[n_in]
@@ -229,8 +237,8 @@ cdef cnp.ndarray _number_to_array(LaunchEntry entry, Py_ssize_t i, object x):
 
 cdef _check_out(LaunchEntry entry, object out, list arrays):
     """Use the caller's output arrays: exact shape and dtype, C-contiguous, writeable, not
-    overlapping an input or each other. They are zero-filled first, because outputs are defined
-    as zero wherever no statement writes them (and kernels may rely on it)."""
+    overlapping an input or each other. Unless the kernel writes every element, they are
+    zero-filled first, because outputs are defined as zero wherever no statement writes them."""
     cdef Py_ssize_t i, j, n_in = entry.n_inputs, n_out = PyTuple_GET_SIZE(entry._outs)
     cdef _ArraySpec spec
     cdef cnp.ndarray o
@@ -262,8 +270,9 @@ cdef _check_out(LaunchEntry entry, object out, list arrays):
                 raise TCArgumentError(f"{name} shares memory with out[{j}]")
         arrays[n_in + i] = o
     for i in range(n_out):
-        o = <cnp.ndarray>arrays[n_in + i]
-        memset(cnp.PyArray_DATA(o), 0, cnp.PyArray_NBYTES(o))
+        if (<_ArraySpec>entry._outs[i]).zero:
+            o = <cnp.ndarray>arrays[n_in + i]
+            memset(cnp.PyArray_DATA(o), 0, cnp.PyArray_NBYTES(o))
 
 
 cdef _bad_out(_ArraySpec spec, Py_ssize_t i, Py_ssize_t n_out, str got):

@@ -127,6 +127,8 @@ def main(argv=None) -> int:
     for line in blas_info():
         print(f"threadpool: {line}")
     print(f"tcpy threads: {tcpy.Options().threads}")
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} (other work on the machine skews timings)"
+          .format(*os.getloadavg()))
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if var in os.environ:
             print(f"WARNING: {var} is set; it slows numpy's GEMM here. "

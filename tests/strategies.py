@@ -75,6 +75,9 @@ class GenProgram:
     reduction_length: int = 1  # the longest reduction (scales float tolerances)
     bad_table: bool = False  # a lookup table holds an out-of-range index (an error if it is read)
     sizes: dict = field(default_factory=dict)
+    options: Optional[dict] = None  # tcpy.Options(**options) for the compiled kernel
+    volume: int = 1  # the largest iteration domain of a statement
+
 
     def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
         def show(a):
@@ -82,7 +85,7 @@ class GenProgram:
                 return f"np.array({a.tolist()!r}, dtype=np.{a.dtype})"
             return repr(a)
         args = ",\n    ".join(show(a) for a in self.args)
-        return f"GenProgram(sizes={self.sizes}, shapes={self.shapes})\nsrc = '''\n{self.source}'''\nargs = [\n    {args}]"
+        return f"GenProgram(sizes={self.sizes}, shapes={self.shapes}, options={self.options})\nsrc = '''\n{self.source}'''\nargs = [\n    {args}]"
 
 
 def _affine(name: str, c: int, d: int) -> str:
@@ -130,6 +133,7 @@ class _Builder:
         self.stmts: list = []
         self.returns: list = []
         self.max_reduction = 1
+        self.max_volume = 1  # the largest iteration domain (the reference evaluates it at once)
         self.bad_table = False
         self.pending_reads: list = []  # temporaries the next statement must read
         self.typed_returns: dict = {}  # name -> "float(M, N) O1"
@@ -144,6 +148,8 @@ class _Builder:
 
     def signature(self):
         sizes = {name: self.draw(st.integers(1, 6)) for name in SIZE_NAMES[: self.draw(st.integers(1, 3))]}
+        if self.chance(0.2):  # one larger size: partial tiles, vector remainders, parallel loops
+            sizes[self.pick(sizes)] = self.draw(st.integers(7, 45))
         self.family = self.pick(("float", "float", "float", "int", "int", "mixed"))
         self.base = self.pick(INT_TYPES) if self.family == "int" else self.pick(FLOAT_TYPES)
         for k in range(self.draw(st.integers(1, 3))):
@@ -513,6 +519,11 @@ class _Stmt:
             lo, hi = v.range()
             length *= max(0, hi - lo)
         b.max_reduction = max(b.max_reduction, length)
+        volume = length
+        for v in out_vars:
+            lo, hi = v.range()
+            volume *= max(0, hi - lo)
+        b.max_volume = max(b.max_volume, volume)
         shape = tuple(target.shape) if target is not None else tuple(v.range()[1] for v in out_vars)
         lhs = f"({', '.join(v.name for v in out_vars)})" if out_vars else ""
         where = f" where {', '.join(self.where)}" if self.where else ""
@@ -537,7 +548,26 @@ def programs(draw, name: str = "f") -> GenProgram:
     args = b.arguments()
     shapes = {o: tuple(b.tensors[o].shape) for o in b.returns}
     return GenProgram(b.source(), name, args, list(b.returns), shapes, b.max_reduction,
-                      b.bad_table, dict(b.sizes))
+                      b.bad_table, dict(b.sizes), draw(schedule_options()), b.max_volume)
+
+
+@st.composite
+def schedule_options(draw) -> Optional[dict]:
+    """None (the default schedule) or keyword arguments of tcpy.Options: tiles, loop order,
+    unrolling, threads, parallel/vector/register-tile switches."""
+    if draw(st.booleans()):
+        return None
+    names = list(OUT_VARS + RED_VARS[:3])
+    tiled = draw(st.lists(st.sampled_from(names), unique=True, max_size=3))
+    return dict(
+        tile_sizes={v: draw(st.sampled_from([0, 1, 2, 3, 4, 8, 32])) for v in tiled},
+        loop_order=tuple(draw(st.permutations(names))[: draw(st.integers(0, 4))]),
+        unroll=draw(st.sampled_from([0, 0, 2, 4])),
+        num_threads=draw(st.sampled_from([None, 1, 2, 3])),
+        parallel=draw(st.booleans()),
+        vectorize=draw(st.booleans()),
+        register_tile=draw(st.booleans()),
+    )
 
 
 # ----------------------------------------------------------------------------- invalid inputs

@@ -26,6 +26,7 @@ from .errors import (
 from .lang import parse
 from .api import Kernel, Library, define
 from .schedule import Options
+from .tuning import autotune
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "Kernel",
     "Library",
     "Options",
+    "autotune",
     "parse",
     "TCError",
     "TCProgramError",

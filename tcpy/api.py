@@ -44,30 +44,34 @@ class Specialization:
     symbol: str
 
 
-class Kernel:
+class Kernel(Launcher):
     """A compiled TC def. Call it on NumPy arrays: ``C = kernel(A, B)``.
 
     ``kernel(*arrays, out=None)`` returns one array, or a tuple for several outputs; ``out``
     takes preallocated output arrays (an array or a tuple, exact shape and dtype, C-contiguous).
+    The call goes straight to the Cython launcher: after the first call with given shapes and
+    dtypes it costs about a microsecond plus the kernel.
     """
 
-    def __init__(self, def_: ast.Def, source: str, options: Optional[Options] = None):
+    def __init__(self, def_: ast.Def, source: str, options: Optional[Options] = None, *,
+                 def_ranges: Optional[ranges.DefRanges] = None):
+        Launcher.__init__(self, self._launch_entry)
         self.def_ = def_
         self.source = source
         self.options = options or Options()
         try:
-            self.ranges = ranges.infer(def_)
+            self.ranges = def_ranges or ranges.infer(def_)
         except TCProgramError as err:
             raise err.located(source)
         self.types: dict[str, ScalarType] = {t.name: t.scalar for t in def_.tensors}
-        self._launcher = Launcher(self._launch_entry)
+
+    def with_options(self, options: Options) -> "Kernel":
+        """The same def with other options (shares the inferred ranges)."""
+        return Kernel(self.def_, self.source, options, def_ranges=self.ranges)
 
     @property
     def name(self) -> str:
         return self.def_.name
-
-    def __call__(self, *args, out=None):
-        return self._launcher(*args, out=out)
 
     def __repr__(self) -> str:
         return f"<tcpy.Kernel {self.def_.signature()}>"
@@ -78,11 +82,17 @@ class Kernel:
 
     # -- specialisation -------------------------------------------------------------------
 
+    def options_for(self, sizes: Mapping[str, int]) -> Options:
+        """The options used for these sizes: the autotuned ones if any, else ``self.options``."""
+        from .tuning import tuned_options
+        return tuned_options(self, sizes) or self.options
+
     def specialize(self, *arrays_or_shapes, **sizes) -> Specialization:
         """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel."""
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
-        ir = lower(self.def_, bound, self.options, self.types)
+        options = self.options_for(sizes)
+        ir = lower(self.def_, bound, options, self.types)
         digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
         symbol = f"tcpy_{self.def_.name}_{digest}"
         c_source, errors = emit_kernel(ir, symbol)
@@ -133,8 +143,9 @@ class Kernel:
         """Launcher miss: check arguments, specialise, build, and describe the call."""
         arrays, sizes = binding.bind_arguments(self.def_, args)
         spec = self.specialize(**sizes)
-        flags = list(SEMANTIC_FLAGS + PERFORMANCE_FLAGS) + (["-ffast-math"] if self.options.fast_math else [])
-        flags += list(self.options.cflags)
+        options = spec.ir.options
+        flags = list(SEMANTIC_FLAGS + PERFORMANCE_FLAGS) + (["-ffast-math"] if options.fast_math else [])
+        flags += list(options.cflags)
         path = build_library(spec.c_source, flags=flags)
         address = load_symbol(path, spec.symbol)
         shapes = spec.bound.shapes
@@ -149,7 +160,7 @@ class Kernel:
             output_specs=[array_spec(r.name) for r in self.def_.returns],
             temp_specs=[array_spec(t.name) for t in self.def_.temporaries],
             error_messages=list(spec.error_messages),
-            num_threads=self.options.threads,
+            num_threads=options.threads,
             single_output=len(self.def_.returns) == 1,
         )
 

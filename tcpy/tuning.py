@@ -1,0 +1,129 @@
+"""Autotuning: time a few schedules of one kernel on given shapes and keep the fastest.
+
+``autotune(kernel, *arrays)`` compiles and times each candidate :class:`~tcpy.Options` (with a
+progress bar), then records the winner in ``tuned.json`` in the cache directory, keyed by the
+def's canonical source, its sizes and the options it was tuned from. Later calls of any kernel
+with that def and those sizes, in this process or another, use the recorded options.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from .runtime.build import cache_dir
+from .schedule import Options
+
+_memory: dict[str, Optional[Options]] = {}  # key -> tuned options (None: looked up, not tuned)
+
+
+def _key(kernel, sizes: Mapping[str, int]) -> str:
+    text = repr((str(kernel.def_), sorted(sizes.items()), kernel.options.key()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _store_path():
+    return cache_dir() / "tuned.json"
+
+
+def _load_all() -> dict:
+    try:
+        with open(_store_path()) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):  # missing or corrupt: nothing tuned yet
+        return {}
+
+
+def _to_json(options: Options) -> dict:
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+
+
+def _from_json(data: dict) -> Optional[Options]:
+    try:
+        return Options(**data)
+    except (TypeError, ValueError):  # written by another version of tcpy
+        return None
+
+
+def tuned_options(kernel, sizes: Mapping[str, int]) -> Optional[Options]:
+    """The options ``autotune`` recorded for this kernel's def and these sizes, if any."""
+    key = _key(kernel, sizes)
+    if key not in _memory:
+        entry = _load_all().get(key)
+        _memory[key] = _from_json(entry) if isinstance(entry, dict) else None
+    return _memory[key]
+
+
+def _record(key: str, options: Options) -> None:
+    _memory[key] = options
+    path = _store_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            data = _load_all()
+            data[key] = _to_json(options)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)  # readers never see a half-written file
+    except OSError:
+        pass  # a read-only cache still tunes this process
+
+
+def candidates(kernel, sizes: Mapping[str, int]) -> list[Options]:
+    """A small search space around the default schedule: tile sizes halved and doubled,
+    register tiles on and off, serial vs parallel."""
+    base = kernel.options
+    spec = kernel.with_options(base).specialize(**sizes)
+    tiles: dict[str, int] = {}
+    for nest in spec.ir.nests:
+        if nest.schedule is not None:
+            tiles.update(nest.schedule.tiles)
+    found = [base, dataclasses.replace(base, register_tile=not base.register_tile)]
+    if tiles:
+        found.append(dataclasses.replace(base, tile_sizes={v: max(8, t // 2) for v, t in tiles.items()}))
+        found.append(dataclasses.replace(base, tile_sizes={v: t * 2 for v, t in tiles.items()}))
+        found.append(dataclasses.replace(base, tile_sizes={v: 0 for v in tiles}))
+    if base.parallel and base.threads > 1:
+        found.append(dataclasses.replace(base, parallel=False))
+    return found
+
+
+def _time(kernel, arrays, repeat: int) -> float:
+    kernel(*arrays)  # compile and warm up
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        kernel(*arrays)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def autotune(kernel, *arrays, options: Optional[Sequence[Options]] = None, repeat: int = 5,
+             progress: bool = True) -> Options:
+    """Time schedule candidates of ``kernel`` on ``arrays``; record and return the fastest.
+
+    ``options``: the candidates (default: :func:`candidates`). After this, calls of ``kernel``
+    (and of any kernel of the same def and options, also in later processes) with these shapes
+    use the winner. Returns it.
+    """
+    from .binding import bind_arguments
+
+    arrays_, sizes = bind_arguments(kernel.def_, arrays)
+    trials = list(options) if options is not None else candidates(kernel, sizes)
+    timings = []
+    for opts in tqdm(trials, desc=f"autotune {kernel.name}", disable=not progress, leave=False):
+        timings.append(_time(kernel.with_options(opts), arrays, repeat))
+    best = trials[int(np.argmin(timings))]
+    _record(_key(kernel, sizes), best)
+    kernel.clear()  # the next call compiles (or finds) the tuned kernel
+    return best

@@ -1,0 +1,37 @@
+"""Autotuning picks among schedules, and later kernels of the same def and sizes use the winner."""
+import numpy as np
+
+import tcpy
+from tcpy import tuning
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+
+
+def test_autotune_records_the_winner_for_later_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(1)
+    A, B = rng.random((40, 30), np.float32), rng.random((30, 50), np.float32)
+    kernel = tcpy.define(MATMUL)
+    only = tcpy.Options(loop_order=("n", "m", "k"), register_tile=False)
+    best = tcpy.autotune(kernel, A, B, options=[only], repeat=1, progress=False)
+    assert best == only
+    assert "order n, m, k" in kernel.explain(A, B)
+    np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-5)
+    tuning._memory.clear()  # a new process: the winner comes from tuned.json
+    assert (tmp_path / "tuned.json").is_file()
+    fresh = tcpy.define(MATMUL)
+    assert "order n, m, k" in fresh.explain(A, B)
+    assert "order n, m, k" not in fresh.explain((41, 30), (30, 50))  # other sizes: default
+
+
+def test_default_candidates_time_and_keep_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(2)
+    A, B = rng.random((300, 64), np.float32), rng.random((64, 300), np.float32)
+    kernel = tcpy.define(MATMUL)
+    sizes = {"M": 300, "K": 64, "N": 300}
+    options = tuning.candidates(kernel, sizes)
+    assert len(options) >= 3 and options[0] == kernel.options
+    best = tcpy.autotune(kernel, A, B, repeat=1, progress=False)
+    assert best in options
+    np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-4)

@@ -73,6 +73,13 @@ class Kernel(Launcher):
     def name(self) -> str:
         return self.def_.name
 
+    def __getattr__(self, attr: str):
+        # `tcpy.define(src).matmul` works whether the source has one def or several
+        def_ = self.__dict__.get("def_")
+        if def_ is not None and attr == def_.name:
+            return self
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+
     def __repr__(self) -> str:
         return f"<tcpy.Kernel {self.def_.signature()}>"
 

@@ -102,3 +102,10 @@ def test_reference_backend_has_the_same_interface():
 def test_a_source_without_defs_is_a_lookup_error():
     with pytest.raises(tcpy.TCLookupError, match="the source defines no def"):
         tcpy.define("# only a comment\n")
+
+
+def test_def_name_attribute_works_for_a_single_def_too():
+    k = tcpy.define(TWO_DEFS, name="total")
+    assert k.total is k
+    with pytest.raises(AttributeError):
+        k.scale

@@ -149,9 +149,11 @@ class StmtSchedule:
         if self.register_tile:
             row, rows, col, cols = self.register_tile
             parts.append(f"register tile {row}:{rows} x {col}:{cols}")
+        loops = [f"{v}{'' if level == 'point' else '_' + level}" for v, level in self.dims()]
+        if self.tiles or self.register_tile:
+            parts.append("loops " + ", ".join(loops))
         if self.parallel_dims:
-            outer = [f"{v}{'' if level == 'point' else '_' + level}" for v, level in self.dims()[: self.parallel_dims]]
-            parts.append("parallel over " + ", ".join(outer))
+            parts.append("parallel over " + ", ".join(loops[: self.parallel_dims]))
         if self.register_reduction:
             parts.append("reduction in a register")
         if self.simd:

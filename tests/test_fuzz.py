@@ -65,10 +65,7 @@ def run_case(case: Case, backend: str) -> str:
         with time_limit(CASE_SECONDS):
             kernel = tcpy.define(case.source, backend=backend)
             if not callable(kernel):  # several defs: a Library; call the first
-                kernels = list(kernel)
-                if not kernels:  # bug 2 in bugs_found.md: define("") gives an empty Library
-                    return "empty Library"
-                kernel = kernels[0]
+                kernel = next(iter(kernel))
             kernel(*case.args)
     except tcpy.TCError as err:
         message = str(err)

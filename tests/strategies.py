@@ -77,6 +77,7 @@ class GenProgram:
     sizes: dict = field(default_factory=dict)
     options: Optional[dict] = None  # tcpy.Options(**options) for the compiled kernel
     volume: int = 1  # the largest iteration domain of a statement
+    use_out: bool = False  # also call the compiled kernel with out= arrays full of garbage
 
 
     def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
@@ -548,7 +549,8 @@ def programs(draw, name: str = "f") -> GenProgram:
     args = b.arguments()
     shapes = {o: tuple(b.tensors[o].shape) for o in b.returns}
     return GenProgram(b.source(), name, args, list(b.returns), shapes, b.max_reduction,
-                      b.bad_table, dict(b.sizes), draw(schedule_options()), b.max_volume)
+                      b.bad_table, dict(b.sizes), draw(schedule_options()), b.max_volume,
+                      draw(st.integers(0, 3)) == 0)
 
 
 @st.composite

@@ -542,36 +542,18 @@ class ReferenceKernel:
         return outs
 
     def explain(self, *arrays_or_shapes) -> str:
-        """Each statement's index ranges (symbolic, and bound when arguments are given) and the
-        output shapes. Arguments may be arrays, numbers (rank-0) or shape tuples."""
-        def_ = self.def_
-        lines = [f"{def_.signature()}  [reference backend]"]
-        bound = None
+        """Each statement's index ranges (symbolic, and bound when arguments are given), the
+        output shapes and the preconditions. Arguments may be arrays, numbers or shape tuples."""
+        from .ranges import explain
+
+        sizes = None
         if arrays_or_shapes:
             args = [
                 _shape_view(a, dtype_of(info.scalar)) if isinstance(a, tuple) else a
-                for info, a in zip(def_.inputs, arrays_or_shapes)
-            ] + list(arrays_or_shapes[len(def_.inputs):])
-            _, sizes, bound = self.bind(args)
-            lines.append("sizes: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
-        for k, (stmt, sr) in enumerate(zip(def_.stmts, self.ranges.statements)):
-            lines.append(f"statement {k + 1}: {stmt}")
-            for var in stmt.index_vars:
-                r = sr.ranges[var]
-                text = f"    {r.kind:9} {r.lo} <= {var} < {r.hi}"
-                if bound is not None:
-                    lo, hi = bound.statements[k][var]
-                    text += f"    [{lo}, {hi})"
-                lines.append(text)
-        for info in def_.outputs + def_.temporaries:
-            shape = self.ranges.shapes[info.name]
-            text = f"{info.role} {info.name}: {info.scalar}({', '.join(map(str, shape))})"
-            if bound is not None:
-                text += f" = {tuple(bound.shapes[info.name])}"
-            lines.append(text)
-        for p in getattr(self.ranges, "preconditions", ()):
-            lines.append(f"precondition: {p}")
-        return "\n".join(lines)
+                for info, a in zip(self.def_.inputs, arrays_or_shapes)
+            ] + list(arrays_or_shapes[len(self.def_.inputs):])
+            _, sizes, _ = self.bind(args)
+        return explain(self.ranges, sizes) + "\nbackend: reference (NumPy, no code generation)"
 
 
 def define_reference(def_: A.Def, source: Optional[str] = None) -> ReferenceKernel:

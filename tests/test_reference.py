@@ -380,7 +380,8 @@ def test_outputs_tuple_out_argument_and_errors():
         ref("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }")(rand(2, 3), rand(4, 2))
     assert "reference" in repr(k) and "def f(float(N) X) -> (A, B)" in repr(k)
     text = k.explain((5,))
-    assert "0 <= i < N" in text and "[0, 5)" in text and "output A: float(N) = (5,)" in text
+    assert "output     0 <= i < N  = [0, 5)" in text and "A: (N,) = (5,)  (output)" in text
+    assert "backend: reference" in k.explain()
 
 
 def test_evaluate_and_define_backend_routing():

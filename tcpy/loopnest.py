@@ -270,7 +270,7 @@ class _Lowerer:
             self.in_accumulator = True
         simd = bool(self.sched and self.sched.simd and var == self.innermost)
         simd_reduction = None
-        if simd and self.sched.register_reduction and self.stmt.reduction in ("+", "*"):
+        if simd and self.sched.register_reduction and self.stmt.reduction is not None:
             simd_reduction = self.stmt.reduction
         loop = Loop(
             var=var,

@@ -82,6 +82,12 @@ def accumulator_type(stype):
     return ScalarType.FLOAT32 if stype is ScalarType.FLOAT16 else stype
 
 
+def _nan_flagged(op, acc_type):
+    """Float max/min register reductions keep a separate NaN flag: gcc vectorizes a plain
+    comparison reduction plus an or-reduction, but not a NaN-propagating select."""
+    return op in ("max", "min") and acc_type.is_float
+
+
 def _is_static_index(expr):
     """Affine index expressions are proven in bounds by range inference and preconditions;
     anything else (data-dependent, ternary, calls, division by non-literals) is checked."""
@@ -263,6 +269,12 @@ class _Emitter:
         if node.mode == "register":
             acc_type = accumulator_type(target_type)
             rhs = convert(self.value(stmt.rhs), rhs_type, acc_type)
+            if _nan_flagged(stmt.reduction, acc_type):
+                # NaN tracked apart from the comparison so both vectorize (see accumulate)
+                cmp = ">" if stmt.reduction == "max" else "<"
+                self.emit(f"{{ {acc_type.c_type} tcpy_x = {rhs}; tcpy_nan |= tcpy_x != tcpy_x; "
+                          f"tcpy_acc = tcpy_x {cmp} tcpy_acc ? tcpy_x : tcpy_acc; }}", depth)
+                return
             self.emit(f"tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', rhs, acc_type)};", depth)
             return
         rhs = convert(self.value(stmt.rhs), rhs_type, target_type)
@@ -277,7 +289,12 @@ class _Emitter:
         acc_type = accumulator_type(target_type)
         self.emit("{", depth)
         self.emit(f"{acc_type.c_type} tcpy_acc = {identity(stmt.reduction, acc_type)};", depth + 1)
+        nan_flagged = _nan_flagged(stmt.reduction, acc_type)
+        if nan_flagged:
+            self.emit("int tcpy_nan = 0;  // int: gcc vectorizes no bool or-reduction", depth + 1)
         self.nodes(node.body, depth + 1)
+        if nan_flagged:  # max/min propagate NaN (like numpy.max)
+            self.emit(f"if (tcpy_nan) tcpy_acc = ({acc_type.c_type})NAN;", depth + 1)
         self.current_stmt = stmt
         self.env = dict(node.point)
         target = self.access(stmt.target, stmt.lhs)
@@ -340,7 +357,12 @@ class _Emitter:
 
     def loop(self, node, depth):
         simd = node.simd and (node.simd_reduction or not node.unroll)
-        reduction = f" reduction({node.simd_reduction}:tcpy_acc)" if node.simd_reduction else ""
+        reduction = ""
+        if node.simd_reduction:
+            reduction = f" reduction({node.simd_reduction}:tcpy_acc)"
+            stmt = self.ir.stmts[self.stmt_index]
+            if _nan_flagged(node.simd_reduction, accumulator_type(self.ir.types[stmt.target])):
+                reduction += " reduction(|:tcpy_nan)"
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
             both = " simd" if simd else ""  # a single loop is both the parallel and the SIMD one

@@ -165,7 +165,8 @@ class Kernel(Launcher):
             n_inputs=len(self.def_.params),
             input_dtypes=[np.dtype(self.types[p.name].numpy_name) for p in self.def_.params],
             output_specs=[array_spec(r.name) for r in self.def_.returns],
-            temp_specs=[array_spec(t.name) for t in self.def_.temporaries],
+            temp_specs=[array_spec(t.name) for t in self.def_.temporaries]
+                       + [(spec.ir.shapes[p], np.dtype(spec.ir.types[p].numpy_name), False) for p in spec.ir.packs],
             error_messages=list(spec.error_messages),
             num_threads=options.threads,
             single_output=len(self.def_.returns) == 1,

@@ -21,7 +21,7 @@ from typing import Mapping, Optional, Union
 import islpy as isl
 
 from .lang import ast
-from .lang.sema import inline_lets
+from .lang.sema import inline_lets, map_expr
 from .lang.types import ScalarType
 from .schedule import Options, StmtSchedule, choose_schedule
 
@@ -132,6 +132,10 @@ class KernelIR:
     sizes: Mapping[str, int]
     nests: tuple[Nest, ...]
     options: Options
+    # index in def_.stmts of each statement (-1 for the packing copies tcpy adds)
+    origins: tuple[int, ...] = ()
+    # temporaries tcpy adds (packed operands), passed after the def's own temporaries
+    packs: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- isl helpers
@@ -370,11 +374,26 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
 
     ``types`` maps every tensor name to its element type.
     """
-    stmts = tuple(inline_lets(s) for s in def_.stmts)
     shapes = {p.name: input_shape(p, bound.sizes) for p in def_.params}
     shapes.update((name, tuple(shape)) for name, shape in bound.shapes.items())
+    types = dict(types)
+    stmts, all_ranges, origins, packs = [], [], [], []
+    for origin, (stmt, ranges) in enumerate(zip(def_.stmts, bound.statements)):
+        stmt = inline_lets(stmt)
+        if options.register_tile:
+            packed = _pack_operand(stmt, ranges, shapes, types, options, f"tcpy_pack{len(packs)}")
+            if packed is not None:
+                pack_stmt, pack_ranges, stmt = packed
+                stmts.append(pack_stmt)
+                all_ranges.append(pack_ranges)
+                origins.append(-1)
+                packs.append(pack_stmt.target)
+        stmts.append(stmt)
+        all_ranges.append(ranges)
+        origins.append(origin)
+    stmts = tuple(stmts)
     nests: list[Nest] = []
-    for index, (stmt, ranges) in enumerate(zip(stmts, bound.statements)):
+    for index, (stmt, ranges) in enumerate(zip(stmts, all_ranges)):
         name = f"S{index}"
         vars_ = stmt.index_vars
         extents = {v: max(0, ranges[v][1] - ranges[v][0]) for v in vars_}
@@ -410,7 +429,55 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
             mode = "register" if sched.register_reduction else "memory"
             body = _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
         nests.append(Nest(index, "compute", body, sched))
-    return KernelIR(def_, stmts, shapes, dict(types), dict(bound.sizes), tuple(nests), options)
+    return KernelIR(def_, stmts, shapes, types, dict(bound.sizes), tuple(nests), options,
+                    tuple(origins), tuple(packs))
+
+
+def _pack_operand(stmt, ranges, shapes, types, options, pack_name):
+    """Copy one operand of a dot-product shaped reduction into a transposed temporary.
+
+    ``S(i,j) +=! Q(i,d) * K(j,d)`` reduces over ``d``, contiguous in both reads, so its best
+    plain schedule is a dot product per output. Reading ``K`` through a copy laid out as
+    ``(d, j)`` turns it into a GEMM, whose register tiles are several times faster. Returns
+    ``(pack statement, its ranges, rewritten statement)`` or None when that does not apply.
+    """
+    if stmt.reduction is None or not stmt.reduction_vars or not stmt.output_vars:
+        return None
+    extents = {v: max(0, ranges[v][1] - ranges[v][0]) for v in stmt.index_vars}
+    target_type = types[stmt.target]
+    sched = choose_schedule(stmt, extents, shapes, target_type, options)
+    if not sched.register_reduction or target_type.bits == 16:
+        return None
+    inner, col = sched.order[-1], stmt.output_vars[-1]
+    for node in stmt.rhs.walk():
+        if not (isinstance(node, ast.Access) and len(node.indices) >= 2
+                and all(isinstance(i, ast.IndexVar) for i in node.indices)):
+            continue
+        names = [i.name for i in node.indices]
+        if names[-1] != inner or col not in names[:-1] or len(set(names)) != len(names):
+            continue
+        pos = names.index(col)
+        perm = [p for p in range(len(names)) if p != pos] + [pos]
+        shape = shapes[node.tensor]
+        pack_vars = tuple(f"tcpy_p{p}" for p in range(len(names)))
+        index_type = node.indices[0].type
+        # pack(p_perm...) = T(p0, p1, ...): the copy's dims are T's dims in `perm` order
+        pack_lhs = tuple(ast.IndexVar(pack_vars[p], type=index_type) for p in perm)
+        source = ast.Access(node.tensor, tuple(ast.IndexVar(v, type=index_type) for v in pack_vars),
+                            type=node.type)
+        pack_stmt = ast.Stmt(pack_name, pack_lhs, None, False, source, span=stmt.span,
+                             output_vars=tuple(v.name for v in pack_lhs))
+        packed_read = ast.Access(pack_name, tuple(node.indices[p] for p in perm), type=node.type)
+        rewritten = dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, lambda e: packed_read if e == node else e))
+        new_shapes = dict(shapes)
+        new_shapes[pack_name] = tuple(shape[p] for p in perm)
+        if choose_schedule(rewritten, extents, new_shapes, target_type, options).register_tile is None:
+            return None
+        shapes[pack_name] = new_shapes[pack_name]
+        types[pack_name] = types[node.tensor]
+        pack_ranges = {pack_vars[p]: (0, shape[p]) for p in range(len(names))}
+        return pack_stmt, pack_ranges, rewritten
+    return None
 
 
 def _empty_reduction(index, stmt, sched, name, ranges) -> tuple[Node, ...]:

@@ -397,3 +397,16 @@ def test_index_division_by_minus_one_at_the_minimum_does_not_trap():
     check(k(X, I, J), np.array([0, 0, 0, 3], np.float32))
     with pytest.raises(tcpy.TCRuntimeError, match="integer division by zero"):
         k(X, I, np.zeros(4, np.int32))
+
+
+def test_dot_product_reductions_read_a_packed_transposed_operand():
+    # C(m,n) +=! A(m,k) * B(n,k): k is contiguous in both reads; tcpy copies B as (k, n) so the
+    # reduction runs as a register-tiled GEMM. Sizes leave partial register blocks.
+    k = tcpy.define("""
+    def mm_nt(float(M,K) A, float(N,K) B) -> (C) {
+        C(m, n) +=! A(m, k) * B(n, k)
+    }""")
+    A, B = rand(45, 70), rand(100, 70)
+    assert "tcpy_pack0" in k.explain(A, B)
+    check(k(A, B), A @ B.T)
+    check(k(A[:, :35], B[:7, :35]), A[:, :35] @ B[:7, :35].T)  # too small to pack: plain schedule

@@ -147,10 +147,13 @@ def test_emit_requires_sizes(tc_file, capsys):
 
 def test_emit_passes_schedule_options(tc_file, capsys):
     path = tc_file(MATMUL)
-    assert main(["emit", path, "--sizes", "M=256,N=256,K=256"]) == 0
+    sizes = ["--sizes", "M=256,N=256,K=256", "--threads", "2"]  # explicit: CI may have 1 CPU
+    assert main(["emit", path, *sizes]) == 0
     assert "omp parallel" in capsys.readouterr().out
-    assert main(["emit", path, "--sizes", "M=256,N=256,K=256", "--no-parallel"]) == 0
+    assert main(["emit", path, *sizes, "--no-parallel"]) == 0
     assert "omp parallel" not in capsys.readouterr().out
+    assert main(["emit", path, *sizes, "--tile", "m=0,n=0,k=0", "--order", "n,m,k"]) == 0
+    assert "order n, m, k" in capsys.readouterr().out
 
 
 def test_cache_info_and_clear(cache, capsys):

@@ -375,7 +375,7 @@ class _Stmt:
         parts = [idx if k == dim else self.index(s) for k, s in enumerate(t.shape)]
         bound = t.dims[dim]
         text = f"({idx} >= 0 && {idx} < {bound} ? {t.name}({', '.join(parts)}) : {_zero(t.type)})"
-        return text, t.type
+        return text, promote(t.type, S.FLOAT32 if t.type.is_float else S.INT32)
 
     # -- expressions, as (text, type)
 
@@ -510,6 +510,8 @@ class _Stmt:
             red = b.pick(REDUCTIONS)
             if red == "*" and not rtype.is_float:  # integer products overflow (UB in C)
                 red = b.pick(("+", "min", "max"))
+            if red == "*":  # factors in [-1, 1]: an overflow to inf (then inf * 0) depends on order
+                rhs = f"{rtype.tc_name}(fmin(fmax({rhs}, -1.0), 1.0))"
             op = f"{red}=" + ("" if target is not None and not self.fresh and b.chance(0.5) else "!")
         elif target is not None and not self.fresh:
             op = b.pick(("=", "+=", "max=", "min=", "*="))

@@ -47,3 +47,25 @@ def test_division_in_a_ternary_inside_an_index_floors(backend):
     np.testing.assert_array_equal(k(X), [0, 1, 1, 2, 2, 3])  # truncation would give 1 1 2 2 2 3
     m = tcpy.define("def f(float(N) X, int32(N) I) -> (Y) { Y(i) = X(max((I(i) - 3) % 4, 0)) }", backend=backend)
     np.testing.assert_array_equal(m(X, np.array([0, 1, 2, 3, 4, 5], np.int32)), [1, 2, 3, 0, 1, 2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_builtins_are_correctly_rounded(backend):
+    """Bug 4 (reference): float32 exp/cos of an int are the correctly rounded float32 values."""
+    k = tcpy.define("def f(float(N) A) -> (E, C) { E(i) = double(exp(N)) + 0.0 * A(i)\n"
+                    " C(i) = double(cos(N)) + 0.0 * A(i) }", backend=backend)
+    e, c = k(np.zeros(2, np.float32))
+    assert e.dtype == np.float64
+    np.testing.assert_array_equal(e, np.float64(np.float32(np.exp(2.0))))  # N = 2
+    np.testing.assert_array_equal(c, np.float64(np.float32(np.cos(2.0))))
+
+
+def test_scalar_builtins_on_rank0_values_and_poles():
+    """Bug 5 (reference): math-module builtins on 0-d values; C's values at the poles."""
+    k = tcpy.define("def f(double B, double(N) X) -> (E, L, G) { E = erf(B)\n L(i) = lgamma(X(i))\n"
+                    " G(i) = tgamma(X(i)) }", backend="reference")
+    e, lg, g = k(0.5, np.array([0.0, -1.0, 0.5]))
+    import math
+    assert e == math.erf(0.5)
+    np.testing.assert_array_equal(lg, [np.inf, np.inf, math.lgamma(0.5)])
+    assert g[0] == np.inf and np.isnan(g[1]) and g[2] == math.gamma(0.5)

@@ -666,10 +666,12 @@ def _mutate_args(draw, prog: GenProgram) -> tuple[str, list]:
         args[k] = draw(st.sampled_from(["not an array", None, {"a": 1}, [[1.0, 2.0]], (1,), b"xy"]))
     elif kind == "noncontig_bad":
         args[k] = np.asfortranarray(a).astype(">f8") if a.ndim else np.float16(1)
+    elif " L) ->" in prog.source:
+        # the lookup table (always the last parameter) indexes far out of range
+        table = np.asarray(args[-1])
+        args[-1] = np.full(table.shape, 10**6, table.dtype)
     else:
-        if "L" in prog.source and len(args) >= 1:
-            return "table", args  # the program's own tables may already be out of range
-        args[k] = a
+        args[k] = a[::-1].copy() if a.ndim else a  # still valid: success is allowed too
     return kind, args
 
 

@@ -26,7 +26,6 @@ as a regression test in ``tests/test_regressions.py``.
 import os
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
 import tcpy

@@ -11,10 +11,6 @@ import tcpy
 BACKENDS = ["compiled", "reference"]
 
 
-def kernels(src):
-    return [tcpy.define(src, backend=b) for b in BACKENDS]
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_unwritten_temporary_elements_are_zero(backend):
     """Bug 1: T(0) is written by no statement; it must read as 0, not as uninitialised memory."""

@@ -449,7 +449,11 @@ def _pack_operand(stmt, ranges, shapes, types, options, pack_name):
     if not sched.register_reduction or target_type.bits == 16:
         return None
     inner, col = sched.order[-1], stmt.output_vars[-1]
-    for node in stmt.rhs.walk():
+    reads = [n for n in stmt.rhs.walk() if isinstance(n, ast.Access) and n.indices]
+    contiguous = [n for n in reads if isinstance(n.indices[-1], ast.IndexVar) and n.indices[-1].name == inner]
+    if len(contiguous) < 2:  # a plain row reduction vectorizes as it is: only dot products gain
+        return None
+    for node in contiguous:
         if not (isinstance(node, ast.Access) and len(node.indices) >= 2
                 and all(isinstance(i, ast.IndexVar) for i in node.indices)):
             continue

@@ -410,3 +410,15 @@ def test_dot_product_reductions_read_a_packed_transposed_operand():
     assert "tcpy_pack0" in k.explain(A, B)
     check(k(A, B), A @ B.T)
     check(k(A[:, :35], B[:7, :35]), A[:, :35] @ B[:7, :35].T)  # too small to pack: plain schedule
+
+
+def test_reused_temporaries_start_from_zero_on_every_call():
+    # T(0) is written by no statement; the launcher reuses T's memory between calls, so it
+    # must clear it again (T(1..) are overwritten anyway).
+    k = tcpy.define("""
+    def f(float(N) A) -> (O) {
+        T(i) = A(i - 1) where i in 1:N+1
+        O(i) = T(i) + 1.0 where i in 0:N+1
+    }""")
+    for A in (np.arange(1, 5, dtype=np.float32), np.full(4, 7.0, np.float32)):
+        check(k(A), np.concatenate([[1.0], A + 1]).astype(np.float32))

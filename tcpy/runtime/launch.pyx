@@ -105,6 +105,7 @@ cdef class LaunchEntry:
     cdef kernel_fn fn
     cdef tuple _outs
     cdef tuple _temps
+    cdef list _spare_temps  # temporaries of the last call, reused by the next one (or None)
 
     def __init__(self, func_address, n_inputs, output_specs, temp_specs=(), error_messages=(),
                  num_threads=0, single_output=True, input_dtypes=None, owner=None):
@@ -217,9 +218,24 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
             arrays[n_in + i] = (<_ArraySpec>entry._outs[i]).new()
     else:
         _check_out(entry, out, arrays)
+    # Temporaries are reused from call to call: fresh memory costs a page fault per 4 KiB page
+    # on first touch, often more than the kernel. A call running while another holds the
+    # spares (threads) allocates its own.
+    cdef list temps = entry._spare_temps
+    entry._spare_temps = None
+    if temps is None:
+        temps = [(<_ArraySpec>entry._temps[i]).new() for i in range(n_tmp)]
+    else:
+        for i in range(n_tmp):
+            if (<_ArraySpec>entry._temps[i]).zero:
+                a = <cnp.ndarray>temps[i]
+                memset(cnp.PyArray_DATA(a), 0, cnp.PyArray_NBYTES(a))
     for i in range(n_tmp):
-        arrays[n_in + n_out + i] = (<_ArraySpec>entry._temps[i]).new()
-    _call(entry, arrays, n_buf)
+        arrays[n_in + n_out + i] = temps[i]
+    try:
+        _call(entry, arrays, n_buf)
+    finally:
+        entry._spare_temps = temps
     if entry.single_output:
         return arrays[n_in]
     return tuple(arrays[n_in:n_in + n_out])

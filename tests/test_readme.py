@@ -6,7 +6,8 @@ ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
 
 
-def test_python_examples_run(capsys):
+def test_python_examples_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))  # autotune records its winner there
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
     assert len(blocks) >= 2
     namespace: dict = {}
@@ -16,6 +17,7 @@ def test_python_examples_run(capsys):
     assert "def 'matmul': size K is 32 from A.shape[1] but B.shape[0] is 31" in out
     assert "cannot infer the range of index variable 'j'" in out
     assert "C: (M, N) = (64, 48)" in out
+    assert (tmp_path / "tuned.json").is_file()
 
 
 def test_readme_test_command_is_what_ci_runs():

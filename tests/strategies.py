@@ -684,3 +684,64 @@ def invalid_cases(draw) -> Case:
         return Case(f"source:{kind}", src, list(prog.args))
     kind, args = _mutate_args(draw, prog)
     return Case(f"args:{kind}", prog.source, args)
+
+
+# ----------------------------------------------------------------------------- standard kernels
+
+# (name, source template with {t} for the dtype and {s} for a stride, inputs as (name, dims),
+#  output shape as a function of the sizes and the stride, reduction length as a function)
+KERNELS = [
+    ("matmul", "C(m, n) +=! A(m, k) * B(k, n)", [("A", "MK"), ("B", "KN")],
+     lambda z, s: (z["M"], z["N"]), lambda z, s: z["K"]),
+    ("matmul_tn", "C(m, n) +=! A(k, m) * B(k, n)", [("A", "KM"), ("B", "KN")],
+     lambda z, s: (z["M"], z["N"]), lambda z, s: z["K"]),
+    ("matmul_nt", "C(m, n) +=! A(m, k) * B(n, k)", [("A", "MK"), ("B", "NK")],
+     lambda z, s: (z["M"], z["N"]), lambda z, s: z["K"]),
+    ("bmm", "C(b, m, n) +=! A(b, m, k) * B(b, k, n)", [("A", "PMK"), ("B", "PKN")],
+     lambda z, s: (z["P"], z["M"], z["N"]), lambda z, s: z["K"]),
+    ("gemv", "C(m) +=! A(m, k) * B(k)", [("A", "MK"), ("B", "K")],
+     lambda z, s: (z["M"],), lambda z, s: z["K"]),
+    ("conv", "C(n, o, h, w) +=! A(n, c, {s} * h + kh, {s} * w + kw) * B(o, c, kh, kw)",
+     [("A", "PKHW"), ("B", "MKRS")],
+     lambda z, s: (z["P"], z["M"], (z["H"] - z["R"]) // s + 1, (z["W"] - z["S"]) // s + 1),
+     lambda z, s: z["K"] * z["R"] * z["S"]),
+    ("conv_nhwc", "C(n, h, w, o) +=! A(n, {s} * h + kh, {s} * w + kw, c) * B(kh, kw, c, o)",
+     [("A", "PHWK"), ("B", "RSKM")],
+     lambda z, s: (z["P"], (z["H"] - z["R"]) // s + 1, (z["W"] - z["S"]) // s + 1, z["M"]),
+     lambda z, s: z["K"] * z["R"] * z["S"]),
+    ("maxpool", "C(n, h, w) max=! A(n, {s} * h + kh, {s} * w + kw) where kh in 0:R, kw in 0:S",
+     [("A", "PHW"), ("B", "RS")],
+     lambda z, s: (z["P"], (z["H"] - z["R"]) // s + 1, (z["W"] - z["S"]) // s + 1),
+     lambda z, s: z["R"] * z["S"]),
+    ("rowsum_scaled", "C(m) +=! A(m, k) * B(k) / {t}(K)", [("A", "MK"), ("B", "K")],
+     lambda z, s: (z["M"],), lambda z, s: z["K"]),
+    ("colmax", "C(n) max=! A(k, n) + B(k)", [("A", "KN"), ("B", "K")],
+     lambda z, s: (z["N"],), lambda z, s: z["K"]),
+]
+
+
+@st.composite
+def kernel_programs(draw, name: str = "f") -> GenProgram:
+    """A standard kernel (matmul and variants, conv NCHW/NHWC, pooling, row/column reductions)
+    with random sizes up to ~70, dtype, stride and schedule options: the nests the schedule's
+    tiling, register blocking, vectorization and parallelization work on."""
+    kname, body, inputs, shape_of, length_of = draw(st.sampled_from(KERNELS))
+    t = draw(st.sampled_from((S.FLOAT32, S.FLOAT32, S.FLOAT64, S.FLOAT16, S.INT32, S.INT64, S.INT16)))
+    stride = draw(st.sampled_from((1, 2)))
+    small = {"R", "S"}
+    z = {}
+    for letter in sorted({c for _, dims in inputs for c in dims}):
+        z[letter] = draw(st.integers(1, 4)) if letter in small else draw(st.integers(1, 70))
+    for a, b in (("H", "R"), ("W", "S")):  # windows must fit
+        if a in z:
+            z[a] = max(z[a], z[b])
+    body = body.format(t=t.tc_name, s=stride)
+    params = ", ".join(f"{t.tc_name}({', '.join(dims)}) {n}" for n, dims in inputs)
+    source = f"def {name}({params}) -> (C) {{\n    {body}\n}}\n"
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    args = [random_array(rng, t, tuple(z[c] for c in dims)) for _, dims in inputs]
+    shape = shape_of(z, stride)
+    volume = int(np.prod(shape)) * length_of(z, stride)
+    return GenProgram(source, name, args, ["C"], {"C": shape}, length_of(z, stride), False,
+                      {k: v for k, v in z.items()}, draw(schedule_options()), volume,
+                      draw(st.integers(0, 3)) == 0)

@@ -13,8 +13,9 @@ Each generated program (``tests/strategies.py``) is checked three ways:
 * for a quarter of the programs, the compiled kernel called again with ``out=`` arrays full of
   garbage gives the same results (elements no statement writes are zero).
 
-The default run checks ``TCPY_FUZZ_EXAMPLES`` programs (250), derandomized so that reruns hit
-the kernel disk cache. A longer, fresh run is one variable away::
+The default run checks ``TCPY_FUZZ_EXAMPLES`` random programs (250) and a fifth as many
+standard kernels (matmul variants, conv NCHW/NHWC, pooling, reductions) with sizes up to ~70
+and random schedule options, derandomized so that reruns hit the kernel disk cache. A longer, fresh run is one variable away::
 
     TCPY_FUZZ_EXAMPLES=5000 TCPY_FUZZ_SEED=random python -m pytest tests/test_differential.py -q
 
@@ -32,9 +33,10 @@ import tcpy
 from tcpy.lang.sema import inline_lets
 from tcpy.reference import define_reference
 
-from strategies import GenProgram, programs
+from strategies import GenProgram, kernel_programs, programs
 
 EXAMPLES = int(os.environ.get("TCPY_FUZZ_EXAMPLES", "250"))
+KERNEL_EXAMPLES = max(1, EXAMPLES // 5)
 RANDOM = os.environ.get("TCPY_FUZZ_SEED", "") == "random"
 # Shrinking recompiles every candidate (minutes); on by default only in the long run.
 SHRINK = os.environ.get("TCPY_FUZZ_SHRINK", "1" if RANDOM else "0") == "1"
@@ -123,4 +125,11 @@ def check_program(prog: GenProgram):
 @given(prog=programs())
 def test_compiled_kernels_match_the_reference(prog):
     assume(prog.volume <= MAX_VOLUME)  # the reference materializes whole domains
+    check_program(prog)
+
+
+@settings(SETTINGS, max_examples=KERNEL_EXAMPLES)
+@given(prog=kernel_programs())
+def test_compiled_standard_kernels_match_the_reference(prog):
+    assume(prog.volume <= 4 * MAX_VOLUME)
     check_program(prog)

@@ -99,6 +99,8 @@ class RegisterTile:
     point: tuple[tuple[str, str], ...]  # the other output variables
     fast: tuple["Node", ...]
     slow: tuple["Node", ...]
+    # (tensor, panel copy): the fast path reads this operand from its copy in panels
+    panel: Optional[tuple[str, str]] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +209,8 @@ class _Lowerer:
     """Walks an isl AST and produces IR nodes for one nest."""
 
     def __init__(self, stmt_index: int, stmt: ast.Stmt, sched: Optional[StmtSchedule], mode: str,
-                 vars_: tuple[str, ...]):
+                 vars_: tuple[str, ...], panel: Optional[tuple[str, str]] = None):
+        self.panel = panel
         self.stmt_index = stmt_index
         self.stmt = stmt
         self.sched = sched
@@ -320,7 +323,7 @@ class _Lowerer:
             others = tuple((v, e) for v, e in _first_point(slow).point
                            if v in self.stmt.output_vars and v not in (row, col))
             return RegisterTile(self.stmt_index, row, rows, row_start, col, cols, col_start, full,
-                                others, (fast,), (slow,))
+                                others, (fast,), (slow,), self.panel)
         finally:
             self.in_tile = False
 
@@ -378,6 +381,7 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
     shapes.update((name, tuple(shape)) for name, shape in bound.shapes.items())
     types = dict(types)
     stmts, all_ranges, origins, packs = [], [], [], []
+    panels: dict[int, tuple[str, str]] = {}  # statement -> (operand, its panel copy)
     for origin, (stmt, ranges) in enumerate(zip(def_.stmts, bound.statements)):
         stmt = inline_lets(stmt)
         if options.register_tile:
@@ -388,6 +392,14 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
                 all_ranges.append(pack_ranges)
                 origins.append(-1)
                 packs.append(pack_stmt.target)
+            paneled = _panel_operand(stmt, ranges, shapes, types, options, f"tcpy_pack{len(packs)}")
+            if paneled is not None:
+                pack_stmt, pack_ranges, panel = paneled
+                stmts.append(pack_stmt)
+                all_ranges.append(pack_ranges)
+                origins.append(-1)
+                packs.append(pack_stmt.target)
+                panels[len(stmts)] = panel
         stmts.append(stmt)
         all_ranges.append(ranges)
         origins.append(origin)
@@ -427,10 +439,58 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
         else:
             ast_root = _build_ast(_schedule_map(name, vars_, sched, dom))
             mode = "register" if sched.register_reduction else "memory"
-            body = _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
+            body = _Lowerer(index, stmt, sched, mode, vars_, panels.get(index)).lower(ast_root)
         nests.append(Nest(index, "compute", body, sched))
     return KernelIR(def_, stmts, shapes, types, dict(bound.sizes), tuple(nests), options,
                     tuple(origins), tuple(packs))
+
+
+PANEL_MIN_COLUMNS = 512  # narrower operands stay in cache as they are
+
+
+def _panel_operand(stmt, ranges, shapes, types, options, pack_name):
+    """Copy the operand a register tile streams (``B`` in ``A(m,k) * B(k,n)``) into panels.
+
+    The fast path of a register tile reads ``cols`` consecutive elements of ``B`` from each of
+    many rows; when rows are long (and their stride a power of two) those reads conflict in
+    the caches. The copy ``panel(nb, k, c) = B(k, cols*nb + c)`` makes them one contiguous
+    stream. Returns ``(copy statement, its ranges, (B, copy name))`` or None.
+    """
+    if stmt.reduction is None or not stmt.reduction_vars:
+        return None
+    extents = {v: max(0, ranges[v][1] - ranges[v][0]) for v in stmt.index_vars}
+    sched = choose_schedule(stmt, extents, shapes, types[stmt.target], options)
+    if sched.register_reduction or sched.register_tile is None:
+        return None
+    _, _, col, cols = sched.register_tile
+    for node in stmt.rhs.walk():
+        if not (isinstance(node, ast.Access) and len(node.indices) >= 2
+                and all(isinstance(i, ast.IndexVar) for i in node.indices)
+                and not node.tensor.startswith("tcpy_pack")):
+            continue
+        names = [i.name for i in node.indices]
+        if (names[-1] != col or col in names[:-1] or len(set(names)) != len(names)
+                or not set(names) & set(stmt.reduction_vars)):
+            continue
+        shape = shapes[node.tensor]
+        if shape[-1] < PANEL_MIN_COLUMNS:
+            return None
+        index_type = node.indices[0].type
+        dims = tuple(f"tcpy_q{p}" for p in range(len(shape) - 1))
+        block, lane = ast.IndexVar("tcpy_nb", type=index_type), ast.IndexVar("tcpy_cc", type=index_type)
+        column = ast.Binary("+", ast.Binary("*", ast.IntLit(cols, type=index_type), block, type=index_type),
+                            lane, type=index_type)
+        source = ast.Access(node.tensor, tuple(ast.IndexVar(d, type=index_type) for d in dims) + (column,),
+                            type=node.type)
+        lhs = (block,) + tuple(ast.IndexVar(d, type=index_type) for d in dims) + (lane,)
+        copy = ast.Stmt(pack_name, lhs, None, False, source, span=stmt.span,
+                        output_vars=tuple(v.name for v in lhs))
+        copy_ranges = {"tcpy_nb": (0, shape[-1] // cols), "tcpy_cc": (0, cols)}
+        copy_ranges.update((d, (0, n)) for d, n in zip(dims, shape[:-1]))
+        shapes[pack_name] = (shape[-1] // cols,) + tuple(shape[:-1]) + (cols,)
+        types[pack_name] = types[node.tensor]
+        return copy, copy_ranges, (node.tensor, pack_name)
+    return None
 
 
 def _pack_operand(stmt, ranges, shapes, types, options, pack_name):

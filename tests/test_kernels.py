@@ -422,3 +422,19 @@ def test_reused_temporaries_start_from_zero_on_every_call():
     }""")
     for A in (np.arange(1, 5, dtype=np.float32), np.full(4, 7.0, np.float32)):
         check(k(A), np.concatenate([[1.0], A + 1]).astype(np.float32))
+
+
+def test_wide_operands_are_read_from_panel_copies():
+    # Rows of B at least 512 long are copied into 32-wide panels for the register tiles; the
+    # last, partial panel and edge blocks read B itself.
+    mm = tcpy.define(MATMUL)
+    A, B = rand(50, 70), rand(70, 530)
+    assert "tcpy_pack0(tcpy_nb" in mm.explain(A, B)
+    check(mm(A, B), A @ B)
+    bmm = tcpy.define("""
+    def bmm(float(B,M,K) X, float(B,K,N) Y) -> (Z) {
+        Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)
+    }""")
+    X, Y = rand(2, 13, 9), rand(2, 9, 515)
+    assert "tcpy_pack0(tcpy_nb" in bmm.explain(X, Y)
+    check(bmm(X, Y), X @ Y)

@@ -13,7 +13,8 @@ the return code, lazy ternaries (a branch not taken reads no memory), saturating
 """
 from tcpy.lang import ast
 from tcpy.lang.builtins import BUILTINS
-from tcpy.lang.types import ScalarType, promote
+from tcpy.lang.sema import map_expr
+from tcpy.lang.types import INDEX_TYPE, ScalarType, promote
 
 # Builtins that csrc/tcpy_runtime.h defines (as tcpy_<name>f / tcpy_<name>); the others are libm's.
 RUNTIME_BUILTINS = frozenset({
@@ -349,7 +350,23 @@ class _Emitter:
         self.current_stmt = stmt
         t = self.ir.types[stmt.target]
         self.env = self._tile_env(self.tile, node.point)
-        rhs = convert(self.value(stmt.rhs), stmt.rhs.type, t)
+        rhs_expr = stmt.rhs
+        if self.tile.panel is not None:  # read the streamed operand from its panel copy
+            tensor, copy = self.tile.panel
+            col = self.tile.col_var
+            block = ast.IndexVar("tcpy_nb", type=INDEX_TYPE)
+            lane = ast.IndexVar("tcpy_cc", type=INDEX_TYPE)
+            self.env["tcpy_nb"] = f"(tcpy_col0 / {self.tile.cols})"
+            self.env["tcpy_cc"] = "tcpy_c"
+
+            def to_panel(e):
+                if (isinstance(e, ast.Access) and e.tensor == tensor and e.indices
+                        and isinstance(e.indices[-1], ast.IndexVar) and e.indices[-1].name == col):
+                    return ast.Access(copy, (block,) + e.indices[:-1] + (lane,), type=e.type)
+                return None
+
+            rhs_expr = map_expr(rhs_expr, to_panel)
+        rhs = convert(self.value(rhs_expr), stmt.rhs.type, t)
         self._tile_loops(self.tile, depth)
         cell = "tcpy_tile[tcpy_r][tcpy_c]"
         self.emit(f"{cell} = {combine(stmt.reduction, cell, rhs, t)};", depth + 2)

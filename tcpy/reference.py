@@ -30,8 +30,10 @@ Semantics (the contract the compiled kernels are tested against):
 * Reductions accumulate in the output type, except ``half`` which accumulates in float32 and
   is rounded once at the end. Identities: ``+`` 0, ``*`` 1, ``max`` -inf / the type's
   minimum, ``min`` +inf / the type's maximum (``bool``: or / and). Empty domains give the
-  identity. ``max``/``min`` (calls and reductions) propagate NaN like ``numpy.maximum``;
-  ``fmax``/``fmin`` ignore a NaN operand.
+  identity. ``max``/``min`` (calls and reductions) propagate NaN like ``numpy.maximum``; a
+  ``max(a, b)`` call returns ``a`` on a tie (``max(0.0, -0.0)`` is ``0.0``), as the C runtime
+  does; ``fmax``/``fmin`` ignore a NaN operand. (The sign of a zero that a max/min *reduction*
+  returns from ``+0`` and ``-0`` depends on the order of evaluation, in any backend.)
 * Explicit casts: float -> int truncates toward zero and saturates, NaN -> 0; int -> int
   saturates; anything -> bool is ``x != 0``. Implicit conversions (operand promotion, storing
   into the target) are C's: int -> int wraps.
@@ -137,7 +139,7 @@ def _vectorize(fn):
 def _c_round(x):
     """C's round(): halfway cases away from zero."""
     t = np.trunc(x)
-    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0).astype(x.dtype)
+    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t).astype(x.dtype)  # round(-0.25) is -0.0
 
 
 def _logb(x):
@@ -209,6 +211,16 @@ def _bessel_j(nu):
     return f
 
 
+def _c_max(a, b):
+    """tcpy_runtime.h's max: NaN if either is NaN, else ``a >= b ? a : b`` (a wins a tie such as
+    max(0.0, -0.0); numpy.maximum's choice differs between dtypes)."""
+    return np.where(a != a, a, np.where(a >= b, a, b))
+
+
+def _c_min(a, b):
+    return np.where(a != a, a, np.where(a <= b, a, b))
+
+
 # name -> function on float64 arrays. Builtins are computed in double and rounded once to their
 # type (float32 or float64): for float32 that is the correctly rounded result glibc's expf, sinf,
 # ... return in nearly all cases (NumPy's own float32 SIMD versions can be 1 ulp off).
@@ -248,7 +260,7 @@ _BUILTINS = {
     "sqrt": np.sqrt, "tan": np.tan, "tanh": np.tanh,
     "trunc": np.trunc,
     # Not TC builtins: the min/max operators, which propagate NaN.
-    "min": np.minimum, "max": np.maximum,
+    "min": lambda a, b: _c_min(a, b), "max": lambda a, b: _c_max(a, b),
 }
 
 
@@ -377,7 +389,7 @@ class _StatementEvaluator:
         if e.func in ("min", "max") and not t.is_float:
             work = INT32 if t is BOOL else t
             a, b = (convert(x, arg.type, work) for x, arg in zip(args, e.args))
-            fn = np.minimum if e.func == "min" else np.maximum
+            fn = _c_min if e.func == "min" else _c_max
             return convert(fn(a, b), work, t)
         if e.func not in _BUILTINS:
             raise TypeError(f"reference evaluator: unknown builtin '{e.func}'")

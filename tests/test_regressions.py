@@ -65,3 +65,21 @@ def test_scalar_builtins_on_rank0_values_and_poles():
     assert e == math.erf(0.5)
     np.testing.assert_array_equal(lg, [np.inf, np.inf, math.lgamma(0.5)])
     assert g[0] == np.inf and np.isnan(g[1]) and g[2] == math.gamma(0.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_round_keeps_the_sign_of_zero(backend):
+    """Bug 6 (reference): C's round(-0.25) is -0.0, so 1 / round(-0.25) is -inf."""
+    k = tcpy.define("def f(double(N) A) -> (O) { O(i) = 1.0 / round(A(i)) }", backend=backend)
+    np.testing.assert_array_equal(k(np.array([-0.25, 0.25, -0.5])), [-np.inf, np.inf, -1.0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", ["half", "float", "double"])
+def test_max_min_ties_of_signed_zeros_return_the_first_operand(backend, t):
+    """Bug 7 (reference): max(0.0, -0.0) is 0.0 and min(-0.0, 0.0) is -0.0 (a >= b ? a : b)."""
+    k = tcpy.define(f"def f({t}(N) A) -> (P, Q) {{ P(i) = 1.0 / max(0.0, A(i))\n"
+                    f" Q(i) = 1.0 / min(A(i), 0.0) }}", backend=backend)
+    p, q = k(np.array([-0.0, 0.0], np.dtype(tcpy.lang.types.TYPE_NAMES[t].numpy_name)))
+    np.testing.assert_array_equal(p, [np.inf, np.inf])
+    np.testing.assert_array_equal(q, [-np.inf, np.inf])

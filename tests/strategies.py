@@ -671,7 +671,8 @@ def _mutate_args(draw, prog: GenProgram) -> tuple[str, list]:
         table = np.asarray(args[-1])
         args[-1] = np.full(table.shape, 10**6, table.dtype)
     else:
-        args[k] = a[::-1].copy() if a.ndim else a  # still valid: success is allowed too
+        kind = "reversed"  # no table: reversed values, still valid (success is allowed too)
+        args[k] = a[::-1].copy() if a.ndim else a
     return kind, args
 
 

@@ -16,7 +16,7 @@ import signal
 from contextlib import contextmanager
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 import tcpy
@@ -83,6 +83,7 @@ def test_invalid_programs_and_arguments_raise_tc_errors(case):
     # The front end, ranges and argument checks are shared: both backends fail the same way,
     # except run-time errors, which both must raise too.
     assert compiled == reference, f"compiled: {compiled}, reference: {reference}"
+    event(f"{case.what} -> {compiled}")  # shown by pytest --hypothesis-show-statistics
 
 
 @fuzz_settings(EXAMPLES // 5 * 2)

@@ -134,6 +134,7 @@ def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers(tmp_
     assert child.returncode == 0 and "SANITIZER-RUN-OK" in child.stdout, report
     built = list((tmp_path / "cache").rglob("*.so"))
     assert built, "no kernel was built in the sanitizer cache directory"
+    assert all(b"__asan_" in so.read_bytes() for so in built), "kernels were built without ASan"
 
 
 OOB_CHILD = textwrap.dedent(

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import TCSyntaxError
@@ -59,7 +59,26 @@ def parse_program(source: str, filename: str = "<string>") -> ast.Program:
         tree = _lark().parse(source)
     except UnexpectedInput as err:
         raise _syntax_error(err, source, filename) from None
+    _check_depth(tree, source, filename)
     return _ToAst(source).transform(tree)
+
+
+# Every later stage walks expressions recursively; real programs nest a few levels deep.
+MAX_NESTING = 200
+
+
+def _check_depth(tree: Tree, source: str, filename: str) -> None:
+    """Reject expressions nested deeper than :data:`MAX_NESTING` (e.g. a sum of thousands of
+    terms) with a syntax error rather than a RecursionError in a later stage."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise TCSyntaxError(
+                f"expression nested too deeply (more than {MAX_NESTING} levels of operators and calls); "
+                "split it into several statements",
+                _span(node.meta), source, None, filename)
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
 
 
 # ----------------------------------------------------------------------------- tree -> AST

@@ -437,7 +437,8 @@ class _StatementEvaluator:
         return " at " + ", ".join(parts)
 
 
-def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: dict) -> None:
+def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: dict,
+                   reverse: bool = False) -> None:
     from .lang.sema import inline_lets
 
     stmt = inline_lets(stmt)
@@ -480,7 +481,12 @@ def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: di
     else:
         value = convert(evaluator.value(stmt.rhs, None), stmt.rhs.type, acc_t)
         value = np.broadcast_to(value, extents)
-        reduced = ufunc.reduce(value, axis=tuple(range(n_out, len(names))), dtype=dtype_of(acc_t))
+        if reverse:  # another valid order (reductions are associative and commutative):
+            # strictly sequential, last point first, instead of NumPy's pairwise summation
+            flat = np.reshape(value, extents[:n_out] + (-1,))[..., ::-1]
+            reduced = ufunc.accumulate(flat, axis=-1, dtype=dtype_of(acc_t))[..., -1]
+        else:
+            reduced = ufunc.reduce(value, axis=tuple(range(n_out, len(names))), dtype=dtype_of(acc_t))
     result = ufunc(base, reduced, dtype=dtype_of(acc_t))
     target[region] = np.broadcast_to(convert(result, acc_t, out_t), extents[:n_out])
 
@@ -492,15 +498,22 @@ def _shape_view(shape, dtype) -> np.ndarray:
 
 
 class ReferenceKernel:
-    """A TC def evaluated directly from its AST with NumPy: ``kernel(*arrays, out=None)``."""
+    """A TC def evaluated directly from its AST with NumPy: ``kernel(*arrays, out=None)``.
+
+    ``reverse_reductions=True`` reduces sequentially from the last point to the first (the
+    default is NumPy's pairwise order): another valid evaluation of the
+    same program, whose difference from the default one shows how much rounding (or which
+    inf/NaN/signed-zero outcomes) a result legitimately depends on the order of reduction.
+    """
 
     backend = "reference"
 
-    def __init__(self, def_: A.Def, source: Optional[str] = None):
+    def __init__(self, def_: A.Def, source: Optional[str] = None, *, reverse_reductions: bool = False):
         from .errors import TCProgramError
         from .ranges import infer
 
         self.def_ = def_
+        self.reverse_reductions = reverse_reductions
         try:
             self.ranges = infer(def_)
         except TCProgramError as err:  # show the offending line when the source is known
@@ -528,7 +541,7 @@ class ReferenceKernel:
             env[info.name] = np.zeros(bound.shapes[info.name], dtype_of(info.scalar))
         with np.errstate(all="ignore"):
             for stmt, ranges in zip(def_.stmts, bound.statements):
-                _run_statement(def_, stmt, ranges, env, sizes)
+                _run_statement(def_, stmt, ranges, env, sizes, self.reverse_reductions)
         results = tuple(env[info.name] for info in def_.outputs)
         if out is not None:
             results = self._write_out(out, results)
@@ -568,12 +581,14 @@ class ReferenceKernel:
         return explain(self.ranges, sizes) + "\nbackend: reference (NumPy, no code generation)"
 
 
-def define_reference(def_: A.Def, source: Optional[str] = None) -> ReferenceKernel:
+def define_reference(def_: A.Def, source: Optional[str] = None, *,
+                     reverse_reductions: bool = False) -> ReferenceKernel:
     """A callable kernel that evaluates the checked def ``def_`` with the reference evaluator.
 
-    ``source`` (the program text) only makes range errors show the offending line.
+    ``source`` (the program text) only makes range errors show the offending line;
+    ``reverse_reductions``: see :class:`ReferenceKernel`.
     """
-    return ReferenceKernel(def_, source)
+    return ReferenceKernel(def_, source, reverse_reductions=reverse_reductions)
 
 
 def evaluate(def_: A.Def, args: Sequence, *, out=None):

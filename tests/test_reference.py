@@ -392,3 +392,12 @@ def test_evaluate_and_define_backend_routing():
         pytest.skip("tcpy.define is not there yet")
     k = tcpy.define("def f(float(N) X) -> (Y) { Y(i) = X(i) * X(i) }", backend="reference")
     check(k(x), x * x)
+
+
+def test_reverse_reductions_is_another_valid_order():
+    d = tcpy.parse("def s(float(N) X) -> (S, M) { S +=! X(i)\n M max=! X(i) }").defs[0]
+    x = np.array([1.0, 2.0**-24, 2.0**-24, -1.0], np.float32)
+    s, m = define_reference(d)(x)
+    rs, rm = define_reference(d, reverse_reductions=True)(x)
+    assert s == 0.0 and rs == 2.0**-23  # ties to even absorb the small terms only going forward
+    assert m == rm == 1.0

@@ -135,6 +135,7 @@ def cmd_emit(args) -> int:
 def cmd_cache(args) -> int:
     """Show where compiled kernels are cached and how many, or delete them."""
     from .runtime import build
+    from .tuning import clear_tuned
 
     if args.action == "info":
         info = build.cache_info()
@@ -145,6 +146,8 @@ def cmd_cache(args) -> int:
     else:
         removed = build.clear_cache()
         print(f"removed {removed} compiled kernel{'s' if removed != 1 else ''} from {build.cache_dir()}")
+        if clear_tuned():
+            print("removed the autotuning results (tuned.json)")
     return 0
 
 

@@ -28,7 +28,6 @@ The heuristics are deliberately simple and explainable:
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -50,7 +49,7 @@ class Options:
     loop_order: index variables from outermost to innermost; variables of a statement that are
         not listed keep their heuristic position after the listed ones.
     unroll: unroll factor for innermost loops (``#pragma GCC unroll``), 0 lets gcc decide.
-    num_threads: OpenMP threads (default: all CPUs).
+    num_threads: OpenMP threads (default: ``$OMP_NUM_THREADS``, else every CPU available).
     parallel, vectorize: turn OpenMP parallel loops / ``omp simd`` off.
     fast_math: compile with ``-ffast-math`` (vectorized libm calls, reassociation; NaN/inf
         semantics are no longer guaranteed). Off by default.
@@ -84,7 +83,11 @@ class Options:
 
     @property
     def threads(self) -> int:
-        return self.num_threads or os.cpu_count() or 1
+        """``num_threads``, else ``$OMP_NUM_THREADS``, else the CPUs this process may run on."""
+        if self.num_threads:
+            return self.num_threads
+        from .runtime.launch import default_num_threads
+        return default_num_threads()
 
     def key(self) -> tuple:
         """A hashable summary for cache keys."""

@@ -79,6 +79,16 @@ def _record(key: str, options: Options) -> None:
         pass  # a read-only cache still tunes this process
 
 
+def clear_tuned() -> bool:
+    """Forget every autotuning result (``tuned.json``); True if there was one."""
+    _memory.clear()
+    try:
+        _store_path().unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def candidates(kernel, sizes: Mapping[str, int]) -> list[Options]:
     """A small search space around the default schedule: tile sizes halved and doubled,
     register tiles on and off, serial vs parallel."""

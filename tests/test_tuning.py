@@ -35,3 +35,21 @@ def test_default_candidates_time_and_keep_one(tmp_path, monkeypatch):
     best = tcpy.autotune(kernel, A, B, repeat=1, progress=False)
     assert best in options
     np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-4)
+
+
+def test_clear_tuned_forgets_the_winner(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    A, B = rng.random((20, 10), np.float32), rng.random((10, 30), np.float32)
+    kernel = tcpy.define(MATMUL)
+    tcpy.autotune(kernel, A, B, options=[tcpy.Options(loop_order=("n", "m", "k"))], repeat=1, progress=False)
+    assert tuning.clear_tuned() is True
+    assert not (tmp_path / "tuned.json").exists()
+    assert "order n, m, k" not in tcpy.define(MATMUL).explain(A, B)
+    assert tuning.clear_tuned() is False
+
+
+def test_omp_num_threads_is_the_default_thread_count(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert tcpy.Options().threads == 1
+    assert tcpy.Options(num_threads=3).threads == 3

@@ -12,9 +12,9 @@ index expressions, division by zero and out-of-bounds data-dependent indices rep
 the return code, lazy ternaries (a branch not taken reads no memory), saturating casts.
 """
 from tcpy.lang import ast
-from tcpy.lang.builtins import BUILTINS
 from tcpy.lang.sema import map_expr
 from tcpy.lang.types import INDEX_TYPE, ScalarType, promote
+from tcpy.loopnest import Accumulate, Guard, Loop, Point, RegisterTile, TileUpdate
 
 # Builtins that csrc/tcpy_runtime.h defines (as tcpy_<name>f / tcpy_<name>); the others are libm's.
 RUNTIME_BUILTINS = frozenset({
@@ -399,7 +399,6 @@ class _Emitter:
         self.emit("}", depth)
 
     def nodes(self, nodes, depth):
-        from tcpy.loopnest import Accumulate, Guard, Loop, Point, RegisterTile, TileUpdate
         for node in nodes:
             if isinstance(node, Loop):
                 self.loop(node, depth)

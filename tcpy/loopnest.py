@@ -382,27 +382,27 @@ def lower(def_: ast.Def, bound, options: Options, types: Mapping[str, ScalarType
     types = dict(types)
     stmts, all_ranges, origins, packs = [], [], [], []
     panels: dict[int, tuple[str, str]] = {}  # statement -> (operand, its panel copy)
+
+    def add(stmt, ranges, origin):  # origin -1: a copy tcpy adds, into a temporary of its own
+        stmts.append(stmt)
+        all_ranges.append(ranges)
+        origins.append(origin)
+        if origin < 0:
+            packs.append(stmt.target)
+
     for origin, (stmt, ranges) in enumerate(zip(def_.stmts, bound.statements)):
         stmt = inline_lets(stmt)
         if options.register_tile:
             packed = _pack_operand(stmt, ranges, shapes, types, options, f"tcpy_pack{len(packs)}")
             if packed is not None:
                 pack_stmt, pack_ranges, stmt = packed
-                stmts.append(pack_stmt)
-                all_ranges.append(pack_ranges)
-                origins.append(-1)
-                packs.append(pack_stmt.target)
+                add(pack_stmt, pack_ranges, -1)
             paneled = _panel_operand(stmt, ranges, shapes, types, options, f"tcpy_pack{len(packs)}")
             if paneled is not None:
                 pack_stmt, pack_ranges, panel = paneled
-                stmts.append(pack_stmt)
-                all_ranges.append(pack_ranges)
-                origins.append(-1)
-                packs.append(pack_stmt.target)
-                panels[len(stmts)] = panel
-        stmts.append(stmt)
-        all_ranges.append(ranges)
-        origins.append(origin)
+                add(pack_stmt, pack_ranges, -1)
+                panels[len(stmts)] = panel  # the statement added next reads the panels
+        add(stmt, ranges, origin)
     stmts = tuple(stmts)
     nests: list[Nest] = []
     for index, (stmt, ranges) in enumerate(zip(stmts, all_ranges)):

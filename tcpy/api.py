@@ -37,7 +37,7 @@ class Specialization:
     """A kernel bound to concrete sizes: ranges, loop nests and C source."""
 
     sizes: Mapping[str, int]
-    bound: object
+    bound: ranges.BoundRanges
     ir: KernelIR
     c_source: str
     error_messages: tuple[str, ...]

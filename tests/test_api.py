@@ -82,6 +82,8 @@ def test_options_validate_their_values():
         tcpy.Options(num_threads=0)
     with pytest.raises(ValueError, match="tile size of 'm' must be an int >= 0"):
         tcpy.Options(tile_sizes={"m": -4})
+    with pytest.raises(ValueError, match="unroll must be >= 0, got -1"):
+        tcpy.Options(unroll=-1)
 
 
 def test_single_thread_option_removes_parallel_loops():

@@ -25,7 +25,8 @@ from .errors import (
 )
 from .lang import parse
 from .api import Kernel, Library, define
-from .schedule import Options
+from .options import Options
+from .target import Target
 from .tuning import autotune
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "Kernel",
     "Library",
     "Options",
+    "Target",
     "autotune",
     "parse",
     "TCError",

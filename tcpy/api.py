@@ -21,15 +21,13 @@ from .lang.types import ScalarType
 from .loopnest import KernelIR, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
-from .schedule import Options
+from .options import Options
 
 BACKENDS = ("compiled", "reference")
 
 # Flags every kernel needs for TC's semantics: signed overflow wraps (int arithmetic is modular,
 # as in NumPy), and math functions may skip errno so gcc can inline and vectorize them.
 SEMANTIC_FLAGS = ("-fwrapv", "-fno-math-errno")
-# gcc's tuning for AVX-512 machines prefers 256-bit vectors; register tiles are sized for 512.
-PERFORMANCE_FLAGS = ("-mprefer-vector-width=512",)
 
 
 @dataclass(frozen=True)
@@ -151,9 +149,9 @@ class Kernel(Launcher):
         arrays, sizes = binding.bind_arguments(self.def_, args)
         spec = self.specialize(**sizes)
         options = spec.ir.options
-        flags = list(SEMANTIC_FLAGS + PERFORMANCE_FLAGS) + (["-ffast-math"] if options.fast_math else [])
+        flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
         flags += list(options.cflags)
-        path = build_library(spec.c_source, flags=flags)
+        path = build_library(spec.c_source, flags=flags, target=options.target)
         address = load_symbol(path, spec.symbol)
         shapes = spec.bound.shapes
 

@@ -63,7 +63,7 @@ def _parse_sizes(text: Optional[str]) -> dict[str, int]:
 
 def _options(args):
     """The tcpy.Options the schedule flags ask for."""
-    from .schedule import Options
+    from .options import Options
 
     return Options(
         tile_sizes=args.tile or {},

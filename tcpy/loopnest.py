@@ -23,7 +23,8 @@ import islpy as isl
 from .lang import ast
 from .lang.sema import inline_lets, map_expr
 from .lang.types import ScalarType
-from .schedule import Options, StmtSchedule, choose_schedule
+from .options import Options
+from .schedule import StmtSchedule, choose_schedule
 
 
 # ----------------------------------------------------------------------------- IR nodes

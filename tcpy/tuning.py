@@ -20,7 +20,8 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from .runtime.build import cache_dir
-from .schedule import Options
+from .options import Options
+from .target import PRESETS
 
 _memory: dict[str, Optional[Options]] = {}  # key -> tuned options (None: looked up, not tuned)
 
@@ -44,7 +45,10 @@ def _load_all() -> dict:
 
 
 def _to_json(options: Options) -> dict:
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    data = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    # the record's key names the machine; a preset is stored by name, the host as "host"
+    data["target"] = options.target.name if options.target.name in PRESETS else "host"
+    return data
 
 
 def _from_json(data: dict) -> Optional[Options]:

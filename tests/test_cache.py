@@ -178,7 +178,7 @@ def test_environment_flags_sanitizer_and_debug_log(cache, monkeypatch, capfd):
     monkeypatch.setenv("TCPY_DEBUG", "1")
     build.build_library(kernel_source())  # built, not loaded: loading ASan code needs LD_PRELOAD
     logged = capfd.readouterr().err
-    assert logged.startswith("tcpy: gcc -O3 -march=native -fopenmp -shared -fPIC -std=gnu11 ")
+    assert logged.startswith("tcpy: gcc -O3 -fopenmp -shared -fPIC -std=gnu11 -march=")
     assert "-DTCPY_TEST_FLAG=1 -O2 -fsanitize=address,undefined -fno-omit-frame-pointer" in logged
 
 

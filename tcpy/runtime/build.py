@@ -2,8 +2,8 @@
 
 ``build_library(c_source)`` returns the path of a ``.so`` built from ``c_source``. The disk
 cache key is the sha256 of the source, the runtime header, the compiler's version line, the
-flags and the CPU (model and feature flags, because of ``-march=native``), so a second process
-building the same kernel finds it and does not run the compiler.
+flags and the :class:`~tcpy.target.Target` (which gives the ``-march`` flags), so a second
+process building the same kernel finds it and does not run the compiler.
 
 Safety between processes: a per-key file lock makes one process compile while the others wait
 and then reuse its result; files appear atomically (written under a temporary name in the cache
@@ -38,8 +38,9 @@ import platformdirs
 from filelock import FileLock
 
 from ..errors import TCCompilerError
+from ..target import Target
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+DEFAULT_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
 HEADER_NAME = "tcpy_runtime.h"
 
@@ -49,7 +50,6 @@ compiler_invocations = 0
 _memory: dict[str, Path] = {}  # cache key -> .so path, for this process
 _handles: dict[str, ctypes.CDLL] = {}  # .so path -> loaded library, kept alive forever
 _compiler_ids: dict[str, str] = {}  # compiler command -> first line of `cc --version`
-_cpu_id: Optional[str] = None
 _header_hash: Optional[str] = None
 _warned_dirs: set[str] = set()
 _fallback_dir: Optional[Path] = None
@@ -71,17 +71,20 @@ def runtime_include_dir() -> Path:
     )
 
 
-def build_library(c_source: str, *, flags: Optional[Sequence[str]] = None, cc: Optional[str] = None) -> Path:
-    """Compile ``c_source`` into a shared library and return its path, using the caches.
+def build_library(c_source: str, *, flags: Optional[Sequence[str]] = None, cc: Optional[str] = None,
+                  target: Optional[Target] = None) -> Path:
+    """Compile ``c_source`` for ``target`` (default: the host) into a shared library and return
+    its path, using the caches.
 
-    ``flags`` are appended to :data:`DEFAULT_FLAGS` (so they can override them, e.g.
-    ``["-ffast-math"]`` or ``["-O1"]``), then come ``$TCPY_CFLAGS`` and, with
-    ``TCPY_SANITIZE=1``, the sanitizer flags. ``cc`` defaults to ``$TCPY_CC`` or ``gcc``.
+    The target's ``-march`` flags follow :data:`DEFAULT_FLAGS`; ``flags`` are appended (so they
+    can override them, e.g. ``["-ffast-math"]`` or ``["-O1"]``), then come ``$TCPY_CFLAGS`` and,
+    with ``TCPY_SANITIZE=1``, the sanitizer flags. ``cc`` defaults to ``$TCPY_CC`` or ``gcc``.
     Raises :class:`~tcpy.TCCompilerError` if the compiler rejects the source.
     """
     cc = cc or os.environ.get("TCPY_CC") or "gcc"
-    all_flags = _effective_flags(flags)
-    key = _cache_key(c_source, cc, all_flags)
+    target = target or Target.host()
+    all_flags = _effective_flags(target.compiler_flags(*_compiler_name_version(cc)), flags)
+    key = _cache_key(c_source, cc, all_flags, target)
     path = _memory.get(key)
     if path is not None and path.is_file():
         return path
@@ -137,8 +140,8 @@ def clear_cache() -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _effective_flags(flags: Optional[Sequence[str]]) -> tuple[str, ...]:
-    result = list(DEFAULT_FLAGS)
+def _effective_flags(target_flags: Sequence[str], flags: Optional[Sequence[str]]) -> tuple[str, ...]:
+    result = list(DEFAULT_FLAGS) + list(target_flags)
     result += list(flags or ())
     result += shlex.split(os.environ.get("TCPY_CFLAGS", ""))
     if os.environ.get("TCPY_SANITIZE", "0") not in ("", "0"):
@@ -146,9 +149,9 @@ def _effective_flags(flags: Optional[Sequence[str]]) -> tuple[str, ...]:
     return tuple(result)
 
 
-def _cache_key(c_source: str, cc: str, flags: tuple[str, ...]) -> str:
+def _cache_key(c_source: str, cc: str, flags: tuple[str, ...], target: Target) -> str:
     h = hashlib.sha256()
-    for part in (c_source, _header_digest(), _compiler_id(cc), "\0".join(flags), _cpu_signature()):
+    for part in (c_source, _header_digest(), _compiler_id(cc), "\0".join(flags), target.key()):
         h.update(part.encode())
         h.update(b"\0\1")  # separator: no two different tuples hash the same text
     return h.hexdigest()
@@ -175,25 +178,13 @@ def _compiler_id(cc: str) -> str:
     return ident
 
 
-def _cpu_signature() -> str:
-    """CPU model and feature flags: what ``-march=native`` compiles for."""
-    global _cpu_id
-    if _cpu_id is None:
-        wanted = ("model name", "flags", "Features", "CPU part")
-        lines = []
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if not line.strip():
-                        break  # the first processor is enough
-                    if line.split(":")[0].strip() in wanted:
-                        lines.append(line.strip())
-        except OSError:
-            import platform
-
-            lines = [platform.machine(), platform.processor()]
-        _cpu_id = "\n".join(lines)
-    return _cpu_id
+def _compiler_name_version(cc: str) -> tuple[str, Optional[str]]:
+    """(``gcc`` or ``clang`` or the command's name, its version) from ``cc --version``: what
+    archspec needs to pick the ``-march`` flags for a target."""
+    ident = _compiler_id(cc)
+    name = "clang" if "clang" in ident else "gcc" if ("gcc" in ident or "GCC" in ident) else Path(cc).name
+    version = next((w for w in reversed(ident.split()) if w[:1].isdigit() and w.count(".") >= 1), None)
+    return name, version
 
 
 def _kernel_dir() -> Path:

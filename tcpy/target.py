@@ -1,0 +1,269 @@
+"""Every machine fact the compiler uses: ISA, vector registers, caches, cores, compiler flags.
+
+A :class:`Target` is what a kernel is built for. ``Target.host()`` describes this machine
+(detected once per process, with no subprocess): the microarchitecture and its ISA features from
+archspec (Spack's microarchitecture database), cache sizes from sysfs, the cores from this
+process's CPU affinity. Named presets describe ISA levels, so one machine can build and test for
+another it can execute (``x86-64-v3`` on an AVX-512 CPU):
+
+=============  ==========================  ==========================
+preset         ISA                         vector registers
+=============  ==========================  ==========================
+``x86-64``     SSE2                        16 x 16 bytes
+``x86-64-v3``  AVX2 + FMA                  16 x 32 bytes
+``x86-64-v4``  AVX-512 (F, BW, DQ, VL)     32 x 64 bytes
+``aarch64``    NEON (ASIMD) + FMA          32 x 16 bytes
+=============  ==========================  ==========================
+
+No other module holds an ISA number: schedules read ``vector_bytes``, ``vector_registers`` and
+the cache sizes from the Target they are given. ``TCPY_TARGET`` (a preset name, or ``host``)
+and ``Options(target=...)`` choose one; the default is the host.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+import archspec.cpu
+
+from .errors import TCArgumentError
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True)
+class Target:
+    """A machine to generate and compile kernels for.
+
+    ``name``: a preset name or the host's microarchitecture (``zen3``, ``icelake``).
+    ``arch``: ``x86_64`` or ``aarch64``. ``features``: ISA feature names (as in
+    ``/proc/cpuinfo``). ``archspec_name``: the archspec microarchitecture whose compiler flags
+    build for it. ``vector_bytes`` / ``vector_registers``: the SIMD register file.
+    ``fma``: fused multiply-add. ``l1d``, ``l2``: per-core data caches in bytes; ``l3``: the
+    last-level cache one core shares with ``l3_sharing`` cores. ``cores``: CPUs this process
+    may run on (the default thread count).
+    """
+
+    name: str
+    arch: str
+    features: frozenset
+    archspec_name: str
+    vector_bytes: int
+    vector_registers: int
+    fma: bool
+    l1d: int
+    l2: int
+    l3: int
+    l3_sharing: int
+    cores: int
+
+    # -- construction ------------------------------------------------------------------------
+
+    @staticmethod
+    def host() -> "Target":
+        """This machine, detected once per process."""
+        return _host()
+
+    @staticmethod
+    def preset(name: str) -> "Target":
+        """A named ISA level: ``x86-64``, ``x86-64-v3``, ``x86-64-v4`` or ``aarch64``
+        (``host`` gives :meth:`host`). Caches are conservative values for that generation; the
+        core count is this process's."""
+        if name == "host":
+            return _host()
+        try:
+            return _preset(name)
+        except KeyError:
+            raise TCArgumentError(
+                f"unknown target {name!r}; expected 'host' or one of {', '.join(PRESETS)}") from None
+
+    @staticmethod
+    def resolve(target: Union[None, str, "Target"]) -> "Target":
+        """``None`` -> ``$TCPY_TARGET`` or the host; a name -> its preset; a Target -> itself."""
+        if isinstance(target, Target):
+            return target
+        if target is None:
+            target = os.environ.get("TCPY_TARGET", "").strip() or "host"
+        if not isinstance(target, str):
+            raise TCArgumentError(f"target must be a Target or a preset name, got {type(target).__name__}")
+        return Target.preset(target)
+
+    def with_cores(self, cores: int) -> "Target":
+        """The same machine with another core count (for simulating large machines)."""
+        return dataclasses.replace(self, cores=cores)
+
+    # -- derived facts -----------------------------------------------------------------------
+
+    def lanes(self, element_bytes: int) -> int:
+        """Elements of ``element_bytes`` in one vector register."""
+        return max(1, self.vector_bytes // max(1, element_bytes))
+
+    @property
+    def l3_per_core(self) -> int:
+        """The share of the last-level cache one core can count on when all are busy."""
+        return self.l3 // max(1, self.l3_sharing)
+
+    def can_run_here(self) -> bool:
+        """Whether this machine executes code built for this target."""
+        host = _host()
+        if host.arch != self.arch:
+            return False
+        return archspec.cpu.TARGETS[host.archspec_name] >= archspec.cpu.TARGETS[self.archspec_name]
+
+    def compiler_flags(self, compiler: str = "gcc", version: Optional[str] = None) -> tuple[str, ...]:
+        """Flags that make ``compiler`` (of ``version``) build for this target."""
+        micro = archspec.cpu.TARGETS[self.archspec_name]
+        flags: tuple[str, ...] = ()
+        if version:
+            try:
+                flags = tuple(micro.optimization_flags(compiler, version).split())
+            except (archspec.cpu.UnsupportedMicroarchitecture, ValueError):
+                flags = ()
+        if not flags:  # unknown compiler or version: the generic flags of the ISA level
+            flags = _GENERIC_FLAGS.get(self.archspec_name) or _GENERIC_FLAGS[self.arch]
+        if self.arch == "x86_64" and self.vector_bytes >= 64:
+            # gcc's tuning for AVX-512 machines prefers 256-bit vectors; our blocks use 512
+            flags += ("-mprefer-vector-width=512",)
+        return flags
+
+    def key(self) -> str:
+        """What the generated code and its build depend on: for cache keys and tuning records."""
+        return (f"{self.name}|{self.arch}|{self.archspec_name}|{','.join(sorted(self.features))}|"
+                f"v{self.vector_bytes}x{self.vector_registers}|fma{int(self.fma)}|"
+                f"c{self.l1d},{self.l2},{self.l3},{self.l3_sharing}")
+
+    def describe(self) -> str:
+        """One line for ``explain()`` and the header of generated C."""
+        isa = "AVX-512" if "avx512f" in self.features else "AVX2" if "avx2" in self.features else (
+            "NEON" if self.arch == "aarch64" else "SSE2")
+        return (f"{self.name} ({self.arch}, {isa}, {self.vector_registers} x {self.vector_bytes}-byte "
+                f"vector registers{', FMA' if self.fma else ''}; L1d {_size(self.l1d)}, "
+                f"L2 {_size(self.l2)}, L3 {_size(self.l3)}; {self.cores} cores)")
+
+    def __repr__(self) -> str:
+        return f"<tcpy.Target {self.describe()}>"
+
+
+# ----------------------------------------------------------------------------- presets
+
+_X86_BASE = frozenset({"mmx", "sse", "sse2"})
+_X86_V2 = _X86_BASE | {"cx16", "lahf_lm", "popcnt", "sse3", "ssse3", "sse4_1", "sse4_2"}
+_X86_V3 = _X86_V2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+_X86_V4 = _X86_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+# name: (arch, archspec name, features, vector bytes, vector registers, fma, l1d, l2, l3 per core)
+_PRESETS = {
+    "x86-64": ("x86_64", "x86_64", _X86_BASE, 16, 16, False, 32 * KIB, 256 * KIB, 2 * MIB),
+    "x86-64-v3": ("x86_64", "x86_64_v3", _X86_V3, 32, 16, True, 32 * KIB, 512 * KIB, 2 * MIB),
+    "x86-64-v4": ("x86_64", "x86_64_v4", _X86_V4, 64, 32, True, 32 * KIB, 1 * MIB, 2 * MIB),
+    "aarch64": ("aarch64", "aarch64", frozenset({"fp", "asimd"}), 16, 32, True, 64 * KIB, 1 * MIB, 2 * MIB),
+}
+PRESETS = tuple(_PRESETS)
+
+# Flags for an ISA level when archspec has none for the compiler at hand.
+_GENERIC_FLAGS = {
+    "x86_64": ("-march=x86-64", "-mtune=generic"),
+    "x86_64_v2": ("-march=x86-64-v2", "-mtune=generic"),
+    "x86_64_v3": ("-march=x86-64-v3", "-mtune=generic"),
+    "x86_64_v4": ("-march=x86-64-v4", "-mtune=generic"),
+    "aarch64": ("-march=armv8-a",),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _preset(name: str) -> Target:
+    arch, micro, features, vbytes, vregs, fma, l1d, l2, l3 = _PRESETS[name]
+    return Target(name, arch, frozenset(features), micro, vbytes, vregs, fma, l1d, l2, l3, 1,
+                  _affinity_cores())
+
+
+@functools.lru_cache(maxsize=None)
+def _host() -> Target:
+    micro = archspec.cpu.host()
+    arch = micro.family.name if micro.family is not None else platform.machine()
+    features = frozenset(micro.features) | frozenset(_cpuinfo_flags())
+    if arch == "x86_64" and "avx512f" in features:
+        vbytes, vregs = 64, 32
+    elif arch == "x86_64" and "avx2" in features:
+        vbytes, vregs = 32, 16
+    elif arch == "x86_64":
+        vbytes, vregs = 16, 16
+    else:  # aarch64 (NEON): SVE lengths vary per machine, NEON is always 128 bits
+        vbytes, vregs = 16, 32
+    fma = "fma" in features or arch == "aarch64"
+    fallback = _PRESETS["x86-64-v3" if arch == "x86_64" else "aarch64"]
+    caches = _sysfs_caches()
+    l1d, l2, (l3, sharing) = (caches.get(1, (fallback[6], 1))[0], caches.get(2, (fallback[7], 1))[0],
+                              caches.get(3, (fallback[8], 1)))
+    return Target(micro.name, arch, features, micro.name, vbytes, vregs, fma, l1d, l2, l3,
+                  max(1, sharing), _affinity_cores())
+
+
+def _affinity_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _cpuinfo_flags() -> list[str]:
+    """Feature flags of the first processor in /proc/cpuinfo (archspec keeps only those its
+    database knows; AVX-512 subsets matter to us)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return value.split()
+    except OSError:
+        pass
+    return []
+
+
+def _sysfs_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[int, tuple[int, int]]:
+    """{level: (bytes, CPUs sharing it)} of cpu0's data and unified caches, from sysfs."""
+    found: dict[int, tuple[int, int]] = {}
+    try:
+        entries = sorted(root.glob("index*"))
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            if (entry / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((entry / "level").read_text())
+            size = _parse_size((entry / "size").read_text().strip())
+            sharing = _count_cpus((entry / "shared_cpu_list").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if size > 0:
+            found[level] = (size, sharing)
+    return found
+
+
+def _parse_size(text: str) -> int:
+    """``32K`` / ``1024K`` / ``32M`` -> bytes."""
+    units = {"K": KIB, "M": MIB, "G": 1024 * MIB}
+    if text and text[-1].upper() in units:
+        return int(text[:-1]) * units[text[-1].upper()]
+    return int(text)
+
+
+def _count_cpus(cpu_list: str) -> int:
+    """``0-3,8`` -> 5."""
+    count = 0
+    for part in filter(None, cpu_list.split(",")):
+        lo, _, hi = part.partition("-")
+        count += int(hi or lo) - int(lo) + 1
+    return max(1, count)
+
+
+def _size(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else f"{n // KIB} KiB"

@@ -1,4 +1,7 @@
-"""Build tcpy's Cython extension modules: the C emitter and the kernel launcher.
+"""Build tcpy's Cython extension modules: the C renderer and the kernel launcher.
+
+The renderer (``tcpy/codegen/emit.py``) is Python source in Cython's pure-Python mode: it is
+compiled here, and stays importable uncompiled (``TCPY_PURE_PYTHON=1``, see tcpy/codegen).
 
 ``pip install .`` and ``pip install -e .`` both work on a machine with only Python, pip and a C
 compiler: the build requirements (setuptools, Cython, NumPy) come from pyproject.toml.
@@ -36,7 +39,7 @@ class BuildPyWithRuntimeHeader(build_py):
 
 numpy_api = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 extensions = [
-    Extension("tcpy.codegen.emit", ["tcpy/codegen/emit.pyx"]),
+    Extension("tcpy.codegen.emit", ["tcpy/codegen/emit.py"]),
     Extension(
         "tcpy.runtime.launch",
         ["tcpy/runtime/launch.pyx"],

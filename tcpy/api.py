@@ -18,10 +18,12 @@ from .errors import TCArgumentError, TCProgramError
 from .lang import ast, parse
 from .lang.sema import select_def
 from .lang.types import ScalarType
-from .loopnest import KernelIR, lower
+from .loopir import KernelIR, NestKind
+from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
 from .options import Options
+from .transform import pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
 
@@ -97,7 +99,8 @@ class Kernel(Launcher):
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
         options = self.options_for(sizes)
-        ir = lower(self.def_, bound, options, self.types)
+        program = pack_operands(build_program(self.def_, bound, self.types), options)
+        ir = register_tiles(lower(program, options))
         digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
         symbol = f"tcpy_{self.def_.name}_{digest}"
         c_source, errors = emit_kernel(ir, symbol)
@@ -117,9 +120,9 @@ class Kernel(Launcher):
         text = ranges.explain(self.ranges, bound_sizes)
         if bound_sizes is not None:
             spec = self.specialize(**bound_sizes)
-            lines = ["schedule:"]
+            lines = [f"target: {spec.ir.options.target.describe()}", "schedule:"]
             for nest in spec.ir.nests:
-                if nest.kind == "compute" and nest.schedule is not None:
+                if nest.kind is NestKind.COMPUTE and nest.schedule is not None:
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
             text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
         return Explanation(text)
@@ -154,6 +157,7 @@ class Kernel(Launcher):
         path = build_library(spec.c_source, flags=flags, target=options.target)
         address = load_symbol(path, spec.symbol)
         shapes = spec.bound.shapes
+        program = spec.ir.program
 
         def array_spec(name):
             return (tuple(shapes[name]), np.dtype(self.types[name].numpy_name), not _covered(name, spec))
@@ -164,7 +168,7 @@ class Kernel(Launcher):
             input_dtypes=[np.dtype(self.types[p.name].numpy_name) for p in self.def_.params],
             output_specs=[array_spec(r.name) for r in self.def_.returns],
             temp_specs=[array_spec(t.name) for t in self.def_.temporaries]
-                       + [(spec.ir.shapes[p], np.dtype(spec.ir.types[p].numpy_name), False) for p in spec.ir.packs],
+                       + [(program.shapes[c], np.dtype(program.types[c].numpy_name), False) for c in program.copies],
             error_messages=list(spec.error_messages),
             num_threads=options.threads,
             single_output=len(self.def_.returns) == 1,
@@ -174,7 +178,8 @@ class Kernel(Launcher):
 def _covered(tensor: str, spec: Specialization) -> bool:
     """Whether the first statement writing ``tensor`` writes all of it (so it needs no zero fill)."""
     shape = spec.bound.shapes[tensor]
-    for stmt, ranges in zip(spec.ir.stmts, spec.bound.statements):
+    for statement in spec.ir.program.statements:
+        stmt, ranges = statement.stmt, statement.ranges
         if stmt.target == tensor:
             return all(ranges[v][0] <= 0 and ranges[v][1] >= extent
                        for v, extent in zip(stmt.output_vars, shape))

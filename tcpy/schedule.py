@@ -28,16 +28,28 @@ The heuristics are deliberately simple and explainable:
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from .lang import ast
 from .options import Options
+from .target import Target
 
 # Loops with fewer iterations than this in total run serially: OpenMP start-up costs ~1-5 us.
 PARALLEL_MIN_WORK = 1 << 15
 DEFAULT_TILES = {"inner": 256, "output": 96, "reduction": 256}
-VECTOR_BYTES = 64  # one AVX-512 register; register tiles use at most 12 of the 32
+# Register tile shapes tried, as (rows, vectors per row); each needs rows * vectors
+# accumulators, one register per vector of a row of the streamed operand, and a broadcast.
+REGISTER_TILE_SHAPES = ((6, 2), (8, 1), (4, 2), (4, 1))
+
+
+class Level(enum.Enum):
+    """What a schedule dimension iterates over."""
+
+    TILE = "tile"  # cache tiles of a variable
+    BLOCK = "block"  # register tiles of a variable
+    POINT = "point"  # the variable itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,31 +72,31 @@ class StmtSchedule:
     # (row variable, rows, column variable, columns) of a register tile, or None
     register_tile: Optional[tuple[str, int, str, int]] = None
 
-    def dims(self) -> tuple[tuple[str, str], ...]:
-        """Schedule dimensions as (variable, level), outermost first; level is ``"tile"``,
-        ``"block"`` (a register tile's start) or ``"point"``."""
-        tiles = tuple((v, "tile") for v, _ in self.tiles)
+    def dims(self) -> tuple[tuple[str, Level], ...]:
+        """Schedule dimensions as (variable, level), outermost first."""
+        tiles = tuple((v, Level.TILE) for v, _ in self.tiles)
         if self.register_tile is None:
-            return tiles + tuple((v, "point") for v in self.order)
+            return tiles + tuple((v, Level.POINT) for v in self.order)
         row, _, col, _ = self.register_tile
-        outer = tuple((v, "point") for v in self.order if v not in (row, col) and v not in self.reductions)
-        reductions = tuple((v, "point") for v in self.order if v in self.reductions)
-        return tiles + outer + ((row, "block"), (col, "block")) + reductions + ((row, "point"), (col, "point"))
+        outer = tuple((v, Level.POINT) for v in self.order if v not in (row, col) and v not in self.reductions)
+        reductions = tuple((v, Level.POINT) for v in self.order if v in self.reductions)
+        return (tiles + outer + ((row, Level.BLOCK), (col, Level.BLOCK)) + reductions
+                + ((row, Level.POINT), (col, Level.POINT)))
 
-    def dim_exprs(self) -> tuple[str, ...]:
-        """isl schedule expressions of :meth:`dims`."""
+    def dim_exprs(self, names: Mapping[str, str]) -> tuple[str, ...]:
+        """isl schedule expressions of :meth:`dims`, with variables called by ``names``."""
         sizes = dict(self.tiles)
         if self.register_tile is not None:
             row, rows, col, cols = self.register_tile
-            blocks = {row: rows, col: cols}
+            sizes_of_blocks = {row: rows, col: cols}
         out = []
         for v, level in self.dims():
-            if level == "tile":
-                out.append(f"floor({v}/{sizes[v]})")
-            elif level == "block":
-                out.append(f"floor({v}/{blocks[v]})")
+            if level is Level.TILE:
+                out.append(f"floor({names[v]}/{sizes[v]})")
+            elif level is Level.BLOCK:
+                out.append(f"floor({names[v]}/{sizes_of_blocks[v]})")
             else:
-                out.append(v)
+                out.append(names[v])
         return tuple(out)
 
     def describe(self) -> str:
@@ -94,7 +106,7 @@ class StmtSchedule:
         if self.register_tile:
             row, rows, col, cols = self.register_tile
             parts.append(f"register tile {row}:{rows} x {col}:{cols}")
-        loops = [f"{v}{'' if level == 'point' else '_' + level}" for v, level in self.dims()]
+        loops = [f"{v}{'' if level is Level.POINT else '_' + level.value}" for v, level in self.dims()]
         if self.tiles or self.register_tile:
             parts.append("loops " + ", ".join(loops))
         if self.parallel_dims:
@@ -168,7 +180,7 @@ def choose_schedule(
 
     register_tile = None
     if has_reduction and not register and options.register_tile and len(order) >= 2:
-        register_tile = _register_tile(stmt, order, extents, target_type)
+        register_tile = _register_tile(stmt, order, extents, target_type, options.target)
 
     tiles: list[tuple[str, int]] = []
     if has_reduction and not register:
@@ -213,7 +225,7 @@ def choose_schedule(
         # The innermost loop stays out of the parallel collapse: it is the SIMD loop. Point
         # loops of tiled variables depend on their tile loop, so the collapse stops there.
         for v, level in dims[: max(1, len(dims) - 1)]:
-            if v in reduction or level == "block" or (level == "point" and (v in tiled or tiles)):
+            if v in reduction or level is Level.BLOCK or (level is Level.POINT and (v in tiled or tiles)):
                 break
             parallel_dims += 1
             if parallel_dims == 3:
@@ -221,11 +233,18 @@ def choose_schedule(
     return dataclasses.replace(sched, parallel_dims=parallel_dims)
 
 
-def _register_tile(stmt, order, extents, target_type):
+def register_tile_shapes(target: Target, element_bytes: int) -> tuple[tuple[int, int], ...]:
+    """(rows, columns) register tiles that fit ``target``'s vector registers, best first."""
+    lanes = target.lanes(element_bytes)
+    return tuple((rows, vectors * lanes) for rows, vectors in REGISTER_TILE_SHAPES
+                 if rows * vectors + vectors + 1 <= target.vector_registers)
+
+
+def _register_tile(stmt, order, extents, target_type, target: Target):
     """(row var, rows, column var, columns) for a memory-accumulating nest, or None.
 
-    Among a few shapes that fit in the vector registers, the one that leaves the smallest
-    share of the outputs to partial blocks (which take the plain path) wins.
+    Among the shapes that fit in the target's vector registers, the one that leaves the
+    smallest share of the outputs to partial blocks (which take the plain path) wins.
     """
     reduction = set(stmt.reduction_vars)
     col = order[-1]
@@ -240,10 +259,9 @@ def _register_tile(stmt, order, extents, target_type):
         return sum(any(v in _vars_in(i) for i in a.indices) for a in reads)
 
     row = min(reversed(candidates), key=shared_loads)
-    vector = max(1, VECTOR_BYTES // max(1, target_type.bits // 8))
     rows_ext, cols_ext = extents.get(row, 0), extents.get(col, 0)
     best, best_covered = None, 0.0
-    for rows, cols in ((6, 2 * vector), (8, vector), (4, 2 * vector), (4, vector)):
+    for rows, cols in register_tile_shapes(target, max(1, target_type.bits // 8)):
         if rows_ext < rows or cols_ext < cols:
             continue
         covered = (rows_ext - rows_ext % rows) * (cols_ext - cols_ext % cols) / (rows_ext * cols_ext)

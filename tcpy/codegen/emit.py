@@ -1,20 +1,34 @@
-# cython: language_level=3
-"""Write the C source of a kernel from its loop-nest IR (:mod:`tcpy.loopnest`).
+"""Render the C source of a kernel from its loop IR (:mod:`tcpy.loopir`).
 
 One C function per (def, dtypes, shapes, options), following the kernel ABI of
 :mod:`tcpy.runtime.launch`::
 
     int <symbol>(void *const *buffers, int num_threads, int64_t *err);
 
-Sizes are baked in as constants. Expressions are emitted in the types sema gave them, with
-TC's semantics: C-like promotion, integer ``/`` and ``%`` truncating in values and flooring in
-index expressions, division by zero and out-of-bounds data-dependent indices reported through
-the return code, lazy ternaries (a branch not taken reads no memory), saturating casts.
+Rendering is mechanical: every decision (loop order, tiles, parallel and SIMD loops, register
+tiles, copies) is in the IR. Sizes are baked in as constants. Expressions are emitted in the
+types sema gave them, with TC's semantics: C-like promotion, integer ``/`` and ``%`` truncating
+in values and flooring in index expressions, division by zero and out-of-bounds data-dependent
+indices reported through the return code, lazy ternaries (a branch not taken reads no memory),
+saturating casts. The C is the same for every target; what differs between targets (``-march``
+and tuning flags) comes from the :class:`~tcpy.target.Target` at build time.
+
+This module is Python source that ``setup.py`` compiles with Cython (pure-Python mode): the
+installed package runs the compiled module (``COMPILED``), while linters, type checkers and
+coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
+:mod:`tcpy.codegen`).
 """
+import cython
+
 from tcpy.lang import ast
-from tcpy.lang.sema import map_expr
-from tcpy.lang.types import INDEX_TYPE, ScalarType, promote
-from tcpy.loopnest import Accumulate, Guard, Loop, Point, RegisterTile, TileUpdate
+from tcpy.lang.types import ScalarType, promote
+from tcpy.loopir import (
+    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Call, Const, Guard, IExpr, Loop, Mode, Neg,
+    NestKind, Point, RegisterTile, Select, TileUpdate, Var,
+)
+
+#: True when this module runs compiled by Cython.
+COMPILED: bool = cython.compiled
 
 # Builtins that csrc/tcpy_runtime.h defines (as tcpy_<name>f / tcpy_<name>); the others are libm's.
 RUNTIME_BUILTINS = frozenset({
@@ -36,6 +50,39 @@ static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int cod
     return 0;
 }
 """
+
+
+_C_BINARY = {"+", "-", "*", "<=", "<", ">=", ">", "==", "&&", "||"}
+
+
+def index_c(expr: IExpr, top: bool = False) -> str:
+    """C text (int64 arithmetic) of a loop-IR index expression.
+
+    ``top`` leaves the outermost operation unparenthesised: OpenMP wants ``c0 <= N`` as a
+    loop condition, not ``(c0 <= N)``.
+    """
+    if isinstance(expr, Const):
+        return str(expr.value)
+    if isinstance(expr, Var):
+        return expr.name
+    if isinstance(expr, BinOp):
+        a, b = index_c(expr.lhs), index_c(expr.rhs)
+        if expr.op in _C_BINARY:
+            return f"{a} {expr.op} {b}" if top else f"({a} {expr.op} {b})"
+        if expr.op == "floordiv":
+            return f"tcpy_floordiv_int64({a}, {b})"
+        return f"({a} {'/' if expr.op == 'div' else '%'} {b})"  # exact division, remainder
+    if isinstance(expr, Neg):
+        return f"(-{index_c(expr.operand)})"
+    if isinstance(expr, Call):
+        fn = "tcpy_min_int64" if expr.fn == "min" else "tcpy_max_int64"
+        out = index_c(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"{fn}({out}, {index_c(a)})"
+        return out
+    if isinstance(expr, Select):
+        return f"({index_c(expr.cond)} ? {index_c(expr.then)} : {index_c(expr.other)})"
+    raise NotImplementedError(f"index expression {expr!r}")
 
 
 def c_name(tensor):
@@ -108,6 +155,8 @@ class _Emitter:
 
     def __init__(self, ir, symbol):
         self.ir = ir
+        self.program = ir.program
+        self.stmts = ir.stmts
         self.symbol = symbol
         self.errors = []
         self.lines = []
@@ -125,13 +174,13 @@ class _Emitter:
 
     def _stmt_label(self, stmt):
         line = f" (line {stmt.span.line})" if stmt.span.line else ""
-        number = self.ir.origins[self.stmt_index] + 1 if self.ir.origins else self.stmt_index + 1
-        return f"statement {number}{line} of def '{self.ir.def_.name}': {stmt}"
+        number = self.ir.origins[self.stmt_index] + 1
+        return f"statement {number}{line} of def '{self.program.def_.name}': {stmt}"
 
     # -- expressions -------------------------------------------------------------------------
 
     def size_value(self, name):
-        return self.ir.sizes[name]
+        return self.program.sizes[name]
 
     def index(self, expr):
         """C text (int64) of an index expression; floor semantics for / and %."""
@@ -142,7 +191,7 @@ class _Emitter:
         if isinstance(expr, ast.SizeVar):
             return f"INT64_C({self.size_value(expr.name)})"
         if isinstance(expr, ast.DimRef):
-            return f"INT64_C({self.ir.shapes[expr.tensor][expr.dim]})"
+            return f"INT64_C({self.program.shapes[expr.tensor][expr.dim]})"
         if isinstance(expr, ast.Unary) and expr.op == "-":
             return f"(-{self.index(expr.operand)})"
         if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
@@ -165,7 +214,7 @@ class _Emitter:
 
     def access(self, tensor, indices):
         """C lvalue of ``tensor(indices)``, bounds-checked where range inference cannot prove it."""
-        shape = self.ir.shapes[tensor]
+        shape = self.program.shapes[tensor]
         if not indices:
             return f"{c_name(tensor)}[0]"
         terms = []
@@ -194,7 +243,7 @@ class _Emitter:
         if isinstance(expr, ast.SizeVar):
             return _literal(self.size_value(expr.name), t)
         if isinstance(expr, ast.DimRef):
-            return _literal(self.ir.shapes[expr.tensor][expr.dim], t)
+            return _literal(self.program.shapes[expr.tensor][expr.dim], t)
         if isinstance(expr, ast.Access):
             return self.access(expr.tensor, expr.indices)
         if isinstance(expr, ast.Cast):
@@ -259,16 +308,16 @@ class _Emitter:
         self.lines.append("    " * depth + line)
 
     def point(self, node, depth):
-        stmt = self.ir.stmts[node.stmt]
+        stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
-        self.env = dict(node.point)
-        target_type = self.ir.types[stmt.target]
+        self.env = self._env(node.point)
+        target_type = self.program.types[stmt.target]
         target = self.access(stmt.target, stmt.lhs)
-        if node.mode == "init":
+        if node.mode is Mode.INIT:
             self.emit(f"{target} = {identity(stmt.reduction, target_type)};", depth)
             return
         rhs_type = stmt.rhs.type
-        if node.mode == "register":
+        if node.mode is Mode.REGISTER:
             acc_type = accumulator_type(target_type)
             rhs = convert(self.value(stmt.rhs), rhs_type, acc_type)
             if _nan_flagged(stmt.reduction, acc_type):
@@ -280,14 +329,14 @@ class _Emitter:
             self.emit(f"tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', rhs, acc_type)};", depth)
             return
         rhs = convert(self.value(stmt.rhs), rhs_type, target_type)
-        if node.mode == "assign":
+        if node.mode is Mode.ASSIGN:
             self.emit(f"{target} = {rhs};", depth)
         else:
             self.emit(f"{target} = {combine(stmt.reduction, target, rhs, target_type)};", depth)
 
     def accumulate(self, node, depth):
-        stmt = self.ir.stmts[node.stmt]
-        target_type = self.ir.types[stmt.target]
+        stmt = self.stmts[node.stmt]
+        target_type = self.program.types[stmt.target]
         acc_type = accumulator_type(target_type)
         self.emit("{", depth)
         self.emit(f"{acc_type.c_type} tcpy_acc = {identity(stmt.reduction, acc_type)};", depth + 1)
@@ -298,7 +347,7 @@ class _Emitter:
         if nan_flagged:  # max/min propagate NaN (like numpy.max)
             self.emit(f"if (tcpy_nan) tcpy_acc = ({acc_type.c_type})NAN;", depth + 1)
         self.current_stmt = stmt
-        self.env = dict(node.point)
+        self.env = self._env(node.point)
         target = self.access(stmt.target, stmt.lhs)
         value = convert("tcpy_acc", acc_type, target_type)
         if not stmt.init:
@@ -307,16 +356,18 @@ class _Emitter:
         self.emit("}", depth)
 
     def register_tile(self, node, depth):
-        stmt = self.ir.stmts[node.stmt]
+        stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
-        t = self.ir.types[stmt.target]
+        t = self.program.types[stmt.target]
         self.emit("{", depth)
-        self.emit(f"const int64_t tcpy_row0 = {node.row_start}, tcpy_col0 = {node.col_start};", depth + 1)
-        self.emit(f"if ({node.full}) {{", depth + 1)
+        self.emit(f"const int64_t {TILE_ROW0} = {index_c(node.row_start, top=True)}, "
+                  f"{TILE_COL0} = {index_c(node.col_start, top=True)};", depth + 1)
+        self.emit(f"if ({index_c(node.full, top=True)}) {{", depth + 1)
         self.emit(f"{t.c_type} tcpy_tile[{node.rows}][{node.cols}];", depth + 2)
-        self._tile_copy(node, stmt, "tcpy_tile[tcpy_r][tcpy_c] = {target};", depth + 2)
+        cell = f"tcpy_tile[{TILE_ROW}][{TILE_COL}]"
+        self._tile_copy(node, stmt, f"{cell} = {{target}};", depth + 2)
         self.nodes(node.fast, depth + 2)
-        self._tile_copy(node, stmt, "{target} = tcpy_tile[tcpy_r][tcpy_c];", depth + 2)
+        self._tile_copy(node, stmt, f"{{target}} = {cell};", depth + 2)
         self.emit("} else {", depth + 1)
         self.nodes(node.slow, depth + 2)
         self.emit("}", depth + 1)
@@ -327,14 +378,18 @@ class _Emitter:
         """Open the two loops over a register tile; the caller emits the body and closes them."""
         self.tile = node
         self.emit(f"#pragma GCC unroll {node.rows}", depth)
-        self.emit(f"for (int64_t tcpy_r = 0; tcpy_r < {node.rows}; tcpy_r++) {{", depth)
+        self.emit(f"for (int64_t {TILE_ROW} = 0; {TILE_ROW} < {node.rows}; {TILE_ROW}++) {{", depth)
         self.emit("#pragma omp simd", depth + 1)
-        self.emit(f"for (int64_t tcpy_c = 0; tcpy_c < {node.cols}; tcpy_c++) {{", depth + 1)
+        self.emit(f"for (int64_t {TILE_COL} = 0; {TILE_COL} < {node.cols}; {TILE_COL}++) {{", depth + 1)
+
+    def _env(self, point):
+        """Index variable -> C text at a point."""
+        return {v: index_c(e) for v, e in point}
 
     def _tile_env(self, node, point):
-        env = dict(point)
-        env[node.row_var] = "tcpy_row0 + tcpy_r"
-        env[node.col_var] = "tcpy_col0 + tcpy_c"
+        env = self._env(point)
+        env[node.row_var] = f"{TILE_ROW0} + {TILE_ROW}"
+        env[node.col_var] = f"{TILE_COL0} + {TILE_COL}"
         return env
 
     def _tile_copy(self, node, stmt, template, depth):
@@ -346,29 +401,14 @@ class _Emitter:
         self.emit("}", depth)
 
     def tile_update(self, node, depth):
-        stmt = self.ir.stmts[node.stmt]
+        stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
-        t = self.ir.types[stmt.target]
+        t = self.program.types[stmt.target]
         self.env = self._tile_env(self.tile, node.point)
-        rhs_expr = stmt.rhs
-        if self.tile.panel is not None:  # read the streamed operand from its panel copy
-            tensor, copy = self.tile.panel
-            col = self.tile.col_var
-            block = ast.IndexVar("tcpy_nb", type=INDEX_TYPE)
-            lane = ast.IndexVar("tcpy_cc", type=INDEX_TYPE)
-            self.env["tcpy_nb"] = f"(tcpy_col0 / {self.tile.cols})"
-            self.env["tcpy_cc"] = "tcpy_c"
-
-            def to_panel(e):
-                if (isinstance(e, ast.Access) and e.tensor == tensor and e.indices
-                        and isinstance(e.indices[-1], ast.IndexVar) and e.indices[-1].name == col):
-                    return ast.Access(copy, (block,) + e.indices[:-1] + (lane,), type=e.type)
-                return None
-
-            rhs_expr = map_expr(rhs_expr, to_panel)
-        rhs = convert(self.value(rhs_expr), stmt.rhs.type, t)
+        self.env.update(self._env(node.lets))
+        rhs = convert(self.value(node.rhs), stmt.rhs.type, t)
         self._tile_loops(self.tile, depth)
-        cell = "tcpy_tile[tcpy_r][tcpy_c]"
+        cell = f"tcpy_tile[{TILE_ROW}][{TILE_COL}]"
         self.emit(f"{cell} = {combine(stmt.reduction, cell, rhs, t)};", depth + 2)
         self.emit("}", depth + 1)
         self.emit("}", depth)
@@ -378,8 +418,8 @@ class _Emitter:
         reduction = ""
         if node.simd_reduction:
             reduction = f" reduction({node.simd_reduction}:tcpy_acc)"
-            stmt = self.ir.stmts[self.stmt_index]
-            if _nan_flagged(node.simd_reduction, accumulator_type(self.ir.types[stmt.target])):
+            stmt = self.stmts[self.stmt_index]
+            if _nan_flagged(node.simd_reduction, accumulator_type(self.program.types[stmt.target])):
                 reduction += " reduction(|:tcpy_nan)"
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
@@ -394,7 +434,8 @@ class _Emitter:
                 self.emit("#pragma GCC ivdep", depth)
             self.emit(f"#pragma GCC unroll {node.unroll}", depth)
         step = f"{node.var} += {node.step}" if node.step != 1 else f"{node.var}++"
-        self.emit(f"for (int64_t {node.var} = {node.lo}; {node.cond}; {step}) {{", depth)
+        self.emit(f"for (int64_t {node.var} = {index_c(node.lo, top=True)}; {index_c(node.cond, top=True)}; "
+                  f"{step}) {{", depth)
         self.nodes(node.body, depth + 1)
         self.emit("}", depth)
 
@@ -411,7 +452,7 @@ class _Emitter:
             elif isinstance(node, TileUpdate):
                 self.tile_update(node, depth)
             elif isinstance(node, Guard):
-                self.emit(f"if ({node.cond}) {{", depth)
+                self.emit(f"if ({index_c(node.cond, top=True)}) {{", depth)
                 self.nodes(node.then, depth + 1)
                 if node.other:
                     self.emit("} else {", depth)
@@ -422,31 +463,32 @@ class _Emitter:
 
     def kernel(self):
         ir = self.ir
-        d = ir.def_
+        d = self.program.def_
         names = ([p.name for p in d.params] + [r.name for r in d.returns] + [t.name for t in d.temporaries]
-                 + list(ir.packs))
-        sizes = ", ".join(f"{k}={v}" for k, v in sorted(ir.sizes.items())) or "none"
+                 + list(self.program.copies))
+        sizes = ", ".join(f"{k}={v}" for k, v in sorted(self.program.sizes.items())) or "none"
         self.lines = [
             "/* Generated by tcpy. */",
             '#include "tcpy_runtime.h"',
             "",
             _PRELUDE,
             f"/* {d.signature()}",
-            f" * sizes: {sizes} */",
+            f" * sizes: {sizes}",
+            f" * target: {ir.options.target.describe()} */",
             f"int {self.symbol}(void *const *tcpy_buffers, int tcpy_num_threads, int64_t *err) {{",
         ]
         for slot, name in enumerate(names):
-            ctype = ir.types[name].c_type
+            ctype = self.program.types[name].c_type
             self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = ({ctype} *)tcpy_buffers[{slot}];", 1)
         self.emit("int tcpy_err = 0, tcpy_divzero = 0;", 1)
         self.emit("(void)tcpy_num_threads; (void)tcpy_err; (void)tcpy_divzero; (void)err;", 1)
         for nest in ir.nests:
             self.stmt_index = nest.stmt
-            stmt = ir.stmts[nest.stmt]
+            stmt = self.stmts[nest.stmt]
             self.current_stmt = stmt
-            what = "initialise" if nest.kind == "init" else "compute"
+            what = "initialise" if nest.kind is NestKind.INIT else "compute"
             comment = f"/* {what} {stmt}"
-            if nest.schedule is not None and nest.kind == "compute":
+            if nest.schedule is not None and nest.kind is NestKind.COMPUTE:
                 comment += f"\n     * schedule: {nest.schedule.describe()}"
             self.emit(comment.replace("*/", "* /") + " */", 1)
             self.uses_divzero = False
@@ -463,7 +505,7 @@ class _Emitter:
 
 
 def emit_kernel(ir, symbol):
-    """C source of the kernel for ``ir`` (a :class:`tcpy.loopnest.KernelIR`) named ``symbol``.
+    """C source of the kernel for ``ir`` (a :class:`tcpy.loopir.KernelIR`) named ``symbol``.
 
     Returns ``(source, error_messages)``: a nonzero return value k of the kernel means
     ``error_messages[k - 1]`` (formatted with the kernel's ``err`` values).

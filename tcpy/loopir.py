@@ -1,0 +1,405 @@
+"""The loop-nest IR: what lowering produces, transform passes rewrite, and codegen renders.
+
+Two levels, both frozen:
+
+* :class:`Program` — the statements to lower, each let-inlined with its concrete ranges, plus
+  the concrete shapes and types of every tensor (including copies that passes add). Operand
+  copies (:mod:`tcpy.transform.packing`) are Program -> Program passes.
+* :class:`KernelIR` — loop nests over those statements. Loop bounds, guards and points are
+  structured integer expressions (:class:`Const`, :class:`Var`, :class:`BinOp`, ...), built
+  from isl's AST by :func:`from_isl`; codegen turns them into C. Register tiles
+  (:mod:`tcpy.transform.register_tile`) are a KernelIR -> KernelIR pass.
+
+:func:`dump` prints a KernelIR as indented text (the golden loop-IR tests use it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
+
+import islpy as isl
+
+from .lang import ast
+from .lang.types import ScalarType
+
+if TYPE_CHECKING:
+    from .options import Options
+    from .schedule import StmtSchedule
+
+
+class Mode(enum.Enum):
+    """What a :class:`Point` does to its statement's target."""
+
+    ASSIGN = "assign"  # T = rhs
+    MEMORY = "memory"  # T = T op rhs
+    REGISTER = "register"  # acc = acc op rhs (inside an Accumulate)
+    INIT = "init"  # T = identity of op
+
+
+class NestKind(enum.Enum):
+    INIT = "init"  # sets a `!` reduction's target to the identity
+    COMPUTE = "compute"
+
+
+# ----------------------------------------------------------------------------- index expressions
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: int
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp:
+    """``lhs op rhs`` for ``+ - *``, comparisons, ``&& ||``; ``floordiv`` (floor), ``div``
+    (exact, or a non-negative dividend: C division is right), ``rem`` (C remainder)."""
+
+    op: str
+    lhs: "IExpr"
+    rhs: "IExpr"
+
+    def __str__(self) -> str:
+        if self.op in ("floordiv", "div", "rem"):
+            return f"{self.op}({self.lhs}, {self.rhs})"
+        return f"({self.lhs} {self.op} {self.rhs})"
+
+
+@dataclass(frozen=True, slots=True)
+class Neg:
+    operand: "IExpr"
+
+    def __str__(self) -> str:
+        return f"(-{self.operand})"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """``min``/``max`` of its arguments."""
+
+    fn: str
+    args: tuple["IExpr", ...]
+
+    def __str__(self) -> str:
+        return f"{self.fn}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    cond: "IExpr"
+    then: "IExpr"
+    other: "IExpr"
+
+    def __str__(self) -> str:
+        return f"({self.cond} ? {self.then} : {self.other})"
+
+
+IExpr = Union[Const, Var, BinOp, Neg, Call, Select]
+
+_OP = isl.ast_expr_op_type
+_ISL_BINARY = {
+    _OP.add: "+", _OP.sub: "-", _OP.mul: "*", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=",
+    _OP.gt: ">", _OP.eq: "==", _OP.and_: "&&", _OP.and_then: "&&", _OP.or_: "||", _OP.or_else: "||",
+    _OP.fdiv_q: "floordiv", _OP.pdiv_q: "div", _OP.div: "div", _OP.pdiv_r: "rem", _OP.zdiv_r: "rem",
+}
+
+
+def from_isl(expr: isl.AstExpr) -> IExpr:
+    """The structured form of an isl AST expression."""
+    kind = expr.get_type()
+    if kind == isl.ast_expr_type.int:
+        return Const(int(expr.get_val().to_python()))
+    if kind == isl.ast_expr_type.id:
+        return Var(expr.get_id().get_name())
+    op = expr.get_op_type()
+    args = tuple(from_isl(expr.get_op_arg(i)) for i in range(expr.get_op_n_arg()))
+    if op in _ISL_BINARY:
+        return BinOp(_ISL_BINARY[op], args[0], args[1])
+    if op == _OP.minus:
+        return Neg(args[0])
+    if op in (_OP.min, _OP.max):
+        return Call("min" if op == _OP.min else "max", args)
+    if op in (_OP.select, _OP.cond):
+        return Select(*args)
+    raise NotImplementedError(f"isl AST operation {op} in loop bounds")
+
+
+def substitute(expr: IExpr, values: Mapping[str, IExpr]) -> IExpr:
+    """``expr`` with the variables named in ``values`` replaced."""
+    if isinstance(expr, Var):
+        return values.get(expr.name, expr)
+    if isinstance(expr, Const):
+        return expr
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, substitute(expr.lhs, values), substitute(expr.rhs, values))
+    if isinstance(expr, Neg):
+        return Neg(substitute(expr.operand, values))
+    if isinstance(expr, Call):
+        return Call(expr.fn, tuple(substitute(a, values) for a in expr.args))
+    return Select(substitute(expr.cond, values), substitute(expr.then, values), substitute(expr.other, values))
+
+
+# ----------------------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A register tile's fast path reads ``tensor`` from ``copy``, laid out in panels of
+    ``cols`` columns: ``copy(nb, q..., c) = tensor(q..., cols * nb + c)``."""
+
+    tensor: str
+    copy: str
+    cols: int
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement to lower: let-inlined, with its concrete ranges ``{var: (lo, hi)}``.
+
+    ``origin`` is its index in the def's statements, -1 for a copy a pass added.
+    """
+
+    stmt: ast.Stmt
+    ranges: Mapping[str, tuple[int, int]]
+    origin: int
+    panel: Optional[Panel] = None
+
+    def extents(self) -> dict[str, int]:
+        return {v: max(0, hi - lo) for v, (lo, hi) in self.ranges.items() if v in self.stmt.index_vars}
+
+
+@dataclass(frozen=True)
+class Program:
+    """Statements with concrete shapes, types and sizes, before loops exist."""
+
+    def_: ast.Def
+    statements: tuple[Statement, ...]
+    shapes: Mapping[str, tuple[int, ...]]
+    types: Mapping[str, ScalarType]
+    sizes: Mapping[str, int]
+
+    def __post_init__(self):
+        for name in ("shapes", "types", "sizes"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def copies(self) -> tuple[str, ...]:
+        """Temporaries that passes added (passed to the kernel after the def's own)."""
+        return tuple(s.stmt.target for s in self.statements if s.origin < 0)
+
+
+# ----------------------------------------------------------------------------- loop nests
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """``for (var = lo; cond; var += step)``; ``parallel`` is the OpenMP collapse depth (0: none)."""
+
+    var: str
+    lo: IExpr
+    cond: IExpr
+    step: int
+    body: tuple["Node", ...]
+    parallel: int = 0
+    simd: bool = False
+    simd_reduction: Optional[str] = None  # accumulator combined by an omp simd reduction clause
+    unroll: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """``if (cond) then else other`` from isl (rare for rectangular domains)."""
+
+    cond: IExpr
+    then: tuple["Node", ...]
+    other: tuple["Node", ...] = ()
+
+
+Point_ = tuple[tuple[str, IExpr], ...]  # index variable -> its value at a point
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One instance of statement ``stmt`` at ``point``."""
+
+    stmt: int
+    point: Point_
+    mode: Mode
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulate:
+    """A register accumulator around the reduction loops of a statement.
+
+    Starts at the identity, runs ``body``, then stores into the target at the output point
+    (``T = acc`` for ``!`` reductions, ``T = T op acc`` otherwise).
+    """
+
+    stmt: int
+    point: Point_  # output variables only
+    body: tuple["Node", ...]
+
+
+# Variables a register tile binds for the code inside it: the block's first row and column,
+# and the row and column within the block.
+TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "tcpy_c"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterTile:
+    """A ``rows x cols`` block of the target kept in registers across the reduction loops.
+
+    ``fast`` runs when the block is whole (``full``): it loads the block, runs the reduction
+    loops whose innermost body is a :class:`TileUpdate`, and stores the block back. ``slow``
+    is the plain loop nest for partial blocks at the edges. Inside, ``row_var`` is
+    ``TILE_ROW0 + TILE_ROW`` and ``col_var`` is ``TILE_COL0 + TILE_COL``.
+    """
+
+    stmt: int
+    row_var: str
+    rows: int
+    row_start: IExpr
+    col_var: str
+    cols: int
+    col_start: IExpr
+    full: IExpr
+    point: Point_  # the other output variables
+    fast: tuple["Node", ...]
+    slow: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TileUpdate:
+    """``tile[r][c] = tile[r][c] op rhs`` over the whole register tile, at ``point`` (all
+    variables but the tile's row and column). ``rhs`` is the statement's value, reading a
+    panel copy where the tile has one; ``lets`` binds the variables it adds."""
+
+    stmt: int
+    point: Point_
+    rhs: ast.Expr
+    lets: Point_ = ()
+
+
+Node = Union[Loop, Guard, Point, Accumulate, RegisterTile, TileUpdate]
+
+
+@dataclass(frozen=True, slots=True)
+class Nest:
+    stmt: int
+    kind: NestKind
+    body: tuple[Node, ...]
+    schedule: Optional["StmtSchedule"] = None
+
+
+@dataclass(frozen=True)
+class KernelIR:
+    """Everything codegen needs: the program and its loop nests, and the options."""
+
+    program: Program
+    nests: tuple[Nest, ...]
+    options: "Options"
+
+    @property
+    def stmts(self) -> tuple[ast.Stmt, ...]:
+        return tuple(s.stmt for s in self.program.statements)
+
+    @property
+    def origins(self) -> tuple[int, ...]:
+        return tuple(s.origin for s in self.program.statements)
+
+
+def map_nodes(nodes: tuple[Node, ...], fn: Callable[[Node], Optional[Node]]) -> tuple[Node, ...]:
+    """Rebuild ``nodes`` top-down: ``fn(node)`` returns a replacement, or None to keep the node
+    and recurse into its bodies."""
+    out = []
+    for node in nodes:
+        new = fn(node)
+        if new is not None:
+            out.append(new)
+        elif isinstance(node, (Loop, Accumulate)):
+            out.append(dataclasses.replace(node, body=map_nodes(node.body, fn)))
+        elif isinstance(node, Guard):
+            out.append(Guard(node.cond, map_nodes(node.then, fn), map_nodes(node.other, fn)))
+        else:
+            out.append(node)
+    return tuple(out)
+
+
+def first_point(node: Node) -> Point:
+    """The first :class:`Point` below ``node`` (its values name the loops around it)."""
+    if isinstance(node, Point):
+        return node
+    if isinstance(node, RegisterTile):
+        return first_point(node.slow[0])
+    body = node.then if isinstance(node, Guard) else node.body
+    return first_point(body[0])
+
+
+# ----------------------------------------------------------------------------- dump
+
+
+def dump(ir: KernelIR) -> str:
+    """Indented text of every nest, for reading and golden tests."""
+    lines: list[str] = []
+    prog = ir.program
+    lines.append(f"kernel {prog.def_.name} sizes {dict(sorted(prog.sizes.items()))}")
+    for name in prog.copies:
+        lines.append(f"copy {name}{list(prog.shapes[name])} {prog.types[name].numpy_name}")
+    for nest in ir.nests:
+        stmt = prog.statements[nest.stmt].stmt
+        lines.append(f"{nest.kind.value} S{nest.stmt}: {stmt}")
+        if nest.schedule is not None and nest.kind is NestKind.COMPUTE:
+            lines.append(f"  schedule: {nest.schedule.describe()}")
+        _dump_nodes(nest.body, 1, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _point_text(point: Point_) -> str:
+    return ", ".join(f"{v}={e}" for v, e in point)
+
+
+def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    for node in nodes:
+        if isinstance(node, Loop):
+            tags = [t for t in (f"parallel({node.parallel})" if node.parallel else "",
+                                "simd" if node.simd else "",
+                                f"reduction({node.simd_reduction})" if node.simd_reduction else "",
+                                f"unroll({node.unroll})" if node.unroll else "") if t]
+            lines.append(f"{pad}for {node.var} = {node.lo}; {node.cond}; +{node.step}"
+                         + (f"  [{' '.join(tags)}]" if tags else ""))
+            _dump_nodes(node.body, depth + 1, lines)
+        elif isinstance(node, Guard):
+            lines.append(f"{pad}if {node.cond}")
+            _dump_nodes(node.then, depth + 1, lines)
+            if node.other:
+                lines.append(f"{pad}else")
+                _dump_nodes(node.other, depth + 1, lines)
+        elif isinstance(node, Point):
+            lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")
+        elif isinstance(node, Accumulate):
+            lines.append(f"{pad}accumulate S{node.stmt} into ({_point_text(node.point)})")
+            _dump_nodes(node.body, depth + 1, lines)
+        elif isinstance(node, RegisterTile):
+            lines.append(f"{pad}register tile S{node.stmt} {node.row_var}:{node.rows} from {node.row_start}"
+                         f" x {node.col_var}:{node.cols} from {node.col_start} at ({_point_text(node.point)})")
+            lines.append(f"{pad}whole if {node.full}")
+            _dump_nodes(node.fast, depth + 1, lines)
+            lines.append(f"{pad}else")
+            _dump_nodes(node.slow, depth + 1, lines)
+        elif isinstance(node, TileUpdate):
+            lets = f" with {_point_text(node.lets)}" if node.lets else ""
+            lines.append(f"{pad}tile update S{node.stmt} ({_point_text(node.point)}){lets}: {node.rhs}")

@@ -1,0 +1,140 @@
+"""Operand copies that make reductions read memory the way register tiles want it.
+
+Two copies, both added as statements of their own (writing a temporary named ``tcpy_pack<n>``)
+before the statement that reads them:
+
+* a **transposed copy** of one operand of a dot-product shaped reduction:
+  ``S(i,j) +=! Q(i,d) * K(j,d)`` reduces over ``d``, contiguous in both reads, so its best
+  plain schedule is a dot product per output. Reading ``K`` through a copy laid out as
+  ``(d, j)`` turns it into a GEMM, whose register tiles are several times faster.
+* a **panel copy** of the operand a register tile streams (``B`` in ``A(m,k) * B(k,n)``):
+  the fast path reads ``cols`` consecutive elements of ``B`` from each of many rows; when rows
+  are long those reads conflict in the caches. ``panel(nb, k, c) = B(k, cols*nb + c)`` makes
+  them one contiguous stream. The statement is marked with a :class:`~tcpy.loopir.Panel`; the
+  register-tile pass reads it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+from ..lang import ast
+from ..lang.sema import map_expr
+from ..loopir import Panel, Program, Statement
+from ..options import Options
+from ..schedule import choose_schedule
+
+PANEL_MIN_COLUMNS = 512  # narrower operands stay in cache as they are
+COPY_PREFIX = "tcpy_pack"
+
+
+def pack_operands(program: Program, options: Options) -> Program:
+    """``program`` with transposed and panel copies added where register tiles gain from them."""
+    if not options.register_tile:
+        return program
+    statements: list[Statement] = []
+    shapes, types = dict(program.shapes), dict(program.types)
+    copies = 0
+    for statement in program.statements:
+        if statement.origin >= 0:
+            for make in (_transposed_copy, _panel_copy):
+                made = make(statement, shapes, types, options, f"{COPY_PREFIX}{copies}")
+                if made is not None:
+                    copy, statement, shape = made
+                    shapes[copy.stmt.target] = shape
+                    types[copy.stmt.target] = types[_copied_tensor(copy)]
+                    statements.append(copy)
+                    copies += 1
+        statements.append(statement)
+    return Program(program.def_, tuple(statements), shapes, types, program.sizes)
+
+
+def _copied_tensor(copy: Statement) -> str:
+    assert isinstance(copy.stmt.rhs, ast.Access)
+    return copy.stmt.rhs.tensor
+
+
+def _schedule(stmt: ast.Stmt, extents, shapes, types, options):
+    return choose_schedule(stmt, extents, shapes, types[stmt.target], options)
+
+
+def _plain_reads(stmt: ast.Stmt):
+    """Reads of the statement whose indices are distinct plain index variables, rank >= 2."""
+    for node in stmt.rhs.walk():
+        if (isinstance(node, ast.Access) and len(node.indices) >= 2
+                and all(isinstance(i, ast.IndexVar) for i in node.indices)
+                and len({i.name for i in node.indices}) == len(node.indices)):
+            yield node
+
+
+def _copy_statement(name: str, lhs: tuple[ast.IndexVar, ...], source: ast.Access, span,
+                    ranges: Mapping[str, tuple[int, int]]) -> Statement:
+    stmt = ast.Stmt(name, lhs, None, False, source, span=span, output_vars=tuple(v.name for v in lhs))
+    return Statement(stmt, dict(ranges), -1)
+
+
+def _transposed_copy(statement: Statement, shapes, types, options: Options, name: str):
+    """(copy, the statement reading it, the copy's shape) for a dot-product reduction, or None."""
+    stmt = statement.stmt
+    if stmt.reduction is None or not stmt.reduction_vars or not stmt.output_vars:
+        return None
+    extents = statement.extents()
+    target_type = types[stmt.target]
+    sched = _schedule(stmt, extents, shapes, types, options)
+    if not sched.register_reduction or target_type.bits == 16:
+        return None
+    inner, col = sched.order[-1], stmt.output_vars[-1]
+    reads = [n for n in stmt.rhs.walk() if isinstance(n, ast.Access) and n.indices]
+    contiguous = [n for n in reads if isinstance(n.indices[-1], ast.IndexVar) and n.indices[-1].name == inner]
+    if len(contiguous) < 2:  # a plain row reduction vectorizes as it is: only dot products gain
+        return None
+    for node in _plain_reads(stmt):
+        names = [i.name for i in node.indices]
+        if node not in contiguous or col not in names[:-1]:
+            continue
+        pos = names.index(col)
+        perm = [p for p in range(len(names)) if p != pos] + [pos]
+        shape = shapes[node.tensor]
+        index_type = node.indices[0].type
+        copy_vars = tuple(ast.IndexVar(f"tcpy_p{p}", type=index_type) for p in range(len(names)))
+        # copy(p_perm...) = T(p0, p1, ...): the copy's dims are T's dims in `perm` order
+        source = ast.Access(node.tensor, copy_vars, type=node.type)
+        copy_read = ast.Access(name, tuple(node.indices[p] for p in perm), type=node.type)
+        rewritten = dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, lambda e: copy_read if e == node else e))
+        copy_shape = tuple(shape[p] for p in perm)
+        if _schedule(rewritten, extents, {**shapes, name: copy_shape}, types, options).register_tile is None:
+            return None
+        copy = _copy_statement(name, tuple(copy_vars[p] for p in perm), source, stmt.span,
+                               {v.name: (0, n) for v, n in zip(copy_vars, shape)})
+        return copy, dataclasses.replace(statement, stmt=rewritten), copy_shape
+    return None
+
+
+def _panel_copy(statement: Statement, shapes, types, options: Options, name: str):
+    """(panel copy, the statement marked to read it, the copy's shape), or None."""
+    stmt = statement.stmt
+    if stmt.reduction is None or not stmt.reduction_vars:
+        return None
+    sched = _schedule(stmt, statement.extents(), shapes, types, options)
+    if sched.register_reduction or sched.register_tile is None:
+        return None
+    _, _, col, cols = sched.register_tile
+    for node in _plain_reads(stmt):
+        names = [i.name for i in node.indices]
+        if names[-1] != col or node.tensor.startswith(COPY_PREFIX) or not set(names) & set(stmt.reduction_vars):
+            continue
+        shape = shapes[node.tensor]
+        if shape[-1] < PANEL_MIN_COLUMNS:
+            return None
+        index_type = node.indices[0].type
+        dims = tuple(ast.IndexVar(f"tcpy_q{p}", type=index_type) for p in range(len(shape) - 1))
+        block, lane = ast.IndexVar("tcpy_nb", type=index_type), ast.IndexVar("tcpy_cc", type=index_type)
+        column = ast.Binary("+", ast.Binary("*", ast.IntLit(cols, type=index_type), block, type=index_type),
+                            lane, type=index_type)
+        source = ast.Access(node.tensor, dims + (column,), type=node.type)
+        ranges = {"tcpy_nb": (0, shape[-1] // cols), "tcpy_cc": (0, cols)}
+        ranges.update((d.name, (0, n)) for d, n in zip(dims, shape[:-1]))
+        copy = _copy_statement(name, (block,) + dims + (lane,), source, stmt.span, ranges)
+        marked = dataclasses.replace(statement, panel=Panel(node.tensor, name, cols))
+        return copy, marked, (shape[-1] // cols,) + tuple(shape[:-1]) + (cols,)
+    return None

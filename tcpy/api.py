@@ -18,7 +18,7 @@ from .errors import TCArgumentError, TCProgramError
 from .lang import ast, parse
 from .lang.sema import select_def
 from .lang.types import ScalarType
-from .loopir import KernelIR, NestKind
+from .loopir import KernelIR, NestKind, dump
 from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
@@ -105,6 +105,10 @@ class Kernel(Launcher):
         symbol = f"tcpy_{self.def_.name}_{digest}"
         c_source, errors = emit_kernel(ir, symbol)
         return Specialization(sizes, bound, ir, c_source, errors, symbol)
+
+    def loop_ir(self, *arrays_or_shapes, **sizes) -> str:
+        """The loop nests for these arrays, shapes or sizes, as indented text (no compiler needed)."""
+        return dump(self.specialize(*arrays_or_shapes, **sizes).ir)
 
     def c_source(self, *arrays_or_shapes, **sizes) -> str:
         """The generated C for these arrays, shapes or sizes."""

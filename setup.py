@@ -45,6 +45,9 @@ extensions = [
         ["tcpy/runtime/launch.pyx"],
         include_dirs=[numpy.get_include()],
         define_macros=numpy_api,
+        # linked with the kernels' libgomp: omp_get_max_threads() follows threadpoolctl
+        extra_compile_args=["-fopenmp"],
+        extra_link_args=["-fopenmp"],
     ),
 ]
 

@@ -28,6 +28,7 @@ from .api import Kernel, Library, define
 from .options import Options
 from .target import Target
 from .tuning import autotune
+from .runtime.launch import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,8 @@ __all__ = [
     "Options",
     "Target",
     "autotune",
+    "get_num_threads",
+    "set_num_threads",
     "parse",
     "TCError",
     "TCProgramError",

@@ -174,7 +174,7 @@ class Kernel(Launcher):
             temp_specs=[array_spec(t.name) for t in self.def_.temporaries]
                        + [(program.shapes[c], np.dtype(program.types[c].numpy_name), False) for c in program.copies],
             error_messages=list(spec.error_messages),
-            num_threads=options.threads,
+            num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,
         )
 

@@ -206,7 +206,8 @@ class Program:
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """``for (var = lo; cond; var += step)``; ``parallel`` is the OpenMP collapse depth (0: none)."""
+    """``for (var = lo; cond; var += step)``; ``parallel`` is the OpenMP collapse depth (0: none),
+    ``chunks`` the iterations of the collapsed loops (no more threads than that are started)."""
 
     var: str
     lo: IExpr
@@ -214,6 +215,7 @@ class Loop:
     step: int
     body: tuple["Node", ...]
     parallel: int = 0
+    chunks: int = 0
     simd: bool = False
     simd_reduction: Optional[str] = None  # accumulator combined by an omp simd reduction clause
     unroll: int = 0
@@ -375,7 +377,7 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
     pad = "  " * depth
     for node in nodes:
         if isinstance(node, Loop):
-            tags = [t for t in (f"parallel({node.parallel})" if node.parallel else "",
+            tags = [t for t in (f"parallel({node.parallel}, {node.chunks} chunks)" if node.parallel else "",
                                 "simd" if node.simd else "",
                                 f"reduction({node.simd_reduction})" if node.simd_reduction else "",
                                 f"unroll({node.unroll})" if node.unroll else "") if t]

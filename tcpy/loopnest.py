@@ -139,6 +139,7 @@ class _Lowerer:
             step=int(node.for_get_inc().get_val().to_python()),
             body=self.lower(node.for_get_body(), in_parallel or collapse > 0),
             parallel=collapse,
+            chunks=self.sched.chunks if collapse else 0,
             simd=simd,
             simd_reduction=simd_reduction,
             unroll=self.sched.unroll if (self.sched and var == self.innermost) else 0,

@@ -13,13 +13,16 @@ The heuristics are deliberately simple and explainable:
   initialisation nest. ``half`` targets always use a register accumulator in float32.
 * **Tiles.** Only nests that reduce in memory (GEMM-like) are tiled: the register-resident
   patterns gain nothing from it. Tile loops come first (output variables, then reductions).
+  Their sizes come from a footprint model of the target's caches (:func:`cache_tiles`).
 * **Register tile.** In those nests a block of ``R x V`` outputs (``R`` rows of a second output
   variable, ``V`` contiguous elements of the innermost one) stays in registers across the
   reduction loops, so each loaded input vector feeds ``R`` fused multiply-adds. The row
   variable is the output variable whose accesses share the fewest loads with the inner one
   (``m`` in matmul, the output channel in a convolution).
-* **Parallel.** The leading output loops (tile loops, or untiled outer loops) are collapsed into
-  one ``omp parallel for`` when the nest has enough work; reduction loops are never parallel.
+* **Parallel.** The leading output loops (tile loops, then untiled outer loops) are collapsed
+  into one ``omp parallel for`` when the nest has enough work; reduction loops are never
+  parallel. When that gives fewer than ``CHUNKS_PER_THREAD`` chunks per thread, output tiles
+  shrink (down to one register block) until it does or the output runs out.
 * **SIMD.** The innermost loop gets ``omp simd`` (with a ``reduction`` clause for ``+``/``*``
   register accumulators).
 
@@ -38,7 +41,8 @@ from .target import Target
 
 # Loops with fewer iterations than this in total run serially: OpenMP start-up costs ~1-5 us.
 PARALLEL_MIN_WORK = 1 << 15
-DEFAULT_TILES = {"inner": 256, "output": 96, "reduction": 256}
+# Parallel loops aim at this many chunks per thread, so static scheduling stays balanced.
+CHUNKS_PER_THREAD = 4
 # Register tile shapes tried, as (rows, vectors per row); each needs rows * vectors
 # accumulators, one register per vector of a row of the streamed operand, and a broadcast.
 REGISTER_TILE_SHAPES = ((6, 2), (8, 1), (4, 2), (4, 1))
@@ -71,6 +75,8 @@ class StmtSchedule:
     unroll: int
     # (row variable, rows, column variable, columns) of a register tile, or None
     register_tile: Optional[tuple[str, int, str, int]] = None
+    chunks: int = 0  # iterations of the collapsed parallel loops
+    threads: int = 1  # threads the parallel loops were planned for
 
     def dims(self) -> tuple[tuple[str, Level], ...]:
         """Schedule dimensions as (variable, level), outermost first."""
@@ -78,9 +84,12 @@ class StmtSchedule:
         if self.register_tile is None:
             return tiles + tuple((v, Level.POINT) for v in self.order)
         row, _, col, _ = self.register_tile
+        output_tiles = tuple((v, level) for v, level in tiles if v not in self.reductions)
+        reduction_tiles = tuple((v, level) for v, level in tiles if v in self.reductions)
         outer = tuple((v, Level.POINT) for v in self.order if v not in (row, col) and v not in self.reductions)
         reductions = tuple((v, Level.POINT) for v in self.order if v in self.reductions)
-        return (tiles + outer + ((row, Level.BLOCK), (col, Level.BLOCK)) + reductions
+        # outer output loops before the reduction tiles, so they can join the parallel loops
+        return (output_tiles + outer + reduction_tiles + ((row, Level.BLOCK), (col, Level.BLOCK)) + reductions
                 + ((row, Level.POINT), (col, Level.POINT)))
 
     def dim_exprs(self, names: Mapping[str, str]) -> tuple[str, ...]:
@@ -110,7 +119,8 @@ class StmtSchedule:
         if self.tiles or self.register_tile:
             parts.append("loops " + ", ".join(loops))
         if self.parallel_dims:
-            parts.append("parallel over " + ", ".join(loops[: self.parallel_dims]))
+            parts.append(f"parallel over {', '.join(loops[: self.parallel_dims])} "
+                         f"({self.chunks} chunks for {self.threads} threads)")
         if self.register_reduction:
             parts.append("reduction in a register")
         if self.simd:
@@ -183,16 +193,22 @@ def choose_schedule(
         register_tile = _register_tile(stmt, order, extents, target_type, options.target)
 
     tiles: list[tuple[str, int]] = []
+    blocks: dict[str, int] = {}
     if has_reduction and not register:
         inner = order[-1] if order else None
-        blocks = {register_tile[0]: register_tile[1], register_tile[2]: register_tile[3]} if register_tile else {}
+        element_bytes = max(1, target_type.bits // 8)
+        if register_tile:
+            blocks = {register_tile[0]: register_tile[1], register_tile[2]: register_tile[3]}
+            model = cache_tiles(options.target, element_bytes, register_tile[1], register_tile[3])
+        else:
+            model = cache_tiles(options.target, element_bytes, 1, options.target.lanes(element_bytes))
         for group in ("output", "reduction"):
             for v in order:
                 if (v in reduction) != (group == "reduction"):
                     continue
                 size = options.tile_sizes.get(v)
                 if size is None:
-                    size = DEFAULT_TILES["inner" if v == inner else group]
+                    size = model["inner" if v == inner else group]
                 if v in blocks and size:  # whole register blocks per tile
                     size = max(blocks[v], size // blocks[v] * blocks[v])
                 if size and extents.get(v, 1) > size:
@@ -218,19 +234,83 @@ def choose_schedule(
     work = 1
     for v in order:
         work *= max(extents.get(v, 1), 0)
-    parallel_dims = 0
-    if options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK:
-        dims = sched.dims()
-        tiled = {v for v, _ in tiles}
-        # The innermost loop stays out of the parallel collapse: it is the SIMD loop. Point
-        # loops of tiled variables depend on their tile loop, so the collapse stops there.
-        for v, level in dims[: max(1, len(dims) - 1)]:
-            if v in reduction or level is Level.BLOCK or (level is Level.POINT and (v in tiled or tiles)):
-                break
-            parallel_dims += 1
-            if parallel_dims == 3:
-                break
-    return dataclasses.replace(sched, parallel_dims=parallel_dims)
+    if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
+        return sched
+    return _plan_parallel(sched, extents, blocks, options)
+
+
+def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int]) -> tuple[int, int]:
+    """(number of leading schedule dimensions that can run as one collapsed parallel loop,
+    their iterations). Output tile loops and untiled output point loops qualify; the collapse
+    stops at a reduction, a register block (its bounds depend on the tile loop), a tiled
+    variable's point loop, and before the innermost (SIMD) loop."""
+    dims = sched.dims()
+    tiles = dict(sched.tiles)
+    count, chunks = 0, 1
+    for v, level in dims[: max(1, len(dims) - 1)]:
+        if v in sched.reductions or level is Level.BLOCK or (level is Level.POINT and v in tiles):
+            break
+        extent = max(extents.get(v, 1), 0)
+        chunks *= -(-extent // tiles[v]) if level is Level.TILE else extent
+        count += 1
+    return count, chunks
+
+
+def _plan_parallel(sched: StmtSchedule, extents: Mapping[str, int], blocks: Mapping[str, int],
+                   options: Options) -> StmtSchedule:
+    """Collapse the leading output loops; shrink output tiles (never below a register block, nor
+    those the user set), or tile a register-blocked output variable that has no tile yet, until
+    there are ``CHUNKS_PER_THREAD`` chunks per thread or the output runs out."""
+    threads = options.threads
+    wanted = CHUNKS_PER_THREAD * threads
+    while True:
+        count, chunks = _parallel_prefix(sched, extents)
+        if chunks >= wanted:
+            break
+        tiled = dict(sched.tiles)
+        parallel_tiles = {v for v, level in sched.dims()[:count] if level is Level.TILE}
+        # (current tile size, variable): tiles in the parallel loops, then blocked variables
+        # whose block loops cannot join the collapse without a tile loop of their own
+        candidates = [(size, v) for v, size in sched.tiles if v in parallel_tiles] + [
+            (extents.get(v, 1), v) for v in blocks if v not in tiled and v not in sched.reductions]
+        candidates = [(size, v) for size, v in candidates
+                      if v not in options.tile_sizes and size // 2 >= blocks.get(v, 1)]
+        if not candidates or (sched.tiles and not parallel_tiles and count == 0):
+            break
+        size, var = max(candidates)
+        block = blocks.get(var, 1)
+        smaller = max(block, size // 2 // block * block)
+        if var in tiled:
+            new_tiles = tuple((v, smaller if v == var else s) for v, s in sched.tiles)
+        else:  # output tiles come first, in loop order
+            order = [v for v in sched.order if v in tiled or v == var]
+            new_tiles = tuple((v, smaller if v == var else tiled[v]) for v in order)
+            new_tiles = tuple(t for t in new_tiles if t[0] not in sched.reductions) + tuple(
+                t for t in sched.tiles if t[0] in sched.reductions)
+        sched = dataclasses.replace(sched, tiles=new_tiles)
+    if chunks < 2:
+        return sched
+    return dataclasses.replace(sched, parallel_dims=count, chunks=chunks, threads=threads)
+
+
+def cache_tiles(target: Target, element_bytes: int, rows: int, cols: int) -> dict[str, int]:
+    """Cache tile sizes of a GEMM-like nest with ``rows x cols`` register blocks, from a
+    footprint model of ``target``'s caches (the analytical model of BLIS, Low et al. 2016):
+
+    * ``reduction`` (kc): one register block's slice of the row operand (``rows x kc``) and of
+      the streamed operand (``kc x cols``) stay in L1 across the block, in 3/4 of it (the rest
+      is for the output block and conflicts): ``kc * (rows + cols) * e <= 3/4 L1``.
+    * ``inner`` (nc): the streamed operand's ``kc x nc`` block is reused by every row block
+      of a tile, from half of L2: ``kc * nc * e <= L2 / 2``.
+    * ``output`` (mc): the row operand's ``mc x kc`` block is reused by every column block,
+      from a quarter of L2: ``mc * kc * e <= L2 / 4``.
+
+    Each is rounded down to whole register blocks (kc to a multiple of 16).
+    """
+    kc = max(16, target.l1d * 3 // 4 // (element_bytes * (rows + cols)) // 16 * 16)
+    nc = max(cols, target.l2 // 2 // (element_bytes * kc) // cols * cols)
+    mc = max(rows, target.l2 // 4 // (element_bytes * kc) // rows * rows)
+    return {"reduction": kc, "inner": nc, "output": mc}
 
 
 def register_tile_shapes(target: Target, element_bytes: int) -> tuple[tuple[int, int], ...]:

@@ -7,7 +7,7 @@ import pytest
 
 from tcpy import TCArgumentError, TCRuntimeError
 from tcpy.runtime import build
-from tcpy.runtime.launch import LaunchEntry, Launcher, default_num_threads
+from tcpy.runtime.launch import LaunchEntry, Launcher, get_num_threads, set_num_threads
 
 KERNELS = r"""
 #include "tcpy_runtime.h"
@@ -270,7 +270,13 @@ def test_num_threads_reaches_the_kernel(library):
     run, _ = launcher(library, "threads", n_inputs=0, output_specs=[((), I32)], num_threads=3)
     assert int(run()) == 3
     run, _ = launcher(library, "threads", n_inputs=0, output_specs=[((), I32)])
-    assert int(run()) == default_num_threads() >= 1
+    assert int(run()) == 0  # the kernel asks OpenMP
+    set_num_threads(5)
+    try:
+        assert int(run()) == 5 and get_num_threads() == 5
+    finally:
+        set_num_threads(None)
+    assert get_num_threads() >= 1
 
 
 def test_more_buffers_than_the_stack_array(library):

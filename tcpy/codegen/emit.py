@@ -424,7 +424,8 @@ class _Emitter:
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
             both = " simd" if simd else ""  # a single loop is both the parallel and the SIMD one
-            self.emit(f"#pragma omp parallel for{both} num_threads(tcpy_num_threads) schedule(static)"
+            threads = f"tcpy_num_threads < {node.chunks} ? tcpy_num_threads : {node.chunks}"
+            self.emit(f"#pragma omp parallel for{both} num_threads({threads}) schedule(static)"
                       f"{collapse}{reduction if simd else ''}", depth)
         elif simd:
             self.emit(f"#pragma omp simd{reduction}", depth)
@@ -481,7 +482,9 @@ class _Emitter:
             ctype = self.program.types[name].c_type
             self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = ({ctype} *)tcpy_buffers[{slot}];", 1)
         self.emit("int tcpy_err = 0, tcpy_divzero = 0;", 1)
-        self.emit("(void)tcpy_num_threads; (void)tcpy_err; (void)tcpy_divzero; (void)err;", 1)
+        self.emit("(void)tcpy_err; (void)tcpy_divzero; (void)err;", 1)
+        self.emit("if (tcpy_num_threads <= 0) tcpy_num_threads = omp_get_max_threads();  "
+                  "/* OMP_NUM_THREADS, threadpoolctl */", 1)
         for nest in ir.nests:
             self.stmt_index = nest.stmt
             stmt = self.stmts[nest.stmt]

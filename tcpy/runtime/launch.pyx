@@ -11,10 +11,13 @@ released.
 
 Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err)``, buffers = inputs
 in signature order, outputs in return order, then temporaries. A return value k > 0 raises
-``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``.
-"""
-import os
+``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``. ``num_threads`` 0 lets the kernel
+take OpenMP's ``omp_get_max_threads()``, which follows ``OMP_NUM_THREADS`` and threadpoolctl.
 
+Thread count of a call, first that applies: the entry's own (``Options(num_threads=)``),
+:func:`set_num_threads`, then OpenMP's (this module links the same libgomp as the kernels, so
+``threadpoolctl.threadpool_limits`` reaches them).
+"""
 import numpy as np
 
 cimport numpy as cnp
@@ -23,6 +26,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
+cimport openmp
 
 from ..errors import TCArgumentError, TCRuntimeError
 
@@ -34,15 +38,26 @@ cdef enum:
     STACK_BUFFERS = 32  # kernels with more buffers than this use malloc for the pointer array
 
 
-def default_num_threads():
-    """Threads a kernel uses when its options do not say: ``$OMP_NUM_THREADS`` or the CPUs we may run on."""
-    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+cdef int _num_threads = 0  # set_num_threads(); 0: OpenMP decides
+
+
+def set_num_threads(n):
+    """Threads for every kernel whose options do not fix them (``Options(num_threads=)`` wins).
+
+    ``set_num_threads(None)`` (or 0) goes back to OpenMP's count: ``OMP_NUM_THREADS``, or what
+    ``threadpoolctl.threadpool_limits`` sets, else every CPU.
+    """
+    global _num_threads
+    if n is None:
+        n = 0
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise TCArgumentError(f"set_num_threads expects a number of threads >= 1 (or None), got {n!r}")
+    _num_threads = n
+
+
+def get_num_threads():
+    """Threads a kernel whose options do not fix them runs with now."""
+    return _num_threads if _num_threads > 0 else openmp.omp_get_max_threads()
 
 
 cdef class _ArraySpec:
@@ -88,7 +103,7 @@ cdef class LaunchEntry:
     or ``(shape, dtype, zero)`` per output (return order) / temporary; ``zero=False`` says the
     kernel writes every element, so the array need not be zero-filled first. ``error_messages``: ``str.format`` templates, error
     code k uses ``error_messages[k - 1]`` with ``err[0..3]`` as positional arguments.
-    ``num_threads``: passed to the kernel; 0 or None means :func:`default_num_threads` at creation.
+    ``num_threads``: passed to the kernel; 0 or None: :func:`get_num_threads` at each call.
     ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
     dtype of each input, needed to turn Python numbers into 0-d arrays (None: arrays only).
     ``owner``: any object to keep alive as long as the entry (e.g. the loaded library).
@@ -119,7 +134,7 @@ cdef class LaunchEntry:
         self.output_specs = tuple((s.shape, s.dtype) for s in self._outs)
         self.temp_specs = tuple((s.shape, s.dtype) for s in self._temps)
         self.error_messages = tuple(error_messages)
-        self.num_threads = num_threads if num_threads and num_threads > 0 else default_num_threads()
+        self.num_threads = num_threads if num_threads and num_threads > 0 else 0
         self.single_output = single_output
         if input_dtypes is not None:
             input_dtypes = tuple(np.dtype(d) for d in input_dtypes)
@@ -332,7 +347,7 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef void *stack[STACK_BUFFERS]
     cdef void **buffers = stack
     cdef int64_t err[4]
-    cdef int rc, threads = entry.num_threads
+    cdef int rc, threads = entry.num_threads if entry.num_threads > 0 else _num_threads
     cdef kernel_fn fn = entry.fn
     cdef Py_ssize_t i
     if n_buf > STACK_BUFFERS:

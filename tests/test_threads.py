@@ -1,0 +1,76 @@
+"""Thread control: tcpy.set_num_threads, Options(num_threads=), OMP_NUM_THREADS and threadpoolctl
+each decide how many threads a running kernel uses (seen as CPU time / wall time)."""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import tcpy
+from tcpy import demo
+
+N = 1024
+pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs to tell 1 thread from several")
+
+
+def cpu_per_wall(kernel, *args) -> float:
+    """CPU time / wall time of the fastest of a few calls (about the threads that ran)."""
+    kernel(*args)  # compile, warm
+    best_wall, ratio = float("inf"), 0.0
+    for _ in range(3):
+        wall, cpu = time.perf_counter(), time.process_time()
+        kernel(*args)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if wall < best_wall:
+            best_wall, ratio = wall, cpu / wall
+    return ratio
+
+
+@pytest.fixture(scope="module")
+def gemm_args():
+    rng = np.random.default_rng(0)
+    return rng.random((N, N), np.float32), rng.random((N, N), np.float32)
+
+
+def test_threadpool_limits_reach_a_running_kernel(gemm_args):
+    kernel = tcpy.define(demo.GEMM)
+    with threadpool_limits(1):
+        assert tcpy.get_num_threads() == 1
+        assert cpu_per_wall(kernel, *gemm_args) <= 1.2
+
+
+def test_set_num_threads_and_options_pinning(gemm_args):
+    kernel = tcpy.define(demo.GEMM)
+    pinned = tcpy.define(demo.GEMM, options=tcpy.Options(num_threads=1))
+    tcpy.set_num_threads(1)
+    try:
+        assert tcpy.get_num_threads() == 1
+        assert cpu_per_wall(kernel, *gemm_args) <= 1.2
+    finally:
+        tcpy.set_num_threads(None)
+    assert cpu_per_wall(pinned, *gemm_args) <= 1.2  # options win over the default
+
+
+def test_set_num_threads_rejects_bad_counts():
+    with pytest.raises(tcpy.TCArgumentError, match=r"expects a number of threads >= 1 \(or None\), got -2"):
+        tcpy.set_num_threads(-2)
+    with pytest.raises(tcpy.TCArgumentError, match="got 'four'"):
+        tcpy.set_num_threads("four")
+
+
+def test_omp_num_threads_is_honoured():
+    script = f"""
+import time, numpy as np, tcpy
+from tcpy import demo
+A = np.ones(({N}, {N}), np.float32)
+k = tcpy.define(demo.GEMM); k(A, A)
+wall, cpu = time.perf_counter(), time.process_time(); k(A, A); k(A, A)
+print(tcpy.get_num_threads(), (time.process_time() - cpu) / (time.perf_counter() - wall))
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    threads, ratio = out.split()
+    assert int(threads) == 1 and float(ratio) <= 1.2

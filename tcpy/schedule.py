@@ -271,12 +271,18 @@ def _plan_parallel(sched: StmtSchedule, extents: Mapping[str, int], blocks: Mapp
         parallel_tiles = {v for v, level in sched.dims()[:count] if level is Level.TILE}
         # (current tile size, variable): tiles in the parallel loops, then blocked variables
         # whose block loops cannot join the collapse without a tile loop of their own
-        candidates = [(size, v) for v, size in sched.tiles if v in parallel_tiles] + [
-            (extents.get(v, 1), v) for v in blocks if v not in tiled and v not in sched.reductions]
-        candidates = [(size, v) for size, v in candidates
-                      if v not in options.tile_sizes and size // 2 >= blocks.get(v, 1)]
+        candidates = [(size, v) for v, size in sched.tiles
+                      if v in parallel_tiles and size // 2 >= blocks.get(v, 1)] + [
+            (extents.get(v, 1), v) for v in blocks
+            if v not in tiled and v not in sched.reductions and extents.get(v, 1) > blocks[v]]
+        candidates = [(size, v) for size, v in candidates if v not in options.tile_sizes]
         if not candidates or (sched.tiles and not parallel_tiles and count == 0):
-            break
+            # last resort: output loops before the reductions (legal when accumulating in memory)
+            hoisted = tuple(v for v in sched.order if v not in sched.reductions) + sched.reductions
+            if sched.register_reduction or hoisted == sched.order:
+                break
+            sched = dataclasses.replace(sched, order=hoisted)
+            continue
         size, var = max(candidates)
         block = blocks.get(var, 1)
         smaller = max(block, size // 2 // block * block)

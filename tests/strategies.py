@@ -567,7 +567,7 @@ def schedule_options(draw) -> Optional[dict]:
         tile_sizes={v: draw(st.sampled_from([0, 1, 2, 3, 4, 8, 32])) for v in tiled},
         loop_order=tuple(draw(st.permutations(names))[: draw(st.integers(0, 4))]),
         unroll=draw(st.sampled_from([0, 0, 2, 4])),
-        num_threads=draw(st.sampled_from([None, 1, 2, 3])),
+        num_threads=draw(st.sampled_from([None, 1, 2, 7])),
         parallel=draw(st.booleans()),
         vectorize=draw(st.booleans()),
         register_tile=draw(st.booleans()),

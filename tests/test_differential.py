@@ -15,7 +15,10 @@ Each generated program (``tests/strategies.py``) is checked three ways:
 
 The default run checks ``TCPY_FUZZ_EXAMPLES`` random programs (250) and a fifth as many
 standard kernels (matmul variants, conv NCHW/NHWC, pooling, reductions) with sizes up to ~70
-and random schedule options, derandomized so that reruns hit the kernel disk cache. A longer, fresh run is one variable away::
+and random schedule options (threads among 1, 2 and 7), derandomized so that reruns hit the
+kernel disk cache; then a tenth as many of each built for every target preset this CPU can
+execute (``x86-64``, ``x86-64-v3``, and ``x86-64-v4`` on AVX-512 CPUs). A longer, fresh run
+is one variable away::
 
     TCPY_FUZZ_EXAMPLES=5000 TCPY_FUZZ_SEED=random python -m pytest tests/test_differential.py -q
 
@@ -25,18 +28,22 @@ Failures shrink to a minimal program; record it in ``/work/notes/bugs_found.md``
 as a regression test in ``tests/test_regressions.py``.
 """
 import os
+from typing import Optional
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
 import tcpy
 from tcpy.lang.sema import inline_lets
 from tcpy.reference import define_reference
+from tcpy.target import PRESETS, Target
 
 from strategies import GenProgram, kernel_programs, programs
 
 EXAMPLES = int(os.environ.get("TCPY_FUZZ_EXAMPLES", "250"))
 KERNEL_EXAMPLES = max(1, EXAMPLES // 5)
+TARGET_EXAMPLES = max(1, EXAMPLES // 10)  # per preset, random programs and standard kernels each
 RANDOM = os.environ.get("TCPY_FUZZ_SEED", "") == "random"
 # Shrinking recompiles every candidate (minutes); on by default only in the long run.
 SHRINK = os.environ.get("TCPY_FUZZ_SHRINK", "1" if RANDOM else "0") == "1"
@@ -108,10 +115,10 @@ def assert_close(name: str, got: np.ndarray, want: np.ndarray, other: np.ndarray
                              f"(rtol {rel:.3g}): {shown}")
 
 
-def check_program(prog: GenProgram):
+def check_program(prog: GenProgram, target: Optional[str] = None):
     def_ = tcpy.parse(prog.source).defs[0]  # valid by construction: a TCError here is a bug
     reference = define_reference(def_)
-    options = tcpy.Options(**prog.options) if prog.options else None
+    options = tcpy.Options(**(prog.options or {}), target=target)
     compiled = tcpy.define(prog.source, options=options)
     ref_kind, ref_value = outcome(reference, prog.args)
     reversed_ = define_reference(def_, reverse_reductions=True)
@@ -151,3 +158,26 @@ def test_compiled_kernels_match_the_reference(prog):
 def test_compiled_standard_kernels_match_the_reference(prog):
     assume(prog.volume <= 4 * MAX_VOLUME)
     check_program(prog)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_runnable_target_matches_the_reference(preset):
+    """Random programs and standard kernels (GEMM, convolutions, attention-like chains) built for
+    each ISA level this CPU can execute."""
+    if not Target.preset(preset).can_run_here():
+        pytest.skip(f"this CPU ({Target.host().name}) cannot run {preset} code")
+
+    @settings(SETTINGS, max_examples=TARGET_EXAMPLES)
+    @given(prog=programs())
+    def random_programs(prog):
+        assume(prog.volume <= MAX_VOLUME)
+        check_program(prog, preset)
+
+    @settings(SETTINGS, max_examples=TARGET_EXAMPLES)
+    @given(prog=kernel_programs())
+    def standard_kernels(prog):
+        assume(prog.volume <= 4 * MAX_VOLUME)
+        check_program(prog, preset)
+
+    random_programs()
+    standard_kernels()

@@ -1,0 +1,85 @@
+"""Parallel loops scale to large machines: the schedule's chunk counts, simulated for 2 to 256
+threads without running anything (this machine has few cores)."""
+import math
+
+import pytest
+
+import tcpy
+from tcpy import demo
+from tcpy.loopir import Loop, NestKind
+from tcpy.schedule import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK
+
+THREADS = (2, 16, 64, 256)
+GEMMS = [(n, n, n) for n in (64, 256, 1024, 4096)] + [(1024, 1024, 64), (128, 128, 4096), (4096, 64, 512)]
+CONVS = [(n, c, hw) for n in (1, 8) for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7))]
+ATTENTIONS = [(1, 1, 256), (1, 8, 512), (4, 12, 1024), (2, 24, 4096), (1, 1, 4096)]
+
+
+def plans(kernel, *shapes):
+    """(schedule, statement, extents) of every parallel-capable compute nest."""
+    ir = kernel.specialize(*shapes).ir
+    for nest in ir.nests:
+        if nest.kind is NestKind.COMPUTE and nest.schedule is not None:
+            statement = ir.program.statements[nest.stmt]
+            yield nest, statement
+
+
+def output_work_units(sched, statement) -> int:
+    """Independent pieces of output work: register blocks, or output points outside the SIMD loop."""
+    extents = statement.extents()
+    outputs = [v for v in sched.order if v not in sched.reductions]
+    if sched.register_tile is not None:
+        row, rows, col, cols = sched.register_tile
+        blocks = {row: rows, col: cols}
+        return math.prod(max(1, -(-extents[v] // blocks.get(v, 1))) for v in outputs)
+    simd = sched.order[-1] if sched.order else None
+    return math.prod(max(1, extents[v]) for v in outputs if v != simd)
+
+
+def check_plan(kernel, threads, *shapes):
+    for nest, statement in plans(kernel, *shapes):
+        sched = nest.schedule
+        work = math.prod(max(0, e) for e in statement.extents().values())
+        if work < PARALLEL_MIN_WORK:
+            assert sched.parallel_dims == 0
+            continue
+        wanted = min(CHUNKS_PER_THREAD * threads, output_work_units(sched, statement))
+        assert sched.parallel_dims > 0 or wanted < 2, f"{statement.stmt}: serial"
+        assert sched.chunks >= wanted, (
+            f"{statement.stmt}: {sched.chunks} chunks for {threads} threads, output allows {wanted}: "
+            f"{sched.describe()}")
+        loops = [n for n in nest.body if isinstance(n, Loop) and n.parallel]
+        assert all(loop.chunks == sched.chunks for loop in loops)  # no more threads than chunks
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("m, n, k", GEMMS)
+def test_gemm_chunks(threads, m, n, k):
+    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(num_threads=threads))
+    check_plan(kernel, threads, (m, k), (k, n))
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("batch, channels, hw", CONVS)
+def test_conv_chunks(threads, batch, channels, hw):
+    kernel = tcpy.define(demo.CONV2D, options=tcpy.Options(num_threads=threads))
+    check_plan(kernel, threads, (batch, channels, hw + 2, hw + 2), (channels, channels, 3, 3))
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("b, h, s", ATTENTIONS)
+def test_attention_chunks(threads, b, h, s):
+    kernel = tcpy.define(demo.ATTENTION, options=tcpy.Options(num_threads=threads))
+    q = (b, h, s, 64)
+    check_plan(kernel, threads, q, q, q, 0.125)
+
+
+def test_explain_names_chunks_and_threads():
+    kernel = tcpy.define(demo.CONV2D, options=tcpy.Options(num_threads=16))
+    text = kernel.explain((8, 128, 30, 30), (128, 128, 3, 3))
+    assert "parallel over f_tile, n, h (" in text and " chunks for 16 threads)" in text
+
+
+def test_a_serial_kernel_has_no_parallel_loops():
+    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(num_threads=1))
+    assert "parallel over" not in kernel.explain((256, 256), (256, 256))

@@ -2,7 +2,7 @@
 
 Run it as (see BENCHMARKS.md for why the environment variables go)::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py [--threads N] [--target NAME]
 
 Prints the machine, NumPy's BLAS and threads, then one line per case::
 
@@ -14,6 +14,7 @@ best of repeated calls after a first call that compiles (its time is shown as ``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -76,11 +77,13 @@ def cases(quick: bool):
     gemm = [256, 512] if quick else [256, 512, 1024, 2048]
     yield from (demo.gemm_case(n, n, n) for n in gemm)
     yield from (demo.conv2d_case(n, 64, 64, 56) for n in ([1] if quick else [1, 8]))
+    if not quick:
+        yield demo.conv2d_case(8, 128, 128, 28)
     yield demo.attention_case(1, 8, 512 if not quick else 128, 64)
 
 
-def run_case(case, rng, budget: float) -> str:
-    kernel = tcpy.define(case.source)
+def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
+    kernel = tcpy.define(case.source, options=options)
     args = case.make_args(rng)
     compile_s = timeit.default_timer()
     got = kernel(*args)
@@ -122,13 +125,13 @@ def overhead_line(n: int = 4, number: int = 20000) -> str:
             f" | with out=: tcpy {t_tc_out:7.2f} us, numpy {t_np_out:7.2f} us")
 
 
-def threads_line(n: int = 1024, repeat: int = 5) -> str:
+def threads_line(n: int, options: "tcpy.Options", repeat: int = 5) -> str:
     """GEMM with 1 thread and with all: wall time, and CPU time / wall time, which shows how many
     threads really ran (the count is passed into the kernel, not set in global OpenMP state)."""
     A = np.ones((n, n), np.float32)
     parts = []
-    for threads in (1, tcpy.Options().threads):
-        kernel = tcpy.define(demo.GEMM, options=tcpy.Options(num_threads=threads))
+    for threads in (1, options.target.cores):
+        kernel = tcpy.define(demo.GEMM, options=dataclasses.replace(options, num_threads=threads))
         kernel(A, A)  # compile
         best_wall, cpu_per_wall = float("inf"), 0.0
         for _ in range(repeat):
@@ -146,7 +149,20 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke test)")
     parser.add_argument("--budget", type=float, default=1.0,
                         help="seconds of repeats per contender and case, split over the rounds")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for every contender (tcpy, OpenBLAS via threadpoolctl, torch)")
+    parser.add_argument("--target", default=None,
+                        help="tcpy target preset (x86-64, x86-64-v3, x86-64-v4) instead of this machine; "
+                             "for x86-64-v3 compare with OPENBLAS_CORETYPE=Haswell")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)  # OpenBLAS and OpenMP (tcpy's default and torch's)
+        tcpy.set_num_threads(args.threads)
+        if torch is not None:
+            torch.set_num_threads(args.threads)
+    options = tcpy.Options(target=args.target)
 
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
     print(f"machine: {machine()}")
@@ -154,7 +170,7 @@ def main(argv=None) -> int:
           f"torch {torch.__version__ if torch else 'not installed'}")
     for line in blas_info():
         print(f"threadpool: {line}")
-    print(f"tcpy threads: {tcpy.Options().threads}")
+    print(f"tcpy threads: {tcpy.get_num_threads()}; target: {options.target.describe()}")
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} (other work on the machine skews timings)"
           .format(*os.getloadavg()))
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
@@ -163,9 +179,9 @@ def main(argv=None) -> int:
                   "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py")
     rng = np.random.default_rng(0)
     for case in cases(args.quick):
-        print(run_case(case, rng, args.budget), flush=True)
+        print(run_case(case, rng, args.budget, options), flush=True)
     print(overhead_line(), flush=True)
-    print(threads_line(256 if args.quick else 1024), flush=True)
+    print(threads_line(256 if args.quick else 1024, options), flush=True)
     return 0
 
 

@@ -172,7 +172,8 @@ class Kernel(Launcher):
             input_dtypes=[np.dtype(self.types[p.name].numpy_name) for p in self.def_.params],
             output_specs=[array_spec(r.name) for r in self.def_.returns],
             temp_specs=[array_spec(t.name) for t in self.def_.temporaries]
-                       + [(program.shapes[c], np.dtype(program.types[c].numpy_name), False) for c in program.copies],
+                       + [(program.shapes[c], np.dtype(program.types[c].numpy_name), False) for c in program.copies]
+                       + [(s.shape, np.dtype(s.type.numpy_name), False) for s in spec.ir.scratch],
             error_messages=list(spec.error_messages),
             num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,

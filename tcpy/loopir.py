@@ -37,11 +37,13 @@ class Mode(enum.Enum):
     MEMORY = "memory"  # T = T op rhs
     REGISTER = "register"  # acc = acc op rhs (inside an Accumulate)
     INIT = "init"  # T = identity of op
+    COMBINE = "combine"  # T = (T op) the statement's partial results, in order
 
 
 class NestKind(enum.Enum):
     INIT = "init"  # sets a `!` reduction's target to the identity
     COMPUTE = "compute"
+    COMBINE = "combine"  # combines the partial results of a split reduction
 
 
 # ----------------------------------------------------------------------------- index expressions
@@ -247,12 +249,25 @@ class Accumulate:
     """A register accumulator around the reduction loops of a statement.
 
     Starts at the identity, runs ``body``, then stores into the target at the output point
-    (``T = acc`` for ``!`` reductions, ``T = T op acc`` otherwise).
+    (``T = acc`` for ``!`` reductions, ``T = T op acc`` otherwise), or, for a split reduction,
+    into element ``part`` of the statement's partials (:class:`Scratch`).
     """
 
     stmt: int
     point: Point_  # output variables only
     body: tuple["Node", ...]
+    part: Optional[IExpr] = None
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A buffer the kernel needs beyond the def's tensors: the partial results of statement
+    ``stmt``'s split reduction, ``shape = (parts,) + target shape``, in the accumulator type."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: ScalarType
+    stmt: int
 
 
 # Variables a register tile binds for the code inside it: the block's first row and column,
@@ -313,6 +328,7 @@ class KernelIR:
     program: Program
     nests: tuple[Nest, ...]
     options: "Options"
+    scratch: tuple[Scratch, ...] = ()
 
     @property
     def stmts(self) -> tuple[ast.Stmt, ...]:
@@ -360,6 +376,8 @@ def dump(ir: KernelIR) -> str:
     lines.append(f"kernel {prog.def_.name} sizes {dict(sorted(prog.sizes.items()))}")
     for name in prog.copies:
         lines.append(f"copy {name}{list(prog.shapes[name])} {prog.types[name].numpy_name}")
+    for scratch in ir.scratch:
+        lines.append(f"scratch {scratch.name}{list(scratch.shape)} {scratch.type.numpy_name}")
     for nest in ir.nests:
         stmt = prog.statements[nest.stmt].stmt
         lines.append(f"{nest.kind.value} S{nest.stmt}: {stmt}")
@@ -393,7 +411,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
         elif isinstance(node, Point):
             lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")
         elif isinstance(node, Accumulate):
-            lines.append(f"{pad}accumulate S{node.stmt} into ({_point_text(node.point)})")
+            part = f" part {node.part}" if node.part is not None else ""
+            lines.append(f"{pad}accumulate S{node.stmt} into ({_point_text(node.point)}){part}")
             _dump_nodes(node.body, depth + 1, lines)
         elif isinstance(node, RegisterTile):
             lines.append(f"{pad}register tile S{node.stmt} {node.row_var}:{node.rows} from {node.row_start}"

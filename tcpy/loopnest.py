@@ -22,9 +22,9 @@ import islpy as isl
 
 from .lang import ast
 from .lang.sema import inline_lets
-from .lang.types import ScalarType
+from .lang.types import ScalarType, accumulator_type
 from .loopir import (
-    Accumulate, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Statement,
+    Accumulate, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Scratch, Statement, Var,
     first_point, from_isl,
 )
 from .options import Options
@@ -81,6 +81,8 @@ class _Lowerer:
     def __init__(self, stmt_index: int, stmt: ast.Stmt, sched: Optional[StmtSchedule], mode: Mode,
                  vars_: tuple[str, ...]):
         self.stmt_index = stmt_index
+        # a split reduction's part is its outermost (parallel) schedule dimension
+        self.part = Var("c0") if sched and sched.split else None
         self.stmt = stmt
         self.sched = sched
         self.mode = mode
@@ -146,7 +148,7 @@ class _Lowerer:
         )
         if opens_accumulator:
             self.in_accumulator = False
-            return Accumulate(self.stmt_index, self._output_point(loop), (loop,))
+            return Accumulate(self.stmt_index, self._output_point(loop), (loop,), self.part)
         return loop
 
     def _output_point(self, node: Node):
@@ -157,7 +159,7 @@ class _Lowerer:
         args = [from_isl(expr.get_op_arg(i + 1)) for i in range(expr.get_op_n_arg() - 1)]
         point = Point(self.stmt_index, tuple(zip(self.vars, args)), self.mode)
         if self.mode is Mode.REGISTER and not self.in_accumulator:  # every reduction loop had extent 1
-            return Accumulate(self.stmt_index, self._output_point(point), (point,))
+            return Accumulate(self.stmt_index, self._output_point(point), (point,), self.part)
         return point
 
 
@@ -183,6 +185,7 @@ def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ra
 def lower(program: Program, options: Options) -> KernelIR:
     """Loop nests for every statement of ``program``."""
     nests: list[Nest] = []
+    scratch: list[Scratch] = []
     for index, statement in enumerate(program.statements):
         stmt, ranges = statement.stmt, statement.ranges
         sched = schedule_of(program, statement, options)
@@ -194,14 +197,14 @@ def lower(program: Program, options: Options) -> KernelIR:
             nests.append(Nest(index, NestKind.COMPUTE, _nest(index, stmt, sched, mode, stmt.index_vars, ranges),
                               sched))
             continue
+        out_vars = stmt.output_vars
+        init_stmt = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
+                             output_vars=out_vars)
+        outputs_sched = choose_schedule(init_stmt, statement.extents(), program.shapes,
+                                        program.types[stmt.target], options)
         if stmt.init and not sched.register_reduction:
-            out_vars = stmt.output_vars
-            init_stmt = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
-                                 output_vars=out_vars)
-            init_sched = choose_schedule(init_stmt, statement.extents(), program.shapes,
-                                         program.types[stmt.target], options)
-            nests.append(Nest(index, NestKind.INIT, _nest(index, stmt, init_sched, Mode.INIT, out_vars, ranges),
-                              init_sched))
+            nests.append(Nest(index, NestKind.INIT, _nest(index, stmt, outputs_sched, Mode.INIT, out_vars, ranges),
+                              outputs_sched))
         if sched.register_reduction and any(ranges[v][1] <= ranges[v][0] for v in stmt.reduction_vars):
             # Empty reduction: isl would emit no loops at all, but every output element
             # still receives the identity (or keeps its value without `!`).
@@ -210,7 +213,13 @@ def lower(program: Program, options: Options) -> KernelIR:
             body = _nest(index, stmt, sched, Mode.REGISTER if sched.register_reduction else Mode.MEMORY,
                          stmt.index_vars, ranges)
         nests.append(Nest(index, NestKind.COMPUTE, body, sched))
-    return KernelIR(program, tuple(nests), options)
+        if sched.split and body:
+            parts = sched.split[2]
+            scratch.append(Scratch(f"tcpy_partial{index}", (parts,) + tuple(program.shapes[stmt.target]),
+                                   accumulator_type(program.types[stmt.target]), index))
+            nests.append(Nest(index, NestKind.COMBINE,
+                              _nest(index, stmt, outputs_sched, Mode.COMBINE, out_vars, ranges), outputs_sched))
+    return KernelIR(program, tuple(nests), options, tuple(scratch))
 
 
 def _empty_reduction(index, stmt, sched, ranges) -> tuple[Node, ...]:

@@ -20,8 +20,9 @@ The heuristics are deliberately simple and explainable:
   variable is the output variable whose accesses share the fewest loads with the inner one
   (``m`` in matmul, the output channel in a convolution).
 * **Parallel.** The leading output loops (tile loops, then untiled outer loops) are collapsed
-  into one ``omp parallel for`` when the nest has enough work; reduction loops are never
-  parallel. When that gives fewer than ``CHUNKS_PER_THREAD`` chunks per thread, output tiles
+  into one ``omp parallel for`` when the nest has enough work; reduction loops are not
+  parallel, except a register reduction whose outputs are too few for the threads: it is split
+  into parts that run in parallel, combined in order afterwards. When that gives fewer than ``CHUNKS_PER_THREAD`` chunks per thread, output tiles
   shrink (down to one register block) until it does or the output runs out.
 * **SIMD.** The innermost loop gets ``omp simd`` (with a ``reduction`` clause for ``+``/``*``
   register accumulators).
@@ -43,6 +44,10 @@ from .target import Target
 PARALLEL_MIN_WORK = 1 << 15
 # Parallel loops aim at this many chunks per thread, so static scheduling stays balanced.
 CHUNKS_PER_THREAD = 4
+# A split reduction gives each part at least this many iterations per output element.
+MIN_PART_WORK = 4096
+# ... and its partial results (parts x outputs) take at most this many bytes.
+MAX_PARTIALS_BYTES = 16 << 20
 # Register tile shapes tried, as (rows, vectors per row); each needs rows * vectors
 # accumulators, one register per vector of a row of the streamed operand, and a broadcast.
 REGISTER_TILE_SHAPES = ((6, 2), (8, 1), (4, 2), (4, 1))
@@ -77,6 +82,9 @@ class StmtSchedule:
     register_tile: Optional[tuple[str, int, str, int]] = None
     chunks: int = 0  # iterations of the collapsed parallel loops
     threads: int = 1  # threads the parallel loops were planned for
+    # (variable, part size, parts): the reduction runs in parts, one per parallel iteration,
+    # into partial results combined in order afterwards
+    split: Optional[tuple[str, int, int]] = None
 
     def dims(self) -> tuple[tuple[str, Level], ...]:
         """Schedule dimensions as (variable, level), outermost first."""
@@ -121,6 +129,9 @@ class StmtSchedule:
         if self.parallel_dims:
             parts.append(f"parallel over {', '.join(loops[: self.parallel_dims])} "
                          f"({self.chunks} chunks for {self.threads} threads)")
+        if self.split:
+            var, size, count = self.split
+            parts.append(f"reduction over {var} split in {count} parts of {size}, combined in order")
         if self.register_reduction:
             parts.append("reduction in a register")
         if self.simd:
@@ -231,12 +242,10 @@ def choose_schedule(
         unroll=options.unroll,
         register_tile=register_tile,
     )
-    work = 1
-    for v in order:
-        work *= max(extents.get(v, 1), 0)
+    work = _product(extents.get(v, 1) for v in order)
     if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
         return sched
-    return _plan_parallel(sched, extents, blocks, options)
+    return _plan_parallel(sched, extents, blocks, options, target_type)
 
 
 def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int]) -> tuple[int, int]:
@@ -256,13 +265,46 @@ def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int]) -> tuple[i
     return count, chunks
 
 
+def _split_reduction(sched: StmtSchedule, extents: Mapping[str, int], target_type,
+                     threads: int) -> Optional[StmtSchedule]:
+    """A register-accumulated reduction whose outputs give fewer parallel chunks than its
+    reduction could: the outermost reduction variable is cut into parts that run in parallel,
+    each into its own partial results, combined afterwards in part order (so the result depends
+    on the schedule, never on the run or the thread count at run time). None when the outputs
+    give enough parallelism, the parts would be too small, or the partials too big."""
+    if not sched.register_reduction or not sched.reductions:
+        return None
+    _, chunks = _parallel_prefix(sched, extents)
+    outputs = _product(extents.get(v, 1) for v in sched.order if v not in sched.reductions)
+    per_output = _product(extents.get(v, 1) for v in sched.reductions)
+    var = sched.reductions[0]
+    parts = min(CHUNKS_PER_THREAD * threads, per_output // MIN_PART_WORK, extents.get(var, 1))
+    element_bytes = max(4, target_type.bits // 8)
+    if parts < 2 or parts <= chunks or parts * outputs * element_bytes > MAX_PARTIALS_BYTES:
+        return None
+    size = -(-extents[var] // parts)
+    parts = -(-extents[var] // size)
+    return dataclasses.replace(sched, tiles=((var, size),) + sched.tiles, parallel_dims=1, chunks=parts,
+                               threads=threads, split=(var, size, parts))
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= max(v, 0)
+    return out
+
+
 def _plan_parallel(sched: StmtSchedule, extents: Mapping[str, int], blocks: Mapping[str, int],
-                   options: Options) -> StmtSchedule:
+                   options: Options, target_type) -> StmtSchedule:
     """Collapse the leading output loops; shrink output tiles (never below a register block, nor
     those the user set), or tile a register-blocked output variable that has no tile yet, until
     there are ``CHUNKS_PER_THREAD`` chunks per thread or the output runs out."""
     threads = options.threads
     wanted = CHUNKS_PER_THREAD * threads
+    split = _split_reduction(sched, extents, target_type, threads)
+    if split is not None:
+        return split
     while True:
         count, chunks = _parallel_prefix(sched, extents)
         if chunks >= wanted:

@@ -2,6 +2,7 @@
 threads without running anything (this machine has few cores)."""
 import math
 
+import numpy as np
 import pytest
 
 import tcpy
@@ -83,3 +84,49 @@ def test_explain_names_chunks_and_threads():
 def test_a_serial_kernel_has_no_parallel_loops():
     kernel = tcpy.define(demo.GEMM, options=tcpy.Options(num_threads=1))
     assert "parallel over" not in kernel.explain((256, 256), (256, 256))
+
+
+SPLIT_CASES = {
+    "sum": ("def f(float(N) A) -> (S) { S() +=! A(i) }", np.float32, [(300_000,)]),
+    "gemv_few_rows": ("def f(float(M,K) A, float(K) x) -> (y) { y(m) +=! A(m,k) * x(k) }", np.float32,
+                      [(3, 70_001), (70_001,)]),
+    "row_max_nan": ("def f(double(M,K) A) -> (y) { y(m) max=! A(m,k) }", np.float64, [(2, 50_000)]),
+    "product": ("def f(double(N) A) -> (P) { P() *=! A(i) }", np.float64, [(40_000,)]),
+    "int_min": ("def f(int32(M,K) A) -> (y) { y(m) min=! A(m,k) }", np.int32, [(2, 60_000)]),
+    "half_sum": ("def f(half(N) A) -> (S) { S() +=! A(i) }", np.float16, [(200_000,)]),
+    "accumulate_twice": ("def f(float(N) A) -> (S) { S() +=! A(i)\n S() += 2 * A(i) }", np.float32, [(90_000,)]),
+}
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_few_long_reductions_are_split(threads):
+    kernel = tcpy.define(SPLIT_CASES["gemv_few_rows"][0], options=tcpy.Options(num_threads=threads))
+    (nest,) = [n for n, _ in plans(kernel, (4, 1_000_000), (1_000_000,))]
+    sched = nest.schedule
+    assert sched.split is not None and sched.chunks >= min(CHUNKS_PER_THREAD * threads, 1_000_000 // 4096)
+    assert "split in" in kernel.explain((4, 1_000_000), (1_000_000,))
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_CASES))
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_split_reductions_match_the_reference_and_repeat_exactly(case, threads):
+    source, dtype, shapes = SPLIT_CASES[case]
+    kernel = tcpy.define(source, options=tcpy.Options(num_threads=threads))
+    reference = tcpy.define(source, backend="reference")
+    rng = np.random.default_rng(1)
+    if dtype == np.int32:
+        args = [rng.integers(-1000, 1000, s).astype(dtype) for s in shapes]
+    else:
+        args = [(rng.random(s) + 0.5).astype(dtype) for s in shapes]
+    if case == "product":
+        args[0] = (1 + (args[0] - 1) * 1e-4).astype(dtype)  # a product that stays finite
+    if case == "row_max_nan":
+        args[0][1, 777] = np.nan
+    got, want = kernel(*args), reference(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               rtol=2e-3 if dtype == np.float16 else 1e-4, equal_nan=True)
+    for _ in range(3):  # parts combine in a fixed order: the same bits every run
+        np.testing.assert_array_equal(kernel(*args), got)
+    if threads > 1:
+        assert any(n.schedule.split for n, _ in plans(kernel, *args)), "this case should be split"

@@ -21,7 +21,7 @@ coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
 import cython
 
 from tcpy.lang import ast
-from tcpy.lang.types import ScalarType, promote
+from tcpy.lang.types import ScalarType, accumulator_type, promote
 from tcpy.loopir import (
     TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Call, Const, Guard, IExpr, Loop, Mode, Neg,
     NestKind, Point, RegisterTile, Select, TileUpdate, Var,
@@ -53,6 +53,7 @@ static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int cod
 
 
 _C_BINARY = {"+", "-", "*", "<=", "<", ">=", ">", "==", "&&", "||"}
+_PART = "tcpy_part"  # the part index of a split reduction's partial results
 
 
 def index_c(expr: IExpr, top: bool = False) -> str:
@@ -125,11 +126,6 @@ def convert(text, src, dst):
     return f"tcpy_cast_{src.numpy_name}_to_{dst.numpy_name}({text})"
 
 
-def accumulator_type(stype):
-    """Reductions into half accumulate in float32 (DESIGN.md: PTIR accumulator policy)."""
-    return ScalarType.FLOAT32 if stype is ScalarType.FLOAT16 else stype
-
-
 def _nan_flagged(op, acc_type):
     """Float max/min register reductions keep a separate NaN flag: gcc vectorizes a plain
     comparison reduction plus an or-reduction, but not a NaN-propagating select."""
@@ -157,6 +153,9 @@ class _Emitter:
         self.ir = ir
         self.program = ir.program
         self.stmts = ir.stmts
+        self.shapes = {**ir.program.shapes, **{s.name: s.shape for s in ir.scratch}}
+        self.types = {**ir.program.types, **{s.name: s.type for s in ir.scratch}}
+        self.partials = {s.stmt: s for s in ir.scratch}
         self.symbol = symbol
         self.errors = []
         self.lines = []
@@ -191,7 +190,7 @@ class _Emitter:
         if isinstance(expr, ast.SizeVar):
             return f"INT64_C({self.size_value(expr.name)})"
         if isinstance(expr, ast.DimRef):
-            return f"INT64_C({self.program.shapes[expr.tensor][expr.dim]})"
+            return f"INT64_C({self.shapes[expr.tensor][expr.dim]})"
         if isinstance(expr, ast.Unary) and expr.op == "-":
             return f"(-{self.index(expr.operand)})"
         if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
@@ -214,7 +213,7 @@ class _Emitter:
 
     def access(self, tensor, indices):
         """C lvalue of ``tensor(indices)``, bounds-checked where range inference cannot prove it."""
-        shape = self.program.shapes[tensor]
+        shape = self.shapes[tensor]
         if not indices:
             return f"{c_name(tensor)}[0]"
         terms = []
@@ -243,7 +242,7 @@ class _Emitter:
         if isinstance(expr, ast.SizeVar):
             return _literal(self.size_value(expr.name), t)
         if isinstance(expr, ast.DimRef):
-            return _literal(self.program.shapes[expr.tensor][expr.dim], t)
+            return _literal(self.shapes[expr.tensor][expr.dim], t)
         if isinstance(expr, ast.Access):
             return self.access(expr.tensor, expr.indices)
         if isinstance(expr, ast.Cast):
@@ -311,10 +310,13 @@ class _Emitter:
         stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
         self.env = self._env(node.point)
-        target_type = self.program.types[stmt.target]
+        target_type = self.types[stmt.target]
         target = self.access(stmt.target, stmt.lhs)
         if node.mode is Mode.INIT:
             self.emit(f"{target} = {identity(stmt.reduction, target_type)};", depth)
+            return
+        if node.mode is Mode.COMBINE:
+            self.combine_partials(stmt, target, target_type, depth)
             return
         rhs_type = stmt.rhs.type
         if node.mode is Mode.REGISTER:
@@ -334,9 +336,30 @@ class _Emitter:
         else:
             self.emit(f"{target} = {combine(stmt.reduction, target, rhs, target_type)};", depth)
 
+    def _partial(self, stmt, part):
+        """C lvalue of the partial result ``part`` (C text) of the statement being emitted."""
+        scratch = self.partials[self.stmt_index]
+        self.env[_PART] = part
+        return self.access(scratch.name, (ast.IndexVar(_PART),) + stmt.lhs)
+
+    def combine_partials(self, stmt, target, target_type, depth):
+        """target (op)= the partial results of a split reduction, combined in part order."""
+        acc_type = accumulator_type(target_type)
+        parts = self.partials[self.stmt_index].shape[0]
+        self.emit("{", depth)
+        self.emit(f"{acc_type.c_type} tcpy_acc = {identity(stmt.reduction, acc_type)};", depth + 1)
+        self.emit(f"for (int64_t {_PART} = 0; {_PART} < {parts}; {_PART}++)", depth + 1)
+        partial = self._partial(stmt, _PART)
+        self.emit(f"    tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', partial, acc_type)};", depth + 1)
+        value = convert("tcpy_acc", acc_type, target_type)
+        if not stmt.init:
+            value = combine(stmt.reduction, target, value, target_type)
+        self.emit(f"{target} = {value};", depth + 1)
+        self.emit("}", depth)
+
     def accumulate(self, node, depth):
         stmt = self.stmts[node.stmt]
-        target_type = self.program.types[stmt.target]
+        target_type = self.types[stmt.target]
         acc_type = accumulator_type(target_type)
         self.emit("{", depth)
         self.emit(f"{acc_type.c_type} tcpy_acc = {identity(stmt.reduction, acc_type)};", depth + 1)
@@ -348,6 +371,10 @@ class _Emitter:
             self.emit(f"if (tcpy_nan) tcpy_acc = ({acc_type.c_type})NAN;", depth + 1)
         self.current_stmt = stmt
         self.env = self._env(node.point)
+        if node.part is not None:  # a split reduction: this part's result, combined later
+            self.emit(f"{self._partial(stmt, index_c(node.part))} = tcpy_acc;", depth + 1)
+            self.emit("}", depth)
+            return
         target = self.access(stmt.target, stmt.lhs)
         value = convert("tcpy_acc", acc_type, target_type)
         if not stmt.init:
@@ -358,7 +385,7 @@ class _Emitter:
     def register_tile(self, node, depth):
         stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
-        t = self.program.types[stmt.target]
+        t = self.types[stmt.target]
         self.emit("{", depth)
         self.emit(f"const int64_t {TILE_ROW0} = {index_c(node.row_start, top=True)}, "
                   f"{TILE_COL0} = {index_c(node.col_start, top=True)};", depth + 1)
@@ -403,7 +430,7 @@ class _Emitter:
     def tile_update(self, node, depth):
         stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
-        t = self.program.types[stmt.target]
+        t = self.types[stmt.target]
         self.env = self._tile_env(self.tile, node.point)
         self.env.update(self._env(node.lets))
         rhs = convert(self.value(node.rhs), stmt.rhs.type, t)
@@ -419,7 +446,7 @@ class _Emitter:
         if node.simd_reduction:
             reduction = f" reduction({node.simd_reduction}:tcpy_acc)"
             stmt = self.stmts[self.stmt_index]
-            if _nan_flagged(node.simd_reduction, accumulator_type(self.program.types[stmt.target])):
+            if _nan_flagged(node.simd_reduction, accumulator_type(self.types[stmt.target])):
                 reduction += " reduction(|:tcpy_nan)"
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
@@ -466,7 +493,7 @@ class _Emitter:
         ir = self.ir
         d = self.program.def_
         names = ([p.name for p in d.params] + [r.name for r in d.returns] + [t.name for t in d.temporaries]
-                 + list(self.program.copies))
+                 + list(self.program.copies) + [s.name for s in ir.scratch])
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(self.program.sizes.items())) or "none"
         self.lines = [
             "/* Generated by tcpy. */",
@@ -479,7 +506,7 @@ class _Emitter:
             f"int {self.symbol}(void *const *tcpy_buffers, int tcpy_num_threads, int64_t *err) {{",
         ]
         for slot, name in enumerate(names):
-            ctype = self.program.types[name].c_type
+            ctype = self.types[name].c_type
             self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = ({ctype} *)tcpy_buffers[{slot}];", 1)
         self.emit("int tcpy_err = 0, tcpy_divzero = 0;", 1)
         self.emit("(void)tcpy_err; (void)tcpy_divzero; (void)err;", 1)
@@ -489,7 +516,8 @@ class _Emitter:
             self.stmt_index = nest.stmt
             stmt = self.stmts[nest.stmt]
             self.current_stmt = stmt
-            what = "initialise" if nest.kind is NestKind.INIT else "compute"
+            what = {NestKind.INIT: "initialise", NestKind.COMPUTE: "compute",
+                    NestKind.COMBINE: "combine the parts of"}[nest.kind]
             comment = f"/* {what} {stmt}"
             if nest.schedule is not None and nest.kind is NestKind.COMPUTE:
                 comment += f"\n     * schedule: {nest.schedule.describe()}"

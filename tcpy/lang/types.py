@@ -113,3 +113,9 @@ def promote_all(types, start: ScalarType | None = None) -> ScalarType:
     if result is None:
         raise ValueError("promote_all needs at least one type")
     return result
+
+
+def accumulator_type(t: ScalarType) -> ScalarType:
+    """The type a reduction into a ``t`` tensor accumulates in: half in float32 (PTIR's
+    accumulator policy), every other type in itself."""
+    return ScalarType.FLOAT32 if t is ScalarType.FLOAT16 else t

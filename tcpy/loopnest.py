@@ -21,8 +21,8 @@ from typing import Mapping, Optional
 import islpy as isl
 
 from .lang import ast
-from .lang.sema import inline_lets
 from .lang.types import ScalarType, accumulator_type
+from .lang.visit import inline_lets
 from .loopir import (
     Accumulate, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Scratch, Statement, Var,
     first_point, from_isl,

@@ -52,6 +52,7 @@ import sympy
 
 from .errors import TCPreconditionError, TCRangeError, TCShapeError
 from .lang import ast
+from .lang.visit import index_vars, inline_lets, reads_tensor
 
 _CTX = isl.DEFAULT_CONTEXT
 _SET = isl.dim_type.set
@@ -485,7 +486,7 @@ class _Converter:
             if e.op == "/":
                 return quotient
             return a.sub(quotient.scale_val(isl.Val.int_from_si(_CTX, divisor)))  # floor modulo
-        if any(isinstance(n, ast.Access) for n in e.walk()):
+        if reads_tensor(e):
             raise _NotAffine(e, True)
         raise _NotAffine(e, False)
 
@@ -506,7 +507,7 @@ class _Converter:
             return a.intersect(b) if e.op == "&&" else a.union(b)
         if isinstance(e, ast.Unary) and e.op == "!":
             return self.universe().subtract(self.condition(e.operand))
-        if any(isinstance(n, ast.Access) for n in e.walk()):
+        if reads_tensor(e):
             raise _NotAffine(e, True)
         raise _NotAffine(e, False)
 
@@ -526,10 +527,6 @@ class _Bound:
     guard: Optional[isl.Set]
     data: bool = False
     exists: bool = False
-
-
-def _index_vars(e: ast.Expr) -> frozenset:
-    return frozenset(n.name for n in e.walk() if isinstance(n, ast.IndexVar))
 
 
 def _accesses(e: ast.Expr, guard, conv: _Converter, out: list):
@@ -581,8 +578,6 @@ class _DefInference:
         return TCRangeError(message, span, self.source, self.def_.name, self.filename)
 
     def run(self) -> DefRanges:
-        from .lang.sema import inline_lets
-
         stmts = []
         for index, stmt in enumerate(self.def_.stmts):
             stmts.append(self.statement(index, inline_lets(stmt)))
@@ -656,7 +651,7 @@ class _DefInference:
                     index, data = conv.affine(e), False
                 except _NotAffine as exc:
                     index, data, checked = None, exc.data, False
-                bounds.append(_Bound(access, d, _index_vars(e), index, conv.lift(extents[d]),
+                bounds.append(_Bound(access, d, index_vars(e), index, conv.lift(extents[d]),
                                      guard, data, k >= exists_from))
             if not checked and not bounds[-1].exists:
                 runtime.append(access)
@@ -757,7 +752,7 @@ class _DefInference:
         # The extent of a dimension that v indexes alone, else of any dimension it appears in.
         for alone in (True, False):
             for b in bounds:
-                used = _index_vars(b.access.indices[b.dim])
+                used = index_vars(b.access.indices[b.dim])
                 if (used == {v}) if alone else (v in used):
                     extent = self.def_extent_text(b.access.tensor, b.dim)
                     if extent:
@@ -814,7 +809,7 @@ class _DefInference:
         for b, bad, where in by_access.values():
             bad = bad.coalesce()
             if runs.is_subset(bad):
-                used = [v for v in conv.dims if v in _index_vars(b.access)]
+                used = [v for v in conv.dims if v in index_vars(b.access)]
                 given = ", ".join(f"{format_expr(ranges[v].lo)} <= {v} < {format_expr(ranges[v].hi)}" for v in used)
                 shape = _tuple_text(self.def_extent_text(b.access.tensor, d) or "?"
                                     for d in range(len(b.access.indices)))

@@ -51,6 +51,7 @@ import numpy as np
 from .errors import TCArgumentError, TCRuntimeError
 from .lang import ast as A
 from .lang.types import ScalarType, promote
+from .lang.visit import inline_lets, reads_tensor
 
 __all__ = ["ReferenceKernel", "define_reference", "evaluate"]
 
@@ -418,7 +419,7 @@ class _StatementEvaluator:
         where = np.broadcast_to(live_bad, np.broadcast_shapes(live_bad.shape, np.shape(ix)))
         first = tuple(np.argwhere(where)[0])
         value = int(np.broadcast_to(ix, where.shape)[first])
-        data_dependent = any(isinstance(n, A.Access) for i in e.indices for n in i.walk())
+        data_dependent = any(reads_tensor(i) for i in e.indices)
         why = "" if data_dependent else (
             " (this index does not depend on tensor values, so range inference should have"
             " excluded it: this is a bug in tcpy, please report it)")
@@ -439,8 +440,6 @@ class _StatementEvaluator:
 
 def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: dict,
                    reverse: bool = False) -> None:
-    from .lang.sema import inline_lets
-
     stmt = inline_lets(stmt)
     names = stmt.index_vars
     n_out = len(stmt.output_vars)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from .lang import ast
+from .lang.visit import index_vars
 from .options import Options
 from .target import Target
 
@@ -149,10 +150,6 @@ def _accesses(stmt: ast.Stmt):
                 yield node
 
 
-def _vars_in(expr: ast.Expr) -> set[str]:
-    return {n.name for n in expr.walk() if isinstance(n, ast.IndexVar)}
-
-
 def _stride_profile(stmt: ast.Stmt, shapes: Mapping[str, tuple[int, ...]]):
     """(strided, contiguous) access counts per index variable."""
     strided = {v: 0 for v in stmt.index_vars}
@@ -162,7 +159,7 @@ def _stride_profile(stmt: ast.Stmt, shapes: Mapping[str, tuple[int, ...]]):
         for pos, index in enumerate(acc.indices):
             inner = shape[pos + 1:] if len(shape) == len(acc.indices) else ()
             is_innermost = pos == len(acc.indices) - 1 or all(d == 1 for d in inner)
-            for v in _vars_in(index):
+            for v in index_vars(index):
                 if v in strided:
                     (contiguous if is_innermost else strided)[v] += 1
     return strided, contiguous
@@ -381,10 +378,10 @@ def _register_tile(stmt, order, extents, target_type, target: Target):
     candidates = [v for v in order if v not in reduction and v != col]
     if not candidates:
         return None
-    reads = [a for a in _accesses(stmt) if any(col in _vars_in(i) for i in a.indices)]
+    reads = [a for a in _accesses(stmt) if any(col in index_vars(i) for i in a.indices)]
 
     def shared_loads(v):  # accesses that contain both the column variable and v
-        return sum(any(v in _vars_in(i) for i in a.indices) for a in reads)
+        return sum(any(v in index_vars(i) for i in a.indices) for a in reads)
 
     row = min(reversed(candidates), key=shared_loads)
     rows_ext, cols_ext = extents.get(row, 0), extents.get(col, 0)

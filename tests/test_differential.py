@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
 import tcpy
-from tcpy.lang.sema import inline_lets
+from tcpy.lang.visit import inline_lets
 from tcpy.reference import define_reference
 from tcpy.target import PRESETS, Target
 

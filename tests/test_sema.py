@@ -6,7 +6,8 @@ import tcpy
 from tcpy.errors import TCLookupError, TCSemanticError, TCSyntaxError
 from tcpy.lang import ast
 from tcpy.lang.parser import parse_program
-from tcpy.lang.sema import check_program, inline_lets, map_expr, select_def
+from tcpy.lang.sema import check_program, select_def
+from tcpy.lang.visit import inline_lets, map_expr
 from tcpy.lang.types import ScalarType as S
 
 MATMUL = """def matmul(float(M, K) A, float(K, N) B) -> (C) {

@@ -15,7 +15,7 @@ import pytest
 import tcpy
 from tcpy.errors import TCProgramError
 from tcpy.lang import ast
-from tcpy.lang.sema import inline_lets
+from tcpy.lang.visit import inline_lets
 
 GOLDEN = Path(__file__).parent / "golden"
 GOOD = sorted((GOLDEN / "good").glob("*.tc"))

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from ..errors import TCLookupError, TCSemanticError
 from . import ast
 from .builtins import BUILTINS, MIN_MAX
 from .types import INDEX_TYPE, ScalarType, promote, promote_all
 
-__all__ = ["check_program", "check_def", "inline_lets", "map_expr", "select_def", "BUILTINS"]
+__all__ = ["check_program", "check_def", "select_def", "BUILTINS"]
 
 _INT32_MAX = 2**31 - 1
 _COMPARISONS = frozenset({"<", ">", "<=", ">=", "==", "!="})
@@ -74,58 +74,6 @@ def select_def(program: ast.Program, name: Optional[str] = None) -> ast.Def:
 def check_def(def_: ast.Def, source: str = "", filename: str = "<string>") -> ast.Def:
     """Check one def (see :func:`check_program`)."""
     return _DefChecker(def_, source, filename).check()
-
-
-# ----------------------------------------------------------------------------- generic helpers
-
-# The Expr fields that hold sub-expressions, per node class.
-_EXPR_FIELDS = {
-    ast.Access: ("indices",),
-    ast.Call: ("args",),
-    ast.Cast: ("operand",),
-    ast.Unary: ("operand",),
-    ast.Binary: ("lhs", "rhs"),
-    ast.Ternary: ("cond", "then", "other"),
-}
-
-
-def map_expr(expr: ast.Expr, fn: Callable[[ast.Expr], Optional[ast.Expr]]) -> ast.Expr:
-    """Rebuild ``expr`` bottom-up; ``fn(node)`` may return a replacement (or None to keep it)."""
-    fields = _EXPR_FIELDS.get(type(expr), ())
-    if fields:
-        changes = {}
-        for name in fields:
-            value = getattr(expr, name)
-            if isinstance(value, tuple):
-                changes[name] = tuple(map_expr(v, fn) for v in value)
-            else:
-                changes[name] = map_expr(value, fn)
-        expr = dataclasses.replace(expr, **changes)
-    replaced = fn(expr)
-    return expr if replaced is None else replaced
-
-
-def inline_lets(stmt: ast.Stmt) -> ast.Stmt:
-    """``stmt`` with every :class:`~tcpy.lang.ast.LetVar` replaced by its bound expression and
-    the ``Let`` clauses removed. Later stages call this and never see a ``LetVar``."""
-    bound: dict[str, ast.Expr] = {}
-
-    def substitute(e: ast.Expr) -> ast.Expr:
-        return map_expr(e, lambda n: bound[n.name] if isinstance(n, ast.LetVar) else None)
-
-    where = []
-    for clause in stmt.where:
-        if isinstance(clause, ast.Let):
-            bound[clause.name] = substitute(clause.expr)  # lets may use earlier lets
-        elif isinstance(clause, ast.Exists):
-            where.append(dataclasses.replace(clause, expr=substitute(clause.expr)))
-        else:
-            where.append(clause)
-    if not bound:
-        return stmt
-    return dataclasses.replace(
-        stmt, lhs=stmt.lhs, rhs=substitute(stmt.rhs), where=tuple(where)
-    )
 
 
 # ----------------------------------------------------------------------------- the checker

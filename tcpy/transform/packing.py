@@ -19,7 +19,7 @@ import dataclasses
 from typing import Mapping, Optional
 
 from ..lang import ast
-from ..lang.sema import map_expr
+from ..lang.visit import map_expr
 from ..loopir import Panel, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Optional
 
 from ..lang import ast
-from ..lang.sema import map_expr
+from ..lang.visit import map_expr
 from ..lang.types import INDEX_TYPE
 from ..loopir import (
     TILE_COL, TILE_COL0, BinOp, Const, KernelIR, Loop, Nest, NestKind, Node, RegisterTile,

@@ -1,13 +1,14 @@
 """HTML for Jupyter: a kernel's signature, inferred shapes and ranges; errors as readable diagnostics.
 
-``Kernel._repr_html_`` returns :func:`kernel_html`; program errors show :func:`error_html`.
+``Kernel._repr_html_`` returns :func:`kernel_html`; errors show :func:`~tcpy.errors.error_html`
+(defined with the errors, which must not import this module; importable from here too).
 Everything shown is symbolic (in the def's size variables), so it needs no arrays.
 """
 from __future__ import annotations
 
 from html import escape
 
-from .errors import TCError, TCProgramError
+from .errors import TCError, error_html
 
 _STYLE = "font-family: monospace; border-collapse: collapse; text-align: left"
 _CELL = "padding: 0 1em 0 0; text-align: left"
@@ -51,19 +52,6 @@ def kernel_html(kernel) -> str:
         parts.append(f"<div>size preconditions (checked at call time):<ul>{items}</ul></div>")
     parts.append("</div>")
     return "\n".join(parts)
-
-
-def error_html(err: TCError) -> str:
-    """A diagnostic box: the compiler-style message with its source line and caret kept aligned."""
-    kind = type(err).__name__
-    body = str(err)
-    if isinstance(err, TCProgramError) and err.span is not None and err.source:
-        head, _, rest = body.partition("\n")
-        body = f"<b>{escape(head)}</b>\n{escape(rest)}" if rest else f"<b>{escape(head)}</b>"
-    else:
-        body = escape(body)
-    return (f'<div class="tcpy-error" style="border-left: 4px solid #c33; padding: 4px 8px">'
-            f'<b style="color: #c33">{escape(kind)}</b><pre style="margin: 4px 0">{body}</pre></div>')
 
 
 class Diagnostic:

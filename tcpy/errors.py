@@ -6,9 +6,13 @@ compiler diagnostic::
     <string>:3:17: error: in def 'matmul': undefined variable 'Q'
         C(m, n) +=! A(m, k) * Q(k, n)
                               ^
+
+In Jupyter an error shows as :func:`error_html`, a box with that report. At run time this module
+imports nothing else of tcpy, so every module can import it.
 """
 from __future__ import annotations
 
+from html import escape
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # the language layer stays import-light
@@ -19,7 +23,6 @@ class TCError(Exception):
     """Base class of everything tcpy raises for a bad program or a bad input."""
 
     def _repr_html_(self) -> str:  # Jupyter shows errors as a readable diagnostic box
-        from .display import error_html
         return error_html(self)
 
 
@@ -123,3 +126,16 @@ class TCRuntimeError(TCError, RuntimeError):
 
 class TCCompilerError(TCError, RuntimeError):
     """The C compiler rejected generated code: a bug in tcpy, please report it."""
+
+
+def error_html(err: TCError) -> str:
+    """A diagnostic box: the compiler-style message with its source line and caret kept aligned."""
+    kind = type(err).__name__
+    body = str(err)
+    if isinstance(err, TCProgramError) and err.span is not None and err.source:
+        head, _, rest = body.partition("\n")
+        body = f"<b>{escape(head)}</b>\n{escape(rest)}" if rest else f"<b>{escape(head)}</b>"
+    else:
+        body = escape(body)
+    return (f'<div class="tcpy-error" style="border-left: 4px solid #c33; padding: 4px 8px">'
+            f'<b style="color: #c33">{escape(kind)}</b><pre style="margin: 4px 0">{body}</pre></div>')

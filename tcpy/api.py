@@ -164,16 +164,16 @@ class Kernel(Launcher):
         program = spec.ir.program
 
         def array_spec(name):
-            return (tuple(shapes[name]), np.dtype(self.types[name].numpy_name), not _covered(name, spec))
+            return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]), not _covered(name, spec))
 
         return LaunchEntry(
             func_address=address,
             n_inputs=len(self.def_.params),
-            input_dtypes=[np.dtype(self.types[p.name].numpy_name) for p in self.def_.params],
+            input_dtypes=[binding.numpy_dtype(self.types[p.name]) for p in self.def_.params],
             output_specs=[array_spec(r.name) for r in self.def_.returns],
             temp_specs=[array_spec(t.name) for t in self.def_.temporaries]
-                       + [(program.shapes[c], np.dtype(program.types[c].numpy_name), False) for c in program.copies]
-                       + [(s.shape, np.dtype(s.type.numpy_name), False) for s in spec.ir.scratch],
+                       + [(program.shapes[c], binding.numpy_dtype(program.types[c]), False) for c in program.copies]
+                       + [(s.shape, binding.numpy_dtype(s.type), False) for s in spec.ir.scratch],
             error_messages=list(spec.error_messages),
             num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,
@@ -201,7 +201,7 @@ class Explanation(str):
 def _stand_in(arg, param: ast.Param, types):
     """A shape tuple becomes a zero-strided array of the parameter's dtype (no memory)."""
     if isinstance(arg, tuple) and all(isinstance(d, (int, np.integer)) for d in arg):
-        dtype = np.dtype(types[param.name].numpy_name)
+        dtype = binding.numpy_dtype(types[param.name])
         return np.broadcast_to(np.zeros((), dtype), arg)
     return arg
 

@@ -48,7 +48,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import TCArgumentError, TCRuntimeError
+from .binding import bind_arguments, numpy_dtype
+from .errors import TCArgumentError, TCProgramError, TCRuntimeError
 from .lang import ast as A
 from .lang.types import ScalarType, promote
 from .lang.visit import inline_lets, reads_tensor
@@ -63,11 +64,6 @@ FLOAT32 = ScalarType.FLOAT32
 _REDUCERS = {"+": np.add, "*": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
-def dtype_of(t: ScalarType) -> np.dtype:
-    """The NumPy dtype of a TC scalar type."""
-    return np.dtype(t.numpy_name)
-
-
 def accumulator_type(t: ScalarType) -> ScalarType:
     """The type a reduction into a ``t`` tensor accumulates in (half -> float32, PTIR)."""
     return FLOAT32 if t is FLOAT16 else t
@@ -75,7 +71,7 @@ def accumulator_type(t: ScalarType) -> ScalarType:
 
 def identity(op: str, t: ScalarType) -> np.ndarray:
     """The identity of reduction ``op`` ("+", "*", "min", "max") as a 0-d array of type ``t``."""
-    dt = dtype_of(t)
+    dt = numpy_dtype(t)
     if op == "+":
         return np.zeros((), dt)
     if op == "*":
@@ -96,7 +92,7 @@ def convert(x, src: ScalarType, dst: ScalarType, *, explicit: bool = False) -> n
     values undefined; tcpy's runtime defines them this way). x -> bool is ``x != 0``.
     """
     x = np.asarray(x)
-    dt = dtype_of(dst)
+    dt = numpy_dtype(dst)
     if dst is BOOL:
         return x != 0
     if src is dst and x.dtype == dt:
@@ -297,15 +293,15 @@ class _StatementEvaluator:
     def value(self, e: A.Expr, mask, index: bool = False) -> np.ndarray:
         t = e.type
         if isinstance(e, A.IntLit):
-            return np.array(e.value).astype(dtype_of(t))
+            return np.array(e.value).astype(numpy_dtype(t))
         if isinstance(e, A.FloatLit):
-            return np.array(e.value, dtype_of(t))
+            return np.array(e.value, numpy_dtype(t))
         if isinstance(e, A.IndexVar):
             return convert(self.axes[e.name], INT32, t)
         if isinstance(e, A.SizeVar):
-            return np.array(self.sizes[e.name]).astype(dtype_of(t))
+            return np.array(self.sizes[e.name]).astype(numpy_dtype(t))
         if isinstance(e, A.DimRef):
-            return np.array(self.env[e.tensor].shape[e.dim]).astype(dtype_of(t))
+            return np.array(self.env[e.tensor].shape[e.dim]).astype(numpy_dtype(t))
         if isinstance(e, A.Access):
             return self.access(e, mask)
         if isinstance(e, A.Cast):
@@ -324,7 +320,7 @@ class _StatementEvaluator:
             then_mask, other_mask = _and(mask, cond), _and(mask, ~cond)
             then = self.branch(e.then, then_mask, t, index)
             other = self.branch(e.other, other_mask, t, index)
-            return np.where(cond, then, other).astype(dtype_of(t))
+            return np.where(cond, then, other).astype(numpy_dtype(t))
         if isinstance(e, A.Call):
             return self.call(e, mask, index)
         raise TypeError(f"reference evaluator: unexpected node {type(e).__name__} (is the def checked?)")
@@ -332,7 +328,7 @@ class _StatementEvaluator:
     def branch(self, e: A.Expr, mask, t: ScalarType, index: bool) -> np.ndarray:
         """A lazily evaluated operand: nothing is computed where ``mask`` is false everywhere."""
         if not _live(mask):
-            return np.zeros((), dtype_of(t))
+            return np.zeros((), numpy_dtype(t))
         return convert(self.value(e, mask, index), e.type, t)
 
     def binary(self, e: A.Binary, mask, index: bool) -> np.ndarray:
@@ -361,7 +357,7 @@ class _StatementEvaluator:
             out = a / b if op == "/" else np.fmod(a, b)
         else:
             out = self.int_divide(e, op, a, b, mask, floor=index)
-        return convert(np.asarray(out).astype(dtype_of(work)), work, t)
+        return convert(np.asarray(out).astype(numpy_dtype(work)), work, t)
 
     def int_divide(self, e, op, a, b, mask, floor: bool) -> np.ndarray:
         zero = b == 0
@@ -397,7 +393,7 @@ class _StatementEvaluator:
         fn = _BUILTINS[e.func]
         work = t if e.func in _IN_OWN_TYPE else ScalarType.FLOAT64
         xs = [convert(x, arg.type, work) for x, arg in zip(args, e.args)]
-        return convert(np.asarray(fn(*xs)).astype(dtype_of(work)), work, t)
+        return convert(np.asarray(fn(*xs)).astype(numpy_dtype(work)), work, t)
 
     def access(self, e: A.Access, mask) -> np.ndarray:
         array = self.env[e.tensor]
@@ -483,10 +479,10 @@ def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: di
         if reverse:  # another valid order (reductions are associative and commutative):
             # strictly sequential, last point first, instead of NumPy's pairwise summation
             flat = np.reshape(value, extents[:n_out] + (-1,))[..., ::-1]
-            reduced = ufunc.accumulate(flat, axis=-1, dtype=dtype_of(acc_t))[..., -1]
+            reduced = ufunc.accumulate(flat, axis=-1, dtype=numpy_dtype(acc_t))[..., -1]
         else:
-            reduced = ufunc.reduce(value, axis=tuple(range(n_out, len(names))), dtype=dtype_of(acc_t))
-    result = ufunc(base, reduced, dtype=dtype_of(acc_t))
+            reduced = ufunc.reduce(value, axis=tuple(range(n_out, len(names))), dtype=numpy_dtype(acc_t))
+    result = ufunc(base, reduced, dtype=numpy_dtype(acc_t))
     target[region] = np.broadcast_to(convert(result, acc_t, out_t), extents[:n_out])
 
 
@@ -508,7 +504,6 @@ class ReferenceKernel:
     backend = "reference"
 
     def __init__(self, def_: A.Def, source: Optional[str] = None, *, reverse_reductions: bool = False):
-        from .errors import TCProgramError
         from .ranges import infer
 
         self.def_ = def_
@@ -527,8 +522,6 @@ class ReferenceKernel:
 
     def bind(self, args: Sequence) -> tuple[list[np.ndarray], dict, object]:
         """Check ``args`` like a compiled kernel; return (arrays, sizes, bound ranges)."""
-        from .binding import bind_arguments
-
         arrays, sizes = bind_arguments(self.def_, args)
         return arrays, sizes, self.ranges.bind(sizes)
 
@@ -537,7 +530,7 @@ class ReferenceKernel:
         def_ = self.def_
         env = {info.name: np.asarray(a) for info, a in zip(def_.inputs, arrays)}
         for info in def_.outputs + def_.temporaries:
-            env[info.name] = np.zeros(bound.shapes[info.name], dtype_of(info.scalar))
+            env[info.name] = np.zeros(bound.shapes[info.name], numpy_dtype(info.scalar))
         with np.errstate(all="ignore"):
             for stmt, ranges in zip(def_.stmts, bound.statements):
                 _run_statement(def_, stmt, ranges, env, sizes, self.reverse_reductions)
@@ -573,7 +566,7 @@ class ReferenceKernel:
         sizes = None
         if arrays_or_shapes:
             args = [
-                _shape_view(a, dtype_of(info.scalar)) if isinstance(a, tuple) else a
+                _shape_view(a, numpy_dtype(info.scalar)) if isinstance(a, tuple) else a
                 for info, a in zip(self.def_.inputs, arrays_or_shapes)
             ] + list(arrays_or_shapes[len(self.def_.inputs):])
             _, sizes, _ = self.bind(args)

@@ -52,7 +52,7 @@ def bind_arguments(def_: ast.Def, args) -> tuple[list, dict]:
             if isinstance(dim, ast.IntLit):
                 if got != dim.value:
                     raise TCShapeError(
-                        f"{where}: argument {param.name} must have shape {_shape_text(ttype)}: "
+                        f"{where}: argument {param.name} must have shape {ast.tuple_text(map(str, ttype.dims))}: "
                         f"{place} must be {dim.value}, got {got} (shape {tuple(array.shape)})"
                     )
             elif dim.name in sizes:
@@ -68,10 +68,6 @@ def bind_arguments(def_: ast.Def, args) -> tuple[list, dict]:
                 origin[dim.name] = place
         arrays.append(array)
     return arrays, sizes  # sema makes every size variable appear in some input
-
-
-def _shape_text(ttype: ast.TensorType) -> str:
-    return "(" + ", ".join(str(d) for d in ttype.dims) + ("," if ttype.rank == 1 else "") + ")"
 
 
 def _as_array(where: str, param: ast.Param, ttype: ast.TensorType, arg) -> np.ndarray:

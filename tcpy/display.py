@@ -25,7 +25,7 @@ def _code(text: str) -> str:
 
 def kernel_html(kernel) -> str:
     """Signature, output/temporary shapes, per-statement index ranges and size preconditions."""
-    from .ranges import format_expr
+    from .ranges import format_shape
 
     def_, dr = kernel.def_, kernel.ranges
     parts = [f'<div class="tcpy-kernel"><b>tcpy kernel</b> {_code(def_.signature())}']
@@ -33,8 +33,7 @@ def kernel_html(kernel) -> str:
         roles = {t.name: t.role for t in def_.tensors}
         rows = [_row("tensor", "role", "shape", head=True)]
         for name, dims in dr.shapes.items():
-            shape = "(" + ", ".join(format_expr(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
-            rows.append(_row(_code(name), escape(roles.get(name, "")), _code(shape)))
+            rows.append(_row(_code(name), escape(roles.get(name, "")), _code(format_shape(dims))))
         parts.append(f'<table style="{_STYLE}">{"".join(rows)}</table>')
     rows = [_row("statement", "index variable", "kind", "range", head=True)]
     for k, st in enumerate(dr.statements):

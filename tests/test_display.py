@@ -30,7 +30,7 @@ def f(float(N) B, float(P) C, float(M) D) -> (A) {
     html = kernel_html(kernel)
     assert ">temporary<" in html and "<code>T</code>" in html
     assert "size preconditions" in html
-    assert "<code>C(i + j)</code> (line 4) requires <code>" in html  # the condition text is ranges.py's
+    assert "<code>C(i + j)</code> (line 4) requires <code>" in html  # the condition text is tcpy.ranges'
 
 
 def test_error_html_keeps_message_and_caret_aligned():

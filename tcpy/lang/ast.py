@@ -42,6 +42,12 @@ def _type():
     return field(default=None, compare=False, repr=False)
 
 
+def tuple_text(items) -> str:
+    """Strings printed as a Python tuple, as messages show shapes: ``(M, 3)``, ``(M,)``, ``()``."""
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 # ----------------------------------------------------------------------------- expressions
 
 # Binding strength used by the printer; mirrors TC's precedence table (lexer.h).

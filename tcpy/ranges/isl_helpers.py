@@ -1,0 +1,57 @@
+"""Small isl operations range inference is built from.
+
+Spaces whose parameters are the def's size variables, a bound's value at concrete sizes,
+projections, and the bounds and simplest forms of piecewise quasi-affine functions.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import islpy as isl
+
+CTX = isl.DEFAULT_CONTEXT
+SET = isl.dim_type.set
+PARAM = isl.dim_type.param
+
+
+def param_space(params) -> isl.Space:
+    """The parameter space of the size variables ``params``."""
+    return isl.Space.create_from_names(CTX, set=[], params=list(params)).params()
+
+
+def value_at(pa: Optional[isl.PwAff], point: isl.Point) -> Optional[int]:
+    """The value of ``pa`` at concrete sizes; None where it is undefined (an empty range)."""
+    if pa is None:
+        return None
+    value = pa.eval(point)
+    return None if value.is_nan() else value.to_python()
+
+
+def lift_params(pa: isl.PwAff, n: int) -> isl.PwAff:
+    """A bound over the sizes, as a function on a statement space with ``n`` dimensions."""
+    return pa.insert_dims(isl.dim_type.in_, 0, n) if n else pa
+
+
+def keep_dim(s: isl.Set, pos: int) -> isl.Set:
+    """Existentially project out every set dimension but ``pos``."""
+    n = s.dim(SET)
+    return s.project_out(SET, pos + 1, n - pos - 1).project_out(SET, 0, pos)
+
+
+def try_bound(s: isl.Set, which: str) -> Optional[isl.PwAff]:
+    """The smallest (``which="min"``) or largest value of the only dimension of ``s``, over the sizes."""
+    try:
+        return (s.dim_min(0) if which == "min" else s.dim_max(0)).coalesce()
+    except isl.Error:  # unbounded optimum: this set does not bound the variable that way
+        return None
+
+
+def simplest(pa: isl.PwAff) -> isl.PwAff:
+    """``pa`` as one piece when one of its pieces' formulas holds on its whole domain."""
+    pa = pa.coalesce()
+    dom = pa.domain()
+    for _, aff in pa.get_pieces():
+        candidate = isl.PwAff.from_aff(aff).intersect_domain(dom)
+        if candidate.ne_set(pa).is_empty():
+            return candidate
+    return pa

@@ -46,9 +46,6 @@ FLOAT_BUILTINS = {"exp": 1, "tanh": 1, "sqrt": 1, "fabs": 1, "floor": 1, "sin": 
                   "log1p": 1, "erf": 1, "fmax": 2, "fmin": 2, "atan2": 2, "ceil": 1,
                   "round": 1, "trunc": 1, "copysign": 2, "hypot": 2, "log": 1, "expm1": 1}
 REDUCTIONS = ("+", "*", "min", "max")
-# Bug 1 in /work/notes/bugs_found.md: compiled kernels leave unwritten temporary elements
-# uninitialised. While it is open, temporaries are written from index 0 on (no garbage read).
-TEMPORARIES_START_AT_ZERO = False
 
 
 @dataclass
@@ -222,7 +219,6 @@ class _Builder:
             t = self.pick(FLOAT_TYPES + INT_TYPES) if self.family == "mixed" else self.base
             declared = Tensor(name, t, tuple(self.sizes[d] for d in dims), dims, role="output")
         stmt = _Stmt(self, rank, declared, fresh=declared is not None)
-        stmt.from_zero = role == "temporary" and TEMPORARIES_START_AT_ZERO
         text, ttype, shape = stmt.build()
         self.add(declared or Tensor(name, ttype, shape, role=role))
         if declared is not None:
@@ -260,7 +256,6 @@ class _Stmt:
         self.vars: list = []
         self.where: list = []
         self.terms: list = []  # accesses that must appear (anchors): (text, type)
-        self.from_zero = False  # output ranges must start at 0 (see TEMPORARIES_START_AT_ZERO)
 
     # -- variables
 
@@ -276,7 +271,7 @@ class _Stmt:
         if kind == "where":
             size = b.pick(b.sizes)
             n = b.sizes[size]
-            lo = b.pick((0, 0, 1)) if n >= 2 and not (output and self.from_zero) else 0
+            lo = b.pick((0, 0, 1)) if n >= 2 else 0
             cut = b.pick((0, 0, 1)) if n - lo >= 2 else 0
             var.lo, var.hi = lo, n - cut
             var.where = f"{name} in {lo}:{size if cut == 0 else f'{size} - {cut}'}"
@@ -351,7 +346,7 @@ class _Stmt:
                 lo, hi, text = -(d // c), (size - 1 - d) // c + 1, _affine(var.name, c, d)
             new_lo = lo if var.lo is None else max(var.lo, lo)
             new_hi = hi if var.hi is None else min(var.hi, hi)
-            if new_hi - new_lo >= 1 and not (var.output and (new_lo < 0 or new_lo > 0 and self.from_zero)):
+            if new_hi - new_lo >= 1 and not (var.output and new_lo < 0):
                 var.lo, var.hi = new_lo, new_hi
                 return text
         return None

@@ -388,8 +388,6 @@ def test_evaluate_and_define_backend_routing():
     d = tcpy.parse("def f(float(N) X) -> (Y) { Y(i) = X(i) * X(i) }").defs[0]
     x = rand(4)
     check(evaluate(d, [x]), x * x)
-    if not hasattr(tcpy, "define"):
-        pytest.skip("tcpy.define is not there yet")
     k = tcpy.define("def f(float(N) X) -> (Y) { Y(i) = X(i) * X(i) }", backend="reference")
     check(k(x), x * x)
 

@@ -84,11 +84,6 @@ TCPY_DEFINE_UNSIGNED_DIV(uint8, uint8_t)
 TCPY_DEFINE_UNSIGNED_DIV(uint16, uint16_t)
 TCPY_DEFINE_UNSIGNED_DIV(uint32, uint32_t)
 TCPY_DEFINE_UNSIGNED_DIV(uint64, uint64_t)
-/* Short names for the index type (int32) and 64-bit offsets. */
-#define tcpy_floordiv_i32 tcpy_floordiv_int32
-#define tcpy_floormod_i32 tcpy_floormod_int32
-#define tcpy_floordiv_i64 tcpy_floordiv_int64
-#define tcpy_floormod_i64 tcpy_floormod_int64
 
 /* ---- Casts: tcpy_cast_<from>_to_<to>(x), defined for every pair of types ------------------
  * float -> int: truncate toward zero, saturate at the type's range, NaN -> 0 (PTIR).
@@ -173,11 +168,9 @@ TCPY_CAST_PLAIN(bool, bool, float32, float32)
 TCPY_CAST_PLAIN(bool, bool, float64, float64)
 TCPY_CAST_PLAIN(bool, bool, bool, bool)
 
-/* ---- Reduction identities: TCPY_<OP>_IDENTITY_<type> --------------------------------------
- * The value of an empty reduction (PTIR): sum 0, product 1, max -inf / type min,
- * min +inf / type max. */
-#define TCPY_SUM_IDENTITY 0
-#define TCPY_PROD_IDENTITY 1
+/* ---- Reduction identities: TCPY_<OP>_IDENTITY_<type> for OP = MAX, MIN ---------------------
+ * The value of an empty reduction (PTIR): max -inf / type min, min +inf / type max. (Sum 0
+ * and product 1 the code generator writes as literals of the accumulator's type.) */
 #define TCPY_MAX_IDENTITY_float16 ((float16)-INFINITY)
 #define TCPY_MAX_IDENTITY_float32 (-INFINITY)
 #define TCPY_MAX_IDENTITY_float64 ((double)-INFINITY)

@@ -14,10 +14,10 @@ from tcpy.runtime import build
 
 WRAPPERS = r"""
 #include "tcpy_runtime.h"
-int32_t floordiv_i32(int32_t a, int32_t b) { return tcpy_floordiv_i32(a, b); }
-int32_t floormod_i32(int32_t a, int32_t b) { return tcpy_floormod_i32(a, b); }
-int64_t floordiv_i64(int64_t a, int64_t b) { return tcpy_floordiv_i64(a, b); }
-int64_t floormod_i64(int64_t a, int64_t b) { return tcpy_floormod_i64(a, b); }
+int32_t floordiv_i32(int32_t a, int32_t b) { return tcpy_floordiv_int32(a, b); }
+int32_t floormod_i32(int32_t a, int32_t b) { return tcpy_floormod_int32(a, b); }
+int64_t floordiv_i64(int64_t a, int64_t b) { return tcpy_floordiv_int64(a, b); }
+int64_t floormod_i64(int64_t a, int64_t b) { return tcpy_floormod_int64(a, b); }
 int8_t floordiv_i8(int8_t a, int8_t b) { return tcpy_floordiv_int8(a, b); }
 int32_t div_i32(int32_t a, int32_t b, int *z) { return tcpy_div_int32(a, b, z); }
 int32_t mod_i32(int32_t a, int32_t b, int *z) { return tcpy_mod_int32(a, b, z); }

@@ -88,14 +88,15 @@ def test_invalid_programs_and_arguments_raise_tc_errors(case):
 
 @fuzz_settings(EXAMPLES // 5 * 2)
 @given(text=st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
-def test_random_text_is_rejected_with_a_syntax_error(text):
+def test_random_text_is_rejected_with_a_program_error_or_round_trips(text):
     try:
         with time_limit(CASE_SECONDS):
             program = tcpy.parse(text)
     except tcpy.TCError as err:
+        assert isinstance(err, tcpy.TCProgramError), f"{type(err).__name__} for a bad program"
         assert str(err).strip()
         return
-    assert program.defs == () or all(d.name for d in program.defs)
+    assert tcpy.parse(str(program)) == program  # whatever parses prints as equivalent source
 
 
 def test_a_known_bad_case_for_each_mutation_kind():

@@ -24,8 +24,8 @@ is one variable away::
 
 (``TCPY_FUZZ_SHRINK=1`` also shrinks failures in the default run; it recompiles every candidate.)
 
-Failures shrink to a minimal program; record it in ``/work/notes/bugs_found.md`` style notes and
-as a regression test in ``tests/test_regressions.py``.
+Failures shrink to a minimal program; record it as the next numbered bug in
+``tests/test_regressions.py``, a test whose docstring says what went wrong.
 """
 import os
 from typing import Optional

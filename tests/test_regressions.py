@@ -1,7 +1,7 @@
-"""Regression tests for bugs the differential tests found (see /work/notes/bugs_found.md).
+"""Regression tests for bugs the differential tests found, numbered in the order they were found.
 
-Each test is the minimal program of one bug, checked against the reference evaluator and
-against values worked out by hand.
+Each test is the minimal program of one bug (its docstring says what went wrong), checked
+against the reference evaluator and against values worked out by hand.
 """
 import numpy as np
 import pytest
@@ -36,7 +36,7 @@ def test_define_of_an_empty_source_raises_lookup_error(backend, source):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_division_in_a_ternary_inside_an_index_floors(backend):
-    """Bug 3: / and % anywhere inside an index expression round toward -inf (DESIGN.md)."""
+    """Bug 3: / and % anywhere inside an index expression round toward -inf (TC's index semantics)."""
     X = np.arange(6, dtype=np.float32)
     k = tcpy.define("def f(float(N) X) -> (Y) { Y(i) = X(i >= 0 ? (i - 3) / 2 + 2 : 0) where i in 0:N }",
                     backend=backend)

@@ -31,15 +31,10 @@ from .options import Options
 from .schedule import Level, StmtSchedule, choose_schedule
 
 
-def input_shape(param: ast.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    """Concrete shape of an input from its declared dims (size variables or constants)."""
-    return tuple(d.value if isinstance(d, ast.IntLit) else sizes[d.name] for d in param.type.dims)
-
-
 def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
     """``def_`` bound to concrete sizes (``bound`` from ``DefRanges.bind``); ``types`` maps every
     tensor name to its element type."""
-    shapes = {p.name: input_shape(p, bound.sizes) for p in def_.params}
+    shapes = {p.name: p.type.shape(bound.sizes) for p in def_.params}
     shapes.update((name, tuple(shape)) for name, shape in bound.shapes.items())
     statements = tuple(Statement(inline_lets(stmt), dict(ranges), origin)
                        for origin, (stmt, ranges) in enumerate(zip(def_.stmts, bound.statements)))

@@ -11,7 +11,7 @@ and reduction variables. Spans and types do not take part in equality, so
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Mapping, Optional, Union
 
 from .types import ScalarType
 
@@ -396,6 +396,10 @@ class TensorType:
     @property
     def rank(self) -> int:
         return len(self.dims)
+
+    def shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """The concrete shape, given the values of the size variables."""
+        return tuple(d.value if isinstance(d, IntLit) else sizes[d.name] for d in self.dims)
 
     def __str__(self) -> str:
         if not self.dims:

@@ -9,7 +9,6 @@ from typing import Optional
 
 import islpy as isl
 
-from ..lang import ast
 from .isl_helpers import PARAM, value_at
 from .symbolic import format_shape
 
@@ -87,6 +86,5 @@ def _extent_text(dr, tensor: str, point, info) -> str:
     for p in dr.def_.params + dr.def_.returns:
         if p.name == tensor and p.type is not None:
             sizes = {name: point.get_coordinate_val(PARAM, pos).to_python() for pos, name in enumerate(dr.size_vars)}
-            return " (shape " + str(tuple(d.value if isinstance(d, ast.IntLit) else sizes[d.name]
-                                          for d in p.type.dims)) + ")"
+            return f" (shape {p.type.shape(sizes)})"
     return ""

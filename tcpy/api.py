@@ -18,12 +18,12 @@ from .errors import TCArgumentError, TCProgramError
 from .lang import ast, parse
 from .lang.sema import select_def
 from .lang.types import ScalarType
-from .loopir import KernelIR, NestKind, dump
+from .loopir import KernelIR, NestKind, describe_group, dump
 from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
 from .options import Options
-from .transform import pack_operands, register_tiles
+from .transform import fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
 
@@ -100,6 +100,8 @@ class Kernel(Launcher):
         bound = self.ranges.bind(sizes)
         options = self.options_for(sizes)
         program = pack_operands(build_program(self.def_, bound, self.types), options)
+        if options.fuse:
+            program = fuse_statements(program, options)
         ir = register_tiles(lower(program, options))
         digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
         symbol = f"tcpy_{self.def_.name}_{digest}"
@@ -126,7 +128,9 @@ class Kernel(Launcher):
             spec = self.specialize(**bound_sizes)
             lines = [f"target: {spec.ir.options.target.describe()}", "schedule:"]
             for nest in spec.ir.nests:
-                if nest.kind is NestKind.COMPUTE and nest.schedule is not None:
+                if nest.group is not None:
+                    lines.append(f"  fused {describe_group(spec.ir.program, nest.group)}")
+                elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
             text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
         return Explanation(text)
@@ -164,6 +168,8 @@ class Kernel(Launcher):
         program = spec.ir.program
 
         def array_spec(name):
+            if name in program.shrunk:  # replaced by per-thread buffers of a fused group
+                return ((0,) * len(shapes[name]), binding.numpy_dtype(self.types[name]), False)
             return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]), not _covered(name, spec))
 
         return LaunchEntry(

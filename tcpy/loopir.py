@@ -184,14 +184,31 @@ class Statement:
 
 
 @dataclass(frozen=True)
+class FusedGroup:
+    """Consecutive statements run under shared outer loops over the variables ``shared`` (see
+    :mod:`tcpy.transform.fusion`). ``locals`` pairs each temporary the group shrank with the
+    per-iteration buffer that replaced it."""
+
+    statements: tuple[int, ...]
+    shared: tuple[str, ...]
+    locals: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Program:
-    """Statements with concrete shapes, types and sizes, before loops exist."""
+    """Statements with concrete shapes, types and sizes, before loops exist.
+
+    ``groups``: fused statement groups; ``shrunk``: the def's temporaries that no longer exist
+    at full size (a fused group's per-iteration buffers replaced them).
+    """
 
     def_: ast.Def
     statements: tuple[Statement, ...]
     shapes: Mapping[str, tuple[int, ...]]
     types: Mapping[str, ScalarType]
     sizes: Mapping[str, int]
+    groups: tuple[FusedGroup, ...] = ()
+    shrunk: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("shapes", "types", "sizes"):
@@ -233,6 +250,14 @@ class Guard:
 
 
 Point_ = tuple[tuple[str, IExpr], ...]  # index variable -> its value at a point
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """``body`` with per-iteration buffers declared before it: (tensor, shape, type)."""
+
+    buffers: tuple[tuple[str, tuple[int, ...], ScalarType], ...]
+    body: tuple["Node", ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +335,7 @@ class TileUpdate:
     lets: Point_ = ()
 
 
-Node = Union[Loop, Guard, Point, Accumulate, RegisterTile, TileUpdate]
+Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate]
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +344,7 @@ class Nest:
     kind: NestKind
     body: tuple[Node, ...]
     schedule: Optional["StmtSchedule"] = None
+    group: Optional[FusedGroup] = None  # the statements fused in this nest, if any
 
 
 @dataclass(frozen=True)
@@ -347,7 +373,7 @@ def map_nodes(nodes: tuple[Node, ...], fn: Callable[[Node], Optional[Node]]) -> 
         new = fn(node)
         if new is not None:
             out.append(new)
-        elif isinstance(node, (Loop, Accumulate)):
+        elif isinstance(node, (Loop, Accumulate, Block)):
             out.append(dataclasses.replace(node, body=map_nodes(node.body, fn)))
         elif isinstance(node, Guard):
             out.append(Guard(node.cond, map_nodes(node.then, fn), map_nodes(node.other, fn)))
@@ -380,11 +406,30 @@ def dump(ir: KernelIR) -> str:
         lines.append(f"scratch {scratch.name}{list(scratch.shape)} {scratch.type.numpy_name}")
     for nest in ir.nests:
         stmt = prog.statements[nest.stmt].stmt
-        lines.append(f"{nest.kind.value} S{nest.stmt}: {stmt}")
+        if nest.group is not None:
+            lines.append(f"fused {describe_group(prog, nest.group)}")
+        else:
+            lines.append(f"{nest.kind.value} S{nest.stmt}: {stmt}")
         if nest.schedule is not None and nest.kind is NestKind.COMPUTE:
             lines.append(f"  schedule: {nest.schedule.describe()}")
         _dump_nodes(nest.body, 1, lines)
     return "\n".join(lines) + "\n"
+
+
+def describe_group(program: Program, group: FusedGroup) -> str:
+    """``S2-S5 over b, h, l; buffers E -> tcpy_local0[512] (2048 bytes)`` for explain()."""
+    first, last = group.statements[0], group.statements[-1]
+    text = f"S{first}-S{last} over {', '.join(group.shared)}"
+    if group.locals:
+        parts = []
+        for tensor, local in group.locals:
+            shape = program.shapes[local]
+            size = program.types[local].bits // 8
+            for d in shape:
+                size *= d
+            parts.append(f"{tensor} -> {local}{list(shape)} ({size} bytes)")
+        text += "; per-thread buffers " + ", ".join(parts)
+    return text
 
 
 def _point_text(point: Point_) -> str:
@@ -408,6 +453,10 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
             if node.other:
                 lines.append(f"{pad}else")
                 _dump_nodes(node.other, depth + 1, lines)
+        elif isinstance(node, Block):
+            for name, shape, type_ in node.buffers:
+                lines.append(f"{pad}buffer {name}{list(shape)} {type_.numpy_name}")
+            _dump_nodes(node.body, depth, lines)
         elif isinstance(node, Point):
             lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")
         elif isinstance(node, Accumulate):

@@ -24,11 +24,11 @@ from .lang import ast
 from .lang.types import ScalarType, accumulator_type
 from .lang.visit import inline_lets
 from .loopir import (
-    Accumulate, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Scratch, Statement, Var,
-    first_point, from_isl,
+    Accumulate, BinOp, Block, Const, FusedGroup, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point,
+    Program, Scratch, Statement, Var, first_point, from_isl,
 )
 from .options import Options
-from .schedule import Level, StmtSchedule, choose_schedule
+from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
 
 
 def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
@@ -48,10 +48,15 @@ def _isl_names(vars_: tuple[str, ...]) -> dict[str, str]:
     return {v: f"x{i}" for i, v in enumerate(vars_)}
 
 
-def _rect_set(name: str, vars_: tuple[str, ...], ranges: Mapping[str, tuple[int, int]]) -> isl.Set:
+def _rect_set(name: str, vars_: tuple[str, ...], ranges: Mapping[str, tuple[int, int]],
+              fixed: Mapping[str, str]) -> isl.Set:
+    """The statement's rectangular domain; ``fixed`` variables equal the parameters named there
+    (the loops of a fused group around the nest)."""
     names = _isl_names(vars_)
-    cons = " and ".join(f"{ranges[v][0]} <= {names[v]} < {ranges[v][1]}" for v in vars_) or "true"
-    return isl.Set(f"{{ {name}[{', '.join(names[v] for v in vars_)}] : {cons} }}")
+    cons = [f"{ranges[v][0]} <= {names[v]} < {ranges[v][1]}" for v in vars_]
+    cons += [f"{names[v]} = {param}" for v, param in fixed.items() if v in names]
+    params = f"[{', '.join(fixed.values())}] -> " if fixed else ""
+    return isl.Set(f"{params}{{ {name}[{', '.join(names[v] for v in vars_)}] : {' and '.join(cons) or 'true'} }}")
 
 
 def _schedule_map(name: str, vars_: tuple[str, ...], sched: StmtSchedule, domain: isl.Set) -> isl.Map:
@@ -63,10 +68,10 @@ def _schedule_map(name: str, vars_: tuple[str, ...], sched: StmtSchedule, domain
     return isl.Map(text).intersect_domain(domain)
 
 
-def _build_ast(schedule_map: isl.Map) -> Optional[isl.AstNode]:
+def _build_ast(schedule_map: isl.Map, context: isl.Set) -> Optional[isl.AstNode]:
     if schedule_map.is_empty():
         return None
-    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    build = isl.AstBuild.from_context(context)
     return build.node_from_schedule_map(isl.UnionMap.from_map(schedule_map))
 
 
@@ -171,56 +176,109 @@ def schedule_of(program: Program, statement: Statement, options: Options) -> Stm
                            program.types[statement.stmt.target], options)
 
 
-def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ranges) -> tuple[Node, ...]:
+def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ranges,
+          fixed: Mapping[str, str]) -> tuple[Node, ...]:
     name = f"S{index}"
-    ast_root = _build_ast(_schedule_map(name, vars_, sched, _rect_set(name, vars_, ranges)))
+    domain = _rect_set(name, vars_, ranges, fixed)
+    # the loops around the nest range over the fixed variables' ranges: isl needs no guards
+    bounds = " and ".join(f"{ranges[v][0]} <= {param} < {ranges[v][1]}" for v, param in fixed.items())
+    context = isl.Set(f"[{', '.join(fixed.values())}] -> {{ : {bounds} }}" if fixed else "{ : }")
+    ast_root = _build_ast(_schedule_map(name, vars_, sched, domain), context)
     return _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
 
 
 def lower(program: Program, options: Options) -> KernelIR:
-    """Loop nests for every statement of ``program``."""
+    """Loop nests for every statement of ``program`` (a fused group gives one nest)."""
     nests: list[Nest] = []
     scratch: list[Scratch] = []
-    for index, statement in enumerate(program.statements):
-        stmt, ranges = statement.stmt, statement.ranges
-        sched = schedule_of(program, statement, options)
-        if not _identity_needed(stmt):
-            # `=`, or a reduction operator with no reduction variable, which TC treats as `=`
-            # when it has `!` and as an in-place update otherwise.
-            mode = Mode.ASSIGN if stmt.reduction is None or stmt.init else Mode.MEMORY
-            sched = dataclasses.replace(sched, register_reduction=False)
-            nests.append(Nest(index, NestKind.COMPUTE, _nest(index, stmt, sched, mode, stmt.index_vars, ranges),
-                              sched))
-            continue
-        out_vars = stmt.output_vars
-        init_stmt = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
-                             output_vars=out_vars)
-        outputs_sched = choose_schedule(init_stmt, statement.extents(), program.shapes,
-                                        program.types[stmt.target], options)
-        if stmt.init and not sched.register_reduction:
-            nests.append(Nest(index, NestKind.INIT, _nest(index, stmt, outputs_sched, Mode.INIT, out_vars, ranges),
-                              outputs_sched))
-        if sched.register_reduction and any(ranges[v][1] <= ranges[v][0] for v in stmt.reduction_vars):
-            # Empty reduction: isl would emit no loops at all, but every output element
-            # still receives the identity (or keeps its value without `!`).
-            body = _empty_reduction(index, stmt, sched, ranges)
-        else:
-            body = _nest(index, stmt, sched, Mode.REGISTER if sched.register_reduction else Mode.MEMORY,
-                         stmt.index_vars, ranges)
-        nests.append(Nest(index, NestKind.COMPUTE, body, sched))
-        if sched.split and body:
-            parts = sched.split[2]
-            scratch.append(Scratch(f"tcpy_partial{index}", (parts,) + tuple(program.shapes[stmt.target]),
-                                   accumulator_type(program.types[stmt.target]), index))
-            nests.append(Nest(index, NestKind.COMBINE,
-                              _nest(index, stmt, outputs_sched, Mode.COMBINE, out_vars, ranges), outputs_sched))
+    groups = {g.statements[0]: g for g in program.groups}
+    fused = {i for g in program.groups for i in g.statements}
+    for index in range(len(program.statements)):
+        if index in groups:
+            nests.append(_fused_nest(program, groups[index], options))
+        elif index not in fused:
+            nests.extend(_statement_nests(program, index, options, {}, scratch))
     return KernelIR(program, tuple(nests), options, tuple(scratch))
 
 
-def _empty_reduction(index, stmt, sched, ranges) -> tuple[Node, ...]:
+def _statement_nests(program: Program, index: int, options: Options, fixed: Mapping[str, str],
+                     scratch: list[Scratch]) -> list[Nest]:
+    """The nests of one statement (init, compute, combine); ``fixed`` variables are loops of a
+    fused group around them. Split reductions add their partials to ``scratch``."""
+    statement = program.statements[index]
+    stmt, ranges = statement.stmt, statement.ranges
+    sched = schedule_of(program, statement, options)
+    if not _identity_needed(stmt):
+        # `=`, or a reduction operator with no reduction variable, which TC treats as `=`
+        # when it has `!` and as an in-place update otherwise.
+        mode = Mode.ASSIGN if stmt.reduction is None or stmt.init else Mode.MEMORY
+        sched = dataclasses.replace(sched, register_reduction=False)
+        return [Nest(index, NestKind.COMPUTE, _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed),
+                     sched)]
+    nests = []
+    out_vars = stmt.output_vars
+    init_stmt = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
+                         output_vars=out_vars)
+    outputs_sched = choose_schedule(init_stmt, statement.extents(), program.shapes,
+                                    program.types[stmt.target], options)
+    if stmt.init and not sched.register_reduction:
+        nests.append(Nest(index, NestKind.INIT,
+                          _nest(index, stmt, outputs_sched, Mode.INIT, out_vars, ranges, fixed), outputs_sched))
+    if sched.register_reduction and any(ranges[v][1] <= ranges[v][0] for v in stmt.reduction_vars):
+        # Empty reduction: isl would emit no loops at all, but every output element
+        # still receives the identity (or keeps its value without `!`).
+        body = _empty_reduction(index, stmt, sched, ranges, fixed)
+    else:
+        body = _nest(index, stmt, sched, Mode.REGISTER if sched.register_reduction else Mode.MEMORY,
+                     stmt.index_vars, ranges, fixed)
+    nests.append(Nest(index, NestKind.COMPUTE, body, sched))
+    if sched.split and body:
+        parts = sched.split[2]
+        scratch.append(Scratch(f"tcpy_partial{index}", (parts,) + tuple(program.shapes[stmt.target]),
+                               accumulator_type(program.types[stmt.target]), index))
+        nests.append(Nest(index, NestKind.COMBINE,
+                          _nest(index, stmt, outputs_sched, Mode.COMBINE, out_vars, ranges, fixed), outputs_sched))
+    return nests
+
+
+def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
+    """One nest for a fused group: loops over the shared variables (parallel when there is
+    enough work), around each statement's own nests and the group's per-iteration buffers."""
+    first = program.statements[group.statements[0]]
+    loop_vars = {v: f"g{k}" for k, v in enumerate(group.shared)}
+    inner_options = dataclasses.replace(options, parallel=False)
+    body: list[Node] = []
+    for index in group.statements:
+        for nest in _statement_nests(program, index, inner_options, loop_vars, []):
+            body.extend(nest.body)
+    buffers = tuple((local, tuple(program.shapes[local]), program.types[local]) for _, local in group.locals)
+    nodes: tuple[Node, ...] = (Block(buffers, tuple(body)),) if buffers else tuple(body)
+    extents = [first.ranges[v][1] - first.ranges[v][0] for v in group.shared]
+    chunks = 1
+    for e in extents:
+        chunks *= max(e, 0)
+    work = sum(_product(program.statements[i].extents().values()) for i in group.statements)
+    parallel = options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK and chunks >= 2
+    for depth in reversed(range(len(group.shared))):
+        v = group.shared[depth]
+        lo, hi = first.ranges[v]
+        collapse = len(group.shared) if parallel and depth == 0 else 0
+        nodes = (Loop(loop_vars[v], Const(lo), BinOp("<", Var(loop_vars[v]), Const(hi)), 1, nodes,
+                      parallel=collapse, chunks=chunks if collapse else 0),)
+    return Nest(group.statements[0], NestKind.COMPUTE, nodes, None, group)
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= max(v, 0)
+    return out
+
+
+def _empty_reduction(index, stmt, sched, ranges, fixed) -> tuple[Node, ...]:
     out_vars = stmt.output_vars
     if not stmt.init:
         return ()  # T op= (identity) leaves T unchanged
     init_sched = StmtSchedule(order=tuple(v for v in sched.order if v in out_vars), reductions=(), tiles=(),
                               parallel_dims=0, simd=False, register_reduction=False, unroll=0)
-    return _nest(index, stmt, init_sched, Mode.INIT, out_vars, ranges)
+    return _nest(index, stmt, init_sched, Mode.INIT, out_vars, ranges, fixed)

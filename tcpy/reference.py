@@ -51,22 +51,15 @@ import numpy as np
 from .binding import bind_arguments, numpy_dtype
 from .errors import TCArgumentError, TCProgramError, TCRuntimeError
 from .lang import ast as A
-from .lang.types import ScalarType, promote
+from .lang.types import ScalarType, accumulator_type, promote
 from .lang.visit import inline_lets, reads_tensor
 
 __all__ = ["ReferenceKernel", "define_reference", "evaluate"]
 
 BOOL = ScalarType.BOOL
 INT32 = ScalarType.INT32
-FLOAT16 = ScalarType.FLOAT16
-FLOAT32 = ScalarType.FLOAT32
 
 _REDUCERS = {"+": np.add, "*": np.multiply, "min": np.minimum, "max": np.maximum}
-
-
-def accumulator_type(t: ScalarType) -> ScalarType:
-    """The type a reduction into a ``t`` tensor accumulates in (half -> float32, PTIR)."""
-    return FLOAT32 if t is FLOAT16 else t
 
 
 def identity(op: str, t: ScalarType) -> np.ndarray:

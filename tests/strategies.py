@@ -566,6 +566,7 @@ def schedule_options(draw) -> Optional[dict]:
         parallel=draw(st.booleans()),
         vectorize=draw(st.booleans()),
         register_tile=draw(st.booleans()),
+        fuse=draw(st.booleans()),
     )
 
 

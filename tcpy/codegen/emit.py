@@ -23,7 +23,7 @@ import cython
 from tcpy.lang import ast
 from tcpy.lang.types import ScalarType, accumulator_type, promote
 from tcpy.loopir import (
-    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Call, Const, Guard, IExpr, Loop, Mode, Neg,
+    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, Call, Const, Guard, IExpr, Loop, Mode, Neg,
     NestKind, Point, RegisterTile, Select, TileUpdate, Var,
 )
 
@@ -161,7 +161,7 @@ class _Emitter:
         self.lines = []
         self.stmt_index = 0
         self.env = {}
-        self.uses_divzero = False
+        self.uses_divzero = None
         self.tile = None
         self.in_index = 0  # > 0 while emitting the value of a computed index expression
 
@@ -200,7 +200,7 @@ class _Emitter:
             if isinstance(expr.rhs, ast.IntLit) and expr.rhs.value != 0:
                 return f"{fn}({self.index(expr.lhs)}, {self.index(expr.rhs)})"
             divisor = self.index(expr.rhs)
-            self.uses_divzero = True
+            self.uses_divzero = self.stmt_index
             return (f"({divisor} == 0 ? (tcpy_divzero = 1, INT64_C(0)) : "
                     f"{fn}({self.index(expr.lhs)}, {divisor}))")
         # Data-dependent or otherwise computed: evaluate as a value (still with floor / and %,
@@ -275,7 +275,7 @@ class _Emitter:
         t = expr.type
         a, b = self.typed(expr.lhs, t), self.typed(expr.rhs, t)
         if op in ("/", "%") and not t.is_float:
-            self.uses_divzero = True
+            self.uses_divzero = self.stmt_index
             if self.in_index:  # TC: index arithmetic floors
                 fn = f"tcpy_floor{'div' if op == '/' else 'mod'}_{t.numpy_name}"
                 text = f"{fn}({a}, {b})"
@@ -307,6 +307,7 @@ class _Emitter:
         self.lines.append("    " * depth + line)
 
     def point(self, node, depth):
+        self.stmt_index = node.stmt  # (a fused nest holds several statements)
         stmt = self.stmts[node.stmt]
         self.current_stmt = stmt
         self.env = self._env(node.point)
@@ -358,6 +359,7 @@ class _Emitter:
         self.emit("}", depth)
 
     def accumulate(self, node, depth):
+        self.stmt_index = node.stmt
         stmt = self.stmts[node.stmt]
         target_type = self.types[stmt.target]
         acc_type = accumulator_type(target_type)
@@ -479,6 +481,15 @@ class _Emitter:
                 self.register_tile(node, depth)
             elif isinstance(node, TileUpdate):
                 self.tile_update(node, depth)
+            elif isinstance(node, Block):
+                self.emit("{", depth)
+                for name, shape, type_ in node.buffers:
+                    size = 1
+                    for d in shape:
+                        size *= d
+                    self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}];  /* per iteration */", depth + 1)
+                self.nodes(node.body, depth + 1)
+                self.emit("}", depth)
             elif isinstance(node, Guard):
                 self.emit(f"if ({index_c(node.cond, top=True)}) {{", depth)
                 self.nodes(node.then, depth + 1)
@@ -519,14 +530,17 @@ class _Emitter:
             what = {NestKind.INIT: "initialise", NestKind.COMPUTE: "compute",
                     NestKind.COMBINE: "combine the parts of"}[nest.kind]
             comment = f"/* {what} {stmt}"
-            if nest.schedule is not None and nest.kind is NestKind.COMPUTE:
+            if nest.group is not None:
+                comment = "/* fused: " + "\n     *        ".join(str(self.stmts[i]) for i in nest.group.statements)
+            elif nest.schedule is not None and nest.kind is NestKind.COMPUTE:
                 comment += f"\n     * schedule: {nest.schedule.describe()}"
             self.emit(comment.replace("*/", "* /") + " */", 1)
-            self.uses_divzero = False
+            self.uses_divzero = None  # the statement that divides, if one does
             n_errors = len(self.errors)
             self.nodes(nest.body, 1)
-            if self.uses_divzero:
-                code = self.error_code(f"integer division by zero in {self._stmt_label(stmt)}")
+            if self.uses_divzero is not None:
+                self.stmt_index = self.uses_divzero
+                code = self.error_code(f"integer division by zero in {self._stmt_label(self.stmts[self.stmt_index])}")
                 self.emit(f"if (tcpy_divzero) return {code};", 1)
             if len(self.errors) > n_errors:
                 self.emit("if (tcpy_err) return tcpy_err;", 1)

@@ -5,10 +5,14 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
 
 * :mod:`.packing` — operand copies (Program -> Program): transposed copies that turn dot-product
   reductions into GEMM-like nests, and panel copies of the operand a register tile streams.
+* :mod:`.fusion` — consecutive statements that share outer output loops run under them, legal
+  by isl dependence analysis; their private temporaries shrink to per-thread buffers
+  (Program -> Program).
 * :mod:`.register_tile` — blocks of outputs kept in registers across reductions
   (KernelIR -> KernelIR).
 """
+from .fusion import fuse_statements
 from .packing import pack_operands
 from .register_tile import register_tiles
 
-__all__ = ["pack_operands", "register_tiles"]
+__all__ = ["fuse_statements", "pack_operands", "register_tiles"]

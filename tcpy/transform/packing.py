@@ -16,7 +16,7 @@ before the statement that reads them:
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional
+from typing import Mapping
 
 from ..lang import ast
 from ..lang.visit import map_expr

@@ -1,0 +1,238 @@
+"""Statement fusion: consecutive statements that share their outer output loops run under them.
+
+Softmax, layer norm and the middle of attention are written as several statements over the same
+rows (``Mx(b,h,l) max=! Sc(b,h,l,s)``, ``E(b,h,l,s) = exp(...)``, ``Sm(b,h,l) +=! E(b,h,l,s)``,
+...). Run one after the other, each streams the whole tensor through memory; fused under the
+shared loops ``b, h, l``, one row is produced and consumed while it is in cache, and the rows run
+in parallel.
+
+Legality comes from isl dependence analysis, not from names of patterns: for every pair of
+statements in a group and every tensor one writes and the other accesses, the dependence
+relation ``{ Sa[x] -> Sb[y] : access_a(x) = access_b(y) }`` must keep the shared loops equal
+(distance 0 on every shared loop), so each iteration of the shared loops only uses what that
+same iteration produced, and the iterations can run in parallel. A statement whose shared
+variable is a reduction, that reads a tensor at another point of the shared loops, or whose
+indices are not affine, stays out.
+
+A temporary that only the group touches, always at the shared point (the same dimensions
+indexed by the shared variables in every access), **shrinks** to a buffer of one iteration (a
+row): it lives in the parallel loop's body, one per thread, and is never allocated at full size.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+import islpy as isl
+
+from ..lang import ast
+from ..lang.visit import map_expr
+from ..loopir import FusedGroup, Program, Statement
+from ..options import Options
+from ..schedule import choose_schedule
+
+# Shrunk temporaries live on the stack of each thread: no bigger than this per group.
+MAX_LOCAL_BYTES = 64 << 10
+LOCAL_PREFIX = "tcpy_local"
+
+
+def fuse_statements(program: Program, options: Options) -> Program:
+    """``program`` with fused groups (and their shrunk temporaries)."""
+    statements = program.statements
+    groups: list[FusedGroup] = []
+    start = 0
+    while start < len(statements):
+        shared = _fusable_vars(program, statements[start], options)
+        end = start + 1
+        while shared and end < len(statements):
+            candidate = _fusable_vars(program, statements[end], options)
+            common = _common_vars(shared, candidate, statements[start], statements[end])
+            if not common or not _legal(program, statements[start:end + 1], common):
+                break
+            shared, end = common, end + 1
+        if end - start >= 2:
+            groups.append(FusedGroup(tuple(range(start, end)), shared))
+        start = end
+    if not groups:
+        return program
+    return _shrink_temporaries(dataclasses.replace(program, groups=tuple(groups)))
+
+
+def _fusable_vars(program: Program, statement: Statement, options: Options) -> tuple[str, ...]:
+    """The statement's left-hand variables that could be shared loops (empty: not fusable).
+
+    Register-tiled nests (GEMM-like) and the copies passes add keep their own loops."""
+    stmt = statement.stmt
+    if statement.origin < 0 or not stmt.lhs or statement.panel is not None:
+        return ()
+    sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
+    if sched.register_tile is not None:
+        return ()
+    if any(_affine(e, {}, program) is None for access, _ in _accesses(stmt) for e in access.indices):
+        return ()
+    return tuple(e.name for e in stmt.lhs if isinstance(e, ast.IndexVar))
+
+
+def _common_vars(shared, candidate, first: Statement, other: Statement) -> tuple[str, ...]:
+    """The shared variables that the other statement also writes along, over the same range
+    (``mean(c)`` and ``centered(n, c, h, w)`` share ``c``), in the first statement's order."""
+    return tuple(v for v in shared if v in candidate and first.ranges[v] == other.ranges[v])
+
+
+# ----------------------------------------------------------------------------- dependences
+
+
+def _accesses(stmt: ast.Stmt):
+    """(access, is_write) of every tensor access of a statement (a reduction without `!`
+    also reads its target)."""
+    yield ast.Access(stmt.target, stmt.lhs), True
+    for node in stmt.rhs.walk():
+        if isinstance(node, ast.Access):
+            yield node, False
+    for clause in stmt.where:
+        if isinstance(clause, ast.Exists):
+            for node in clause.expr.walk():
+                if isinstance(node, ast.Access):
+                    yield node, False
+
+
+def _accesses_rw(stmt: ast.Stmt):
+    for access, is_write in _accesses(stmt):
+        yield access, is_write
+    if stmt.reduction is not None:
+        yield ast.Access(stmt.target, stmt.lhs), False
+
+
+def _affine(expr: ast.Expr, names: Mapping[str, str], program: Program) -> Optional[str]:
+    """isl text of an affine index expression, index variables renamed by ``names`` (None: not
+    affine; with empty ``names`` only affinity is checked)."""
+    if isinstance(expr, ast.IntLit):
+        return str(int(expr.value))
+    if isinstance(expr, ast.IndexVar):
+        return names.get(expr.name, "0")
+    if isinstance(expr, ast.SizeVar):
+        return str(program.sizes[expr.name])
+    if isinstance(expr, ast.DimRef):
+        return str(program.shapes[expr.tensor][expr.dim])
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        inner = _affine(expr.operand, names, program)
+        return None if inner is None else f"(-{inner})"
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*", "/", "%"):
+        a, b = _affine(expr.lhs, names, program), _affine(expr.rhs, names, program)
+        if a is None or b is None:
+            return None
+        if expr.op == "*":
+            if not (isinstance(expr.lhs, ast.IntLit) or isinstance(expr.rhs, ast.IntLit)
+                    or isinstance(expr.lhs, ast.SizeVar) or isinstance(expr.rhs, ast.SizeVar)):
+                return None
+            return f"({a} * {b})"
+        if expr.op in ("/", "%"):
+            if not isinstance(expr.rhs, ast.IntLit) or expr.rhs.value <= 0:
+                return None
+            return f"floor(({a}) / {b})" if expr.op == "/" else f"(({a}) mod {b})"
+        return f"({a} {expr.op} {b})"
+    return None
+
+
+def _tuple(statement: Statement, shared: tuple[str, ...], label: str) -> tuple[str, dict[str, str], str]:
+    """(``label[x0, ...]`` with the shared variables first, variable -> isl name, domain text)."""
+    vars_ = shared + tuple(v for v in statement.stmt.index_vars if v not in shared)
+    names = {v: f"x{i}" for i, v in enumerate(vars_)}
+    cons = " and ".join(f"{statement.ranges[v][0]} <= {names[v]} < {statement.ranges[v][1]}" for v in vars_)
+    return f"{label}[{', '.join(names[v] for v in vars_)}]", names, cons or "true"
+
+
+def _access_map(statement: Statement, shared, label: str, access: ast.Access, program: Program) -> isl.Map:
+    space, names, domain = _tuple(statement, shared, label)
+    indices = [_affine(e, names, program) for e in access.indices]
+    return isl.Map(f"{{ {space} -> T[{', '.join(indices)}] : {domain} }}")
+
+
+def _legal(program: Program, group, shared: tuple[str, ...]) -> bool:
+    """Every dependence between statements of the group keeps the shared loops equal."""
+    k = len(shared)
+    for a in range(len(group)):
+        for b in range(a + 1, len(group)):
+            sa, sb = group[a], group[b]
+            for acc_a, write_a in _accesses_rw(sa.stmt):
+                for acc_b, write_b in _accesses_rw(sb.stmt):
+                    if acc_a.tensor != acc_b.tensor or not (write_a or write_b):
+                        continue
+                    map_a = _access_map(sa, shared, "A", acc_a, program)
+                    map_b = _access_map(sb, shared, "B", acc_b, program)
+                    dependence = map_a.apply_range(map_b.reverse())  # A[x] -> B[y], same element
+                    n_a, n_b = len(sa.stmt.index_vars), len(sb.stmt.index_vars)
+                    xs = ", ".join(f"x{i}" for i in range(n_a))
+                    ys = ", ".join(f"y{i}" for i in range(n_b))
+                    equal = " and ".join(f"x{i} = y{i}" for i in range(k))
+                    same_shared = isl.Map(f"{{ A[{xs}] -> B[{ys}] : {equal} }}")
+                    if not dependence.subtract(same_shared).is_empty():
+                        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- shrinking
+
+
+def _shrink_temporaries(program: Program) -> Program:
+    temporaries = {t.name for t in program.def_.temporaries}
+    statements = list(program.statements)
+    shapes, types = dict(program.shapes), dict(program.types)
+    groups, shrunk = [], []
+    for group in program.groups:
+        members = set(group.statements)
+        locals_: list[tuple[str, str]] = []
+        local_bytes = 0
+        for tensor in sorted(temporaries):
+            users = [i for i, s in enumerate(statements)
+                     if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
+            if not users or not set(users) <= members:
+                continue
+            positions = _shared_positions(
+                [a for i in users for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor], group.shared)
+            if positions is None:
+                continue
+            shape = tuple(n for d, n in enumerate(shapes[tensor]) if d not in positions)
+            size = types[tensor].bits // 8
+            for d in shape:
+                size *= d
+            if local_bytes + size > MAX_LOCAL_BYTES:
+                continue
+            local = f"{LOCAL_PREFIX}{len(shrunk)}"
+            local_bytes += size
+            locals_.append((tensor, local))
+            shrunk.append(tensor)
+            shapes[local], types[local] = shape, types[tensor]
+
+            def rest(indices, positions=positions):
+                return tuple(e for d, e in enumerate(indices) if d not in positions)
+
+            def to_local(e, tensor=tensor, local=local, rest=rest):
+                if isinstance(e, ast.Access) and e.tensor == tensor:
+                    return ast.Access(local, rest(e.indices), span=e.span, type=e.type)
+                return None
+
+            for i in users:
+                stmt = statements[i].stmt
+                new_stmt = dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, to_local))
+                if stmt.target == tensor:
+                    new_stmt = dataclasses.replace(new_stmt, target=local, lhs=rest(stmt.lhs))
+                statements[i] = dataclasses.replace(statements[i], stmt=new_stmt)
+        groups.append(dataclasses.replace(group, locals=tuple(locals_)))
+    return dataclasses.replace(program, statements=tuple(statements), shapes=shapes, types=types,
+                               groups=tuple(groups), shrunk=tuple(shrunk))
+
+
+def _shared_positions(accesses: list[ast.Access], shared: tuple[str, ...]) -> Optional[frozenset[int]]:
+    """The dimensions every access indexes with a shared variable, the same ones in each, so
+    that one iteration of the shared loops uses a slice of the tensor; None if they differ."""
+    found = None
+    for access in accesses:
+        positions = {d: e.name for d, e in enumerate(access.indices)
+                     if isinstance(e, ast.IndexVar) and e.name in shared}
+        if set(positions.values()) != set(shared) or len(positions) != len(shared):
+            return None
+        if found is not None and positions != found:
+            return None
+        found = positions
+    return frozenset(found) if found is not None else None

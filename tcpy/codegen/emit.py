@@ -352,11 +352,15 @@ class _Emitter:
         self.emit(f"for (int64_t {_PART} = 0; {_PART} < {parts}; {_PART}++)", depth + 1)
         partial = self._partial(stmt, _PART)
         self.emit(f"    tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', partial, acc_type)};", depth + 1)
+        self._store_accumulator(stmt, target, acc_type, target_type, depth + 1)
+        self.emit("}", depth)
+
+    def _store_accumulator(self, stmt, target, acc_type, target_type, depth):
+        """``T = acc`` for a ``!`` reduction, ``T = T op acc`` otherwise."""
         value = convert("tcpy_acc", acc_type, target_type)
         if not stmt.init:
             value = combine(stmt.reduction, target, value, target_type)
-        self.emit(f"{target} = {value};", depth + 1)
-        self.emit("}", depth)
+        self.emit(f"{target} = {value};", depth)
 
     def accumulate(self, node, depth):
         self.stmt_index = node.stmt
@@ -377,11 +381,7 @@ class _Emitter:
             self.emit(f"{self._partial(stmt, index_c(node.part))} = tcpy_acc;", depth + 1)
             self.emit("}", depth)
             return
-        target = self.access(stmt.target, stmt.lhs)
-        value = convert("tcpy_acc", acc_type, target_type)
-        if not stmt.init:
-            value = combine(stmt.reduction, target, value, target_type)
-        self.emit(f"{target} = {value};", depth + 1)
+        self._store_accumulator(stmt, self.access(stmt.target, stmt.lhs), acc_type, target_type, depth + 1)
         self.emit("}", depth)
 
     def register_tile(self, node, depth):

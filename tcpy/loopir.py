@@ -298,6 +298,9 @@ class Scratch:
 # Variables a register tile binds for the code inside it: the block's first row and column,
 # and the row and column within the block.
 TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "tcpy_c"
+# Index variables of a panel copy (block, lane within it). Names that passes generate for tensors
+# and index variables contain a ".", which no TC identifier does, so they never meet the user's.
+PANEL_BLOCK, PANEL_LANE = "panel.nb", "panel.cc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +420,7 @@ def dump(ir: KernelIR) -> str:
 
 
 def describe_group(program: Program, group: FusedGroup) -> str:
-    """``S2-S5 over b, h, l; buffers E -> tcpy_local0[512] (2048 bytes)`` for explain()."""
+    """``S2-S5 over b, h, l; per-thread buffers E -> local.0[512] (2048 bytes)`` for explain()."""
     first, last = group.statements[0], group.statements[-1]
     text = f"S{first}-S{last} over {', '.join(group.shared)}"
     if group.locals:

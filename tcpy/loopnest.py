@@ -234,7 +234,7 @@ def _statement_nests(program: Program, index: int, options: Options, fixed: Mapp
     nests.append(Nest(index, NestKind.COMPUTE, body, sched))
     if sched.split and body:
         parts = sched.split[2]
-        scratch.append(Scratch(f"tcpy_partial{index}", (parts,) + tuple(program.shapes[stmt.target]),
+        scratch.append(Scratch(f"partial.{index}", (parts,) + tuple(program.shapes[stmt.target]),
                                accumulator_type(program.types[stmt.target]), index))
         nests.append(Nest(index, NestKind.COMBINE,
                           _nest(index, stmt, outputs_sched, Mode.COMBINE, out_vars, ranges, fixed), outputs_sched))

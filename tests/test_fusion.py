@@ -159,3 +159,17 @@ def test_random_row_programs_match_the_reference(case):
     source, shape, threads = case
     arg = np.random.default_rng(len(source)).standard_normal(shape).astype(np.float32)
     check_against_reference(source, [arg], threads, rtol=1e-4)
+
+
+def test_generated_names_never_meet_the_users():
+    # the C names of generated buffers (local.0 -> x_local_0) and of copies (pack.0 -> x_pack_0)
+    source = """def f(float(N, D) I, float(D, N) W) -> (O, P) {
+        mx(n) max=! I(n, d)
+        x_local_0(n, d) = exp(I(n, d) - mx(n))
+        tcpy_part(n) +=! x_local_0(n, d)
+        O(n, d) = x_local_0(n, d) / tcpy_part(n)
+        P(n, x_pack_0) +=! O(n, d) * W(d, x_pack_0)
+    }"""
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal((7, 600)).astype(np.float32), rng.standard_normal((600, 7)).astype(np.float32)]
+    check_against_reference(source, args, 2, rtol=1e-4)

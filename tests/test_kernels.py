@@ -407,7 +407,7 @@ def test_dot_product_reductions_read_a_packed_transposed_operand():
         C(m, n) +=! A(m, k) * B(n, k)
     }""")
     A, B = rand(45, 70), rand(100, 70)
-    assert "tcpy_pack0" in k.explain(A, B)
+    assert "pack.0" in k.explain(A, B)
     check(k(A, B), A @ B.T)
     check(k(A[:, :35], B[:7, :35]), A[:, :35] @ B[:7, :35].T)  # too small to pack: plain schedule
 
@@ -429,12 +429,12 @@ def test_wide_operands_are_read_from_panel_copies():
     # last, partial panel and edge blocks read B itself.
     mm = tcpy.define(MATMUL)
     A, B = rand(50, 70), rand(70, 530)
-    assert "tcpy_pack0(tcpy_nb" in mm.explain(A, B)
+    assert "pack.0(panel.nb" in mm.explain(A, B)
     check(mm(A, B), A @ B)
     bmm = tcpy.define("""
     def bmm(float(B,M,K) X, float(B,K,N) Y) -> (Z) {
         Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)
     }""")
     X, Y = rand(2, 13, 9), rand(2, 9, 515)
-    assert "tcpy_pack0(tcpy_nb" in bmm.explain(X, Y)
+    assert "pack.0(panel.nb" in bmm.explain(X, Y)
     check(bmm(X, Y), X @ Y)

@@ -53,7 +53,7 @@ static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int cod
 
 
 _C_BINARY = {"+", "-", "*", "<=", "<", ">=", ">", "==", "&&", "||"}
-_PART = "tcpy_part"  # the part index of a split reduction's partial results
+_PART = "split.part"  # the part index of a split reduction's partial results (a generated name)
 
 
 def index_c(expr: IExpr, top: bool = False) -> str:
@@ -87,7 +87,10 @@ def index_c(expr: IExpr, top: bool = False) -> str:
 
 
 def c_name(tensor):
-    """C identifier of a tensor: prefixed so TC names never clash with C or runtime names."""
+    """C identifier of a tensor: prefixed so TC names never clash with C or runtime names, and
+    names passes generate (``pack.0``, with a ".") never clash with the def's own."""
+    if "." in tensor:
+        return "x_" + tensor.replace(".", "_")
     return "t_" + tensor
 
 
@@ -349,8 +352,8 @@ class _Emitter:
         parts = self.partials[self.stmt_index].shape[0]
         self.emit("{", depth)
         self.emit(f"{acc_type.c_type} tcpy_acc = {identity(stmt.reduction, acc_type)};", depth + 1)
-        self.emit(f"for (int64_t {_PART} = 0; {_PART} < {parts}; {_PART}++)", depth + 1)
-        partial = self._partial(stmt, _PART)
+        self.emit(f"for (int64_t tcpy_part = 0; tcpy_part < {parts}; tcpy_part++)", depth + 1)
+        partial = self._partial(stmt, "tcpy_part")
         self.emit(f"    tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', partial, acc_type)};", depth + 1)
         self._store_accumulator(stmt, target, acc_type, target_type, depth + 1)
         self.emit("}", depth)

@@ -33,7 +33,7 @@ from ..schedule import choose_schedule
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10
-LOCAL_PREFIX = "tcpy_local"
+LOCAL_PREFIX = "local."  # (a "." keeps generated names apart from TC identifiers)
 
 
 def fuse_statements(program: Program, options: Options) -> Program:

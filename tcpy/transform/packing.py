@@ -1,6 +1,6 @@
 """Operand copies that make reductions read memory the way register tiles want it.
 
-Two copies, both added as statements of their own (writing a temporary named ``tcpy_pack<n>``)
+Two copies, both added as statements of their own (writing a temporary named ``pack.<n>``)
 before the statement that reads them:
 
 * a **transposed copy** of one operand of a dot-product shaped reduction:
@@ -20,12 +20,12 @@ from typing import Mapping
 
 from ..lang import ast
 from ..lang.visit import map_expr
-from ..loopir import Panel, Program, Statement
+from ..loopir import PANEL_BLOCK, PANEL_LANE, Panel, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
 
 PANEL_MIN_COLUMNS = 512  # narrower operands stay in cache as they are
-COPY_PREFIX = "tcpy_pack"
+COPY_PREFIX = "pack."  # (a "." keeps generated names apart from TC identifiers)
 
 
 def pack_operands(program: Program, options: Options) -> Program:
@@ -96,7 +96,7 @@ def _transposed_copy(statement: Statement, shapes, types, options: Options, name
         perm = [p for p in range(len(names)) if p != pos] + [pos]
         shape = shapes[node.tensor]
         index_type = node.indices[0].type
-        copy_vars = tuple(ast.IndexVar(f"tcpy_p{p}", type=index_type) for p in range(len(names)))
+        copy_vars = tuple(ast.IndexVar(f"pack.p{p}", type=index_type) for p in range(len(names)))
         # copy(p_perm...) = T(p0, p1, ...): the copy's dims are T's dims in `perm` order
         source = ast.Access(node.tensor, copy_vars, type=node.type)
         copy_read = ast.Access(name, tuple(node.indices[p] for p in perm), type=node.type)
@@ -127,12 +127,12 @@ def _panel_copy(statement: Statement, shapes, types, options: Options, name: str
         if shape[-1] < PANEL_MIN_COLUMNS:
             return None
         index_type = node.indices[0].type
-        dims = tuple(ast.IndexVar(f"tcpy_q{p}", type=index_type) for p in range(len(shape) - 1))
-        block, lane = ast.IndexVar("tcpy_nb", type=index_type), ast.IndexVar("tcpy_cc", type=index_type)
+        dims = tuple(ast.IndexVar(f"panel.q{p}", type=index_type) for p in range(len(shape) - 1))
+        block, lane = ast.IndexVar(PANEL_BLOCK, type=index_type), ast.IndexVar(PANEL_LANE, type=index_type)
         column = ast.Binary("+", ast.Binary("*", ast.IntLit(cols, type=index_type), block, type=index_type),
                             lane, type=index_type)
         source = ast.Access(node.tensor, dims + (column,), type=node.type)
-        ranges = {"tcpy_nb": (0, shape[-1] // cols), "tcpy_cc": (0, cols)}
+        ranges = {PANEL_BLOCK: (0, shape[-1] // cols), PANEL_LANE: (0, cols)}
         ranges.update((d.name, (0, n)) for d, n in zip(dims, shape[:-1]))
         copy = _copy_statement(name, (block,) + dims + (lane,), source, stmt.span, ranges)
         marked = dataclasses.replace(statement, panel=Panel(node.tensor, name, cols))

@@ -17,6 +17,7 @@ from ..lang import ast
 from ..lang.visit import map_expr
 from ..lang.types import INDEX_TYPE
 from ..loopir import (
+    PANEL_BLOCK, PANEL_LANE,
     TILE_COL, TILE_COL0, BinOp, Const, KernelIR, Loop, Nest, NestKind, Node, RegisterTile,
     Statement, TileUpdate, Var, first_point, map_nodes, substitute,
 )
@@ -91,7 +92,7 @@ class _Tiler:
         panel = self.statement.panel
         if panel is None:
             return self.stmt.rhs, ()
-        block, lane = ast.IndexVar("tcpy_nb", type=INDEX_TYPE), ast.IndexVar("tcpy_cc", type=INDEX_TYPE)
+        block, lane = ast.IndexVar(PANEL_BLOCK, type=INDEX_TYPE), ast.IndexVar(PANEL_LANE, type=INDEX_TYPE)
 
         def to_panel(e):
             if (isinstance(e, ast.Access) and e.tensor == panel.tensor and e.indices

@@ -20,10 +20,11 @@ The heuristics are deliberately simple and explainable:
   variable is the output variable whose accesses share the fewest loads with the inner one
   (``m`` in matmul, the output channel in a convolution).
 * **Parallel.** The leading output loops (tile loops, then untiled outer loops) are collapsed
-  into one ``omp parallel for`` when the nest has enough work; reduction loops are not
-  parallel, except a register reduction whose outputs are too few for the threads: it is split
-  into parts that run in parallel, combined in order afterwards. When that gives fewer than ``CHUNKS_PER_THREAD`` chunks per thread, output tiles
-  shrink (down to one register block) until it does or the output runs out.
+  into one ``omp parallel for`` when the nest has enough work. When that gives fewer than
+  ``CHUNKS_PER_THREAD`` chunks per thread, output tiles shrink (down to one register block)
+  until it does or the output runs out. Reduction loops are not parallel, except in a register
+  reduction whose outputs are too few for the threads: it is split into parts that run in
+  parallel, combined in order afterwards.
 * **SIMD.** The innermost loop gets ``omp simd`` (with a ``reduction`` clause for ``+``/``*``
   register accumulators).
 

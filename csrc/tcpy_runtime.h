@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -450,5 +451,24 @@ TCPY_SIMD_DECLARE(tanh)
 #undef TCPY_SIMD_DECLARE
 #undef TCPY_SIMD_DECLARE2
 #endif
+
+/* ---- Per-thread scratch ----------------------------------------------------------------------
+ * tcpy_scratch(slot, bytes): a 64-byte aligned buffer of at least `bytes` owned by the calling
+ * thread, one per slot (0..TCPY_SCRATCH_SLOTS-1). It only grows and is reused by later calls,
+ * so packing buffers cost no allocation once warm. Each kernel library has its own copy; the
+ * buffers live as long as the thread. Contents are not preserved when a buffer grows. */
+#define TCPY_SCRATCH_SLOTS 4
+static inline void *tcpy_scratch(int slot, size_t bytes) {
+    static __thread void *buffers[TCPY_SCRATCH_SLOTS];
+    static __thread size_t capacity[TCPY_SCRATCH_SLOTS];
+    if (TCPY_UNLIKELY(bytes > capacity[slot] || !buffers[slot])) {
+        size_t size = ((bytes > 64 ? bytes : 64) + 63) & ~(size_t)63;
+        free(buffers[slot]);
+        buffers[slot] = aligned_alloc(64, size);
+        if (!buffers[slot]) abort();  /* out of memory for a packing buffer */
+        capacity[slot] = size;
+    }
+    return buffers[slot];
+}
 
 #endif /* TCPY_RUNTIME_H */

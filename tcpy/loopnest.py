@@ -24,11 +24,12 @@ from .lang import ast
 from .lang.sema import inline_lets
 from .lang.types import ScalarType
 from .loopir import (
-    Accumulate, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Statement,
-    first_point, from_isl,
+    Accumulate, ContractionNest, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program,
+    Statement, first_point, from_isl,
 )
 from .options import Options
 from .schedule import Level, StmtSchedule, choose_schedule
+from .transform.contraction import contraction_of
 
 
 def input_shape(param: ast.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -184,6 +185,10 @@ def lower(program: Program, options: Options) -> KernelIR:
     nests: list[Nest] = []
     for index, statement in enumerate(program.statements):
         stmt, ranges = statement.stmt, statement.ranges
+        engine = contraction_of(stmt, ranges, program, options)
+        if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
+            nests.append(Nest(index, NestKind.COMPUTE, (ContractionNest(index, *engine),)))
+            continue
         sched = schedule_of(program, statement, options)
         if not _identity_needed(stmt):
             # `=`, or a reduction operator with no reduction variable, which TC treats as `=`

@@ -33,7 +33,7 @@ last valid row and never stored.
 from __future__ import annotations
 
 from ..lang.types import ScalarType
-from ..transform.contraction import Contraction, Plan
+from ..transform.contraction import Contraction, Group, Plan
 
 
 def _c(stype: ScalarType) -> str:
@@ -95,6 +95,8 @@ class _Renderer:
     def single(self, role: str):
         """The stride of each tensor when the role is one group (None otherwise)."""
         groups = getattr(self.con, role)
+        if not groups:  # the role is absent: one index, offset 0
+            return Group((), 1, 0, 0, 0)
         return groups[0] if len(groups) == 1 else None
 
     def header(self, w: _Writer):

@@ -193,7 +193,8 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
         return expr.type is dtype and _factors(expr.lhs, dtype, out) and _factors(expr.rhs, dtype, out)
     if isinstance(expr, ast.Unary) and expr.op == "-":
         out["alpha"] = -out["alpha"]
-        return expr.type is dtype and _factors(expr.operand, dtype, out)
+        literal = isinstance(expr.operand, (ast.IntLit, ast.FloatLit))  # -2: typed as the literal
+        return (literal or expr.type is dtype) and _factors(expr.operand, dtype, out)
     if isinstance(expr, (ast.IntLit, ast.FloatLit)):
         out["alpha"] *= float(expr.value)
         return True
@@ -267,7 +268,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
     # The output's contiguous variable belongs in N (the vector dimension): swap the operands
     # (the product commutes exactly) when it is on a's side.
-    c_inner = min(stmt.output_vars, key=lambda v: abs(c.stride(v)))
+    c_inner = min(stmt.output_vars, key=lambda v: abs(c.stride(v)), default=None)
     if c_inner in roles["m"]:
         a, b = b, a
         roles["m"], roles["n"] = roles["n"], roles["m"]
@@ -358,7 +359,7 @@ def _round_down(x: int, m: int) -> int:
 
 def _balanced(total: int, block: int, multiple: int) -> int:
     """A block size <= ``block`` (a multiple of ``multiple``) splitting ``total`` into equal
-    blocks: 300 with block 256 gives 152, not 256 + 44."""
+    blocks: 300 with block 200 gives 152, not 200 + 100."""
     if total <= block:
         return -(-total // multiple) * multiple
     count = -(-total // block)

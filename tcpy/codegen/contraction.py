@@ -124,6 +124,14 @@ class _Renderer:
               + " ".join(f"c{r}_{v} += x * b{v};" for v in range(nv)) + " }", depth + 1)
         w("}", depth)
 
+    def prefetch_c(self, w: _Writer, depth: int):
+        """Start loading the output tile's rows while the rank-1 updates run."""
+        n = self.single("n")
+        if n is None or n.c != 1:
+            return
+        w(f"for (int64_t r = 0; r < mr; r++) {{ {self.T} *q = cb + {self.p}_off_c_m(i + r) + {self.p}_off_c_n(j); "
+          f"__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }}", depth)
+
     def store_c(self, w: _Writer, overwrite: str, depth: int):
         """Store the accumulators at rows i.., columns j.. of the output (``cb`` is its batch
         base): whole tiles with vector stores when the output's N is contiguous."""
@@ -240,6 +248,7 @@ class _Renderer:
         w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
           f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, int64_t i, int64_t j, int64_t mr, int64_t nr, "
           f"int overwrite, {T} alpha) {{")
+        self.prefetch_c(w, 1)
         self.accumulate_loop(w, "kc", b_load, a_load, 1)
         self.store_c(w, "overwrite", 1)
         w("}")

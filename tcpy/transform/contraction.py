@@ -333,6 +333,7 @@ class Plan:
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
 COMBINE_COST = 1.0  # cycles per element and partial of a split-K combination
 FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
+SPAWN_COST = 4000.0  # cycles to start and join an OpenMP team (about 1-2 us)
 
 
 def micro_tile(target: Target, element_bytes: int) -> tuple[int, int]:
@@ -434,7 +435,8 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
     if path == "packed":
         pack = bp * (mp * kp * -(-np_ // nc) + kp * np_) * PACK_COST
     combine = (batch * M * N * tk / threads * COMBINE_COST) if tk > 1 else 0.0
-    return rounds * (compute + pack) + combine
+    spawn = SPAWN_COST if cells > 1 else 0.0
+    return rounds * (compute + pack) + combine + spawn
 
 
 def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads) -> tuple[int, int, int, int]:

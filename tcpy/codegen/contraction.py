@@ -351,14 +351,18 @@ class _Renderer:
         w(f"const {T} alpha = {alpha};", 1)
         if tk > 1:
             w(f"{T} *partials = ({T} *)tcpy_scratch(2, sizeof({T}) * {cells * part});", 1)
-        w(f"const int nt = tcpy_num_threads < {cells} ? tcpy_num_threads : {cells};", 1)
-        w("#pragma omp parallel num_threads(nt) if(nt > 1)", 1)
+        if cells > 1:
+            w(f"const int nt = tcpy_num_threads < {cells} ? tcpy_num_threads : {cells};", 1)
+            w("#pragma omp parallel num_threads(nt) if(nt > 1)", 1)
         w("{", 1)
-        w("#ifdef _OPENMP", 0)
-        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 2)
-        w("#else", 0)
-        w("const int tid = 0, nth = 1;", 2)
-        w("#endif", 0)
+        if cells > 1:
+            w("#ifdef _OPENMP", 0)
+            w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 2)
+            w("#else", 0)
+            w("const int tid = 0, nth = 1;", 2)
+            w("#endif", 0)
+        else:
+            w("const int tid = 0, nth = 1;", 2)
         w(f"for (int cell = tid; cell < {cells}; cell += nth) {{", 2)
         w(f"const int64_t cb = cell / {tm * tn * tk}, cm = cell / {tn * tk} % {tm}, cn = cell / {tk} % {tn}, "
           f"ck = cell % {tk};", 3)

@@ -298,37 +298,51 @@ class _Renderer:
 
     def small(self, w: _Writer):
         p, T = self.p, self.T
-        mr, nr, K = self.plan.mr, self.plan.nr, self.K
+        mr, nr, K, KC = self.plan.mr, self.plan.nr, self.K, self.plan.kc
         m, k = self.single("m"), self.single("k")
         L = self.plan.lanes
-        w(f"static __attribute__((noinline)) void {p}_small(const {T} *TCPY_RESTRICT ab, int64_t i, int64_t mr, "
-          f"const {T} *TCPY_RESTRICT b, int64_t ldb, {T} *TCPY_RESTRICT cb, int64_t j, int64_t nr, {T} alpha) {{")
+        w(f"static __attribute__((noinline)) void {p}_small(int64_t kc, const {T} *TCPY_RESTRICT ab, int64_t i, "
+          f"int64_t mr, const {T} *TCPY_RESTRICT b, int64_t ldb, {T} *TCPY_RESTRICT cb, int64_t j, int64_t nr, "
+          f"int overwrite, {T} alpha) {{")
         for r in range(mr):
             w(f"const {T} *TCPY_RESTRICT a{r} = ab + INT64_C({m.a}) * (i + ({r} < mr ? {r} : mr - 1));", 1)
-        self.accumulate_loop(w, str(K), lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})",
+        self.accumulate_loop(w, "kc" if K > KC else str(K), lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})",
                              lambda r: f"a{r}[k * INT64_C({k.a})]", 1)
-        self.store_c(w, "1" if self.con.init else "0", 1)
+        self.store_c(w, "overwrite", 1)
         w("}")
         con = self.con
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
-        w(f"{T} *edge = ({T} *)tcpy_scratch(1, sizeof({T}) * {max(1, K) * nr});", 1)
+        w(f"{T} *edge = ({T} *)tcpy_scratch(1, sizeof({T}) * {max(1, min(K, KC)) * nr});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {T} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
-        w(f"for (int64_t j = n0; j < n1; j += {nr}) {{", 2)
-        w(f"const int64_t nr = n1 - j < {nr} ? n1 - j : {nr};", 3)
-        w(f"const {T} *bs = bb + j;", 3)
-        w(f"int64_t ldb = INT64_C({k.b});", 3)
-        w(f"if (nr < {nr}) {{", 3)
-        w(f"for (int64_t k = 0; k < {K}; k++)", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) edge[k * {nr} + c] = c < nr ? bb[k * INT64_C({k.b}) + j + c] : ({T})0;",
-          5)
-        w(f"bs = edge; ldb = {nr};", 4)
+        w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
+        w(f"const {T} *ak = ab + pc * INT64_C({k.a}), *bk = bb + pc * INT64_C({k.b});", 3)
+        w(f"for (int64_t j = n0; j < n1; j += {nr}) {{", 3)
+        w(f"const int64_t nr = n1 - j < {nr} ? n1 - j : {nr};", 4)
+        w(f"const {T} *bs = bk + j;", 4)
+        w(f"int64_t ldb = INT64_C({k.b});", 4)
+        # B's sliver is copied (contiguous, zero-padded) when partial, or when its rows are far
+        # apart: kc rows of NR at a large stride map to few L1 sets and would not stay in L1.
+        w(f"if (nr < {nr} || {int(self.plan.copy_b)}) {{", 4)
+        w(f"if (nr == {nr}) {{", 5)
+        w("for (int64_t k = 0; k < kc; k++)", 6)
+        w(f"#pragma GCC unroll {nr}", 6)
+        w(f"for (int64_t c = 0; c < {nr}; c++) edge[k * {nr} + c] = bk[k * INT64_C({k.b}) + j + c];", 7)
+        w("} else {", 5)
+        w("for (int64_t k = 0; k < kc; k++)", 6)
+        w(f"for (int64_t c = 0; c < {nr}; c++) edge[k * {nr} + c] = c < nr ? bk[k * INT64_C({k.b}) + j + c] : ({T})0;",
+          7)
+        w("}", 5)
+        w(f"bs = edge; ldb = {nr};", 5)
+        w("}", 4)
+        overwrite = "pc == 0" if con.init else "0"
+        w(f"for (int64_t i = m0; i < m1; i += {mr})", 4)
+        w(f"{p}_small(kc, ak, i, m1 - i < {mr} ? m1 - i : {mr}, bs, ldb, cb, j, nr, {overwrite}, alpha);", 5)
         w("}", 3)
-        w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
-        w(f"{p}_small(ab, i, m1 - i < {mr} ? m1 - i : {mr}, bs, ldb, cb, j, nr, alpha);", 4)
         w("}", 2)
         w("}", 1)
         w("}")

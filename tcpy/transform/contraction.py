@@ -314,6 +314,7 @@ class Plan:
     grid: tuple[int, int, int, int]  # cells over (batch, M, N, K)
     threads: int
     reasons: tuple[str, ...]
+    copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
 
     @property
     def nr_vectors(self) -> int:
@@ -333,6 +334,7 @@ class Plan:
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
 COMBINE_COST = 1.0  # cycles per element and partial of a split-K combination
 FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
+COPY_B_MIN_TILES = 4
 SPAWN_COST = 4000.0  # cycles to start and join an OpenMP team (about 1-2 us)
 
 
@@ -386,15 +388,20 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fits half of L1 "
                    f"({target.l1d // 1024} KiB); K = {K} in {-(-K // kc)} equal blocks")
-    small = _small_ok(con, target, kc_max, s)
+    small = _small_ok(con, target, kc, s)
     if small:
         path = "small"
-        reasons.append(f"small path: K = {K} fits one kc block and A, B "
-                       f"({(M * K + K * N) * s // 1024} KiB) fit half of L2: packing cannot pay")
+        reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
+                       f"fits half of L2: packing cannot pay")
     else:
         path = "packed"
     grid = _grid(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads)
     tb, tm, tn, tk = grid
+    # Small path: a B sliver (kc x NR, rows far apart in B) is copied to be contiguous when
+    # enough micro-tiles reuse it (its rows would otherwise crowd a few L1 sets).
+    copy_b = small and -(-(-(-M // mr)) // tm) >= COPY_B_MIN_TILES
+    if copy_b:
+        reasons.append(f"small path copies each B sliver: {COPY_B_MIN_TILES}+ micro-tiles reuse it")
     m_part = -(-(-(-M // mr)) // tm) * mr
     n_part = -(-(-(-N // nr)) // tn) * nr
     mc = _balanced(m_part, mc_max, mr)
@@ -406,12 +413,14 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
                        f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
     reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
                    "compute + packing + split-K combination")
-    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons))
+    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b)
 
 
-def _small_ok(con: Contraction, target: Target, kc_max: int, s: int) -> bool:
+def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
+    """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
+    L2: each packed element would be reused too few times to pay for its copy."""
     _, M, N, K = con.sizes
-    if K > kc_max or (M * K + K * N) * s > target.l2 // 2:
+    if (M + N) * kc * s > target.l2 // 2:
         return False
     if con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
         return False

@@ -183,9 +183,11 @@ def test_thread_grids_use_the_threads_and_balance(threads):
         p = plan(_gemm(m, n, k), t, threads)
         assert math.prod(p.grid) <= threads
         assert math.prod(p.grid) >= min(threads, 2) * 3 // 4 or threads == 3
-    # a small output with a long reduction splits K
+    # a small output with a long reduction splits K when the threads outnumber its micro-tiles
     p = plan(_gemm(128, 128, 8192), t, threads)
-    assert math.prod(p.grid) <= threads and (threads < 16 or p.grid[3] > 1)
+    tiles = -(-128 // p.mr) * -(-128 // p.nr)
+    assert math.prod(p.grid) <= threads and (threads <= tiles or p.grid[3] > 1)
+    assert math.prod(p.grid) >= min(threads, tiles) // 2
 
 
 def test_cost_model_prefers_splitting_the_longer_side():

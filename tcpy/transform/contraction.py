@@ -389,6 +389,9 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fits half of L1 "
                    f"({target.l1d // 1024} KiB); K = {K} in {-(-K // kc)} equal blocks")
     small = _small_ok(con, target, kc, s)
+    if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
+        small = False  # fewer micro-tiles than threads: the packed path can split K
+        reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
     if small:
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "

@@ -26,7 +26,7 @@ from tcpy.loopnest import build_program
 from tcpy.target import PRESETS, Target
 from tcpy.transform.contraction import Plan, cell_cost, micro_tile, plan, recognize
 
-EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "36"))
+EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "30"))
 RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
 if Target.host().arch == "x86_64":
     RUNNABLE.append("host")

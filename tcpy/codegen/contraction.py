@@ -201,6 +201,15 @@ class _Renderer:
             w(f"int64_t co[{nr}];", 2)
             w(f"for (int64_t c = 0; c < {nr}; c++) co[c] = {p}_off_b_n(j0 + s + (c < cols ? c : cols - 1));", 2)
             col = "co[c]"
+        if n is None and self.con.n[-1].b == 1:
+            # a sliver that does not cross a boundary of the inner N variable is contiguous in B
+            w(f"if (cols == {nr} && co[{nr - 1}] - co[0] == {nr - 1}) {{", 2)
+            w("for (int64_t k = 0; k < kc; k++) {", 3)
+            w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k) + co[0];", 4)
+            w(f"#pragma GCC unroll {nr}", 4)
+            w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[c];", 4)
+            w("}", 3)
+            w("} else", 2)
         w(f"if (cols == {nr}) {{", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 3)
         w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)

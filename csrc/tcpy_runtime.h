@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -462,10 +463,16 @@ static inline void *tcpy_scratch(int slot, size_t bytes) {
     static __thread void *buffers[TCPY_SCRATCH_SLOTS];
     static __thread size_t capacity[TCPY_SCRATCH_SLOTS];
     if (TCPY_UNLIKELY(bytes > capacity[slot] || !buffers[slot])) {
-        size_t size = ((bytes > 64 ? bytes : 64) + 63) & ~(size_t)63;
+        /* buffers of 2 MiB and more start on a 2 MiB boundary so the kernel can back them
+         * with huge pages (one TLB entry for a whole packed panel) */
+        const size_t huge = (size_t)1 << 21, align = bytes >= huge ? huge : 64;
+        size_t size = ((bytes > 64 ? bytes : 64) + align - 1) & ~(align - 1);
         free(buffers[slot]);
-        buffers[slot] = aligned_alloc(64, size);
+        buffers[slot] = aligned_alloc(align, size);
         if (!buffers[slot]) abort();  /* out of memory for a packing buffer */
+#ifdef MADV_HUGEPAGE
+        if (align == huge) madvise(buffers[slot], size, MADV_HUGEPAGE);
+#endif
         capacity[slot] = size;
     }
     return buffers[slot];

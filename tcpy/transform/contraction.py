@@ -477,11 +477,15 @@ def _grids(limits, threads):
 
 
 def contraction_of(stmt: ast.Stmt, ranges, program, options) -> Optional[tuple[Contraction, Plan]]:
-    """``(contraction, plan)`` when the engine takes this statement (``options.contraction``
-    on and :func:`recognize` accepts it), else None. ``program`` gives shapes, types, sizes."""
-    if not getattr(options, "contraction", True):
+    """``(contraction, plan)`` when the engine takes this statement, else None: ``options``
+    keep the engine on (``contraction``, ``vectorize``) and give no tile sizes or loop order for
+    its variables, and :func:`recognize` accepts it. ``parallel=False`` plans one thread.
+    ``program`` gives shapes, types and sizes."""
+    if not getattr(options, "contraction", True) or not options.vectorize:
         return None
+    if set(options.tile_sizes) & set(stmt.index_vars) or set(options.loop_order) & set(stmt.index_vars):
+        return None  # the user asked for a loop schedule of this statement (or autotuning tries one)
     con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
     if con is None:
         return None
-    return con, plan(con, options.target, options.threads)
+    return con, plan(con, options.target, options.threads if options.parallel else 1)

@@ -356,14 +356,17 @@ def test_gemm_edges_around_the_micro_tile(target, threads):
     nr = nv * t.lanes(4)
     src = "def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
     rng = np.random.default_rng(threads)
-    for tt in (t, tiny_caches(t)):
+    paths = set()
+    for tt, (m, n, k) in ((t, (2 * mr + 1, 2 * nr - 1, 37)), (tiny_caches(t), (2 * mr + 1, 2 * nr - 1, 37)),
+                          (tiny_caches(t), (20 * mr - 1, nr + 1, 37)), (tiny_caches(t), (3 * mr + 1, 12 * nr + 1, 37))):
         kernel = tcpy.define(src, options=tcpy.Options(target=tt, num_threads=threads))
-        m, n, k = 2 * mr + 1, 2 * nr - 1, 37
         A = rng.standard_normal((m, k), dtype=np.float32)
         B = rng.standard_normal((k, n), dtype=np.float32)
+        paths.add(kernel.specialize(A, B).ir.nests[0].body[0].plan.path)
         got = kernel(A, B)
         assert got.dtype == np.float32 and got.shape == (m, n)
         np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    assert paths == {"small", "packed", "stream"}
 
 
 def test_split_k_is_deterministic_and_right():

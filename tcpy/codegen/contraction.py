@@ -185,10 +185,10 @@ class _Renderer:
 
     # -- packed path ------------------------------------------------------------------------
 
-    def packed(self, w: _Writer):
-        p, T, TA, TB = self.p, self.T, self.TA, self.TB
-        mr, nr = self.plan.mr, self.plan.nr
-        # pack B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded columns
+    def packed_b(self, w: _Writer):
+        """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded."""
+        p, T, TB = self.p, self.T, self.TB
+        nr = self.plan.nr
         n = self.single("n")
         w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
           f" {T} *TCPY_RESTRICT bp) {{")
@@ -224,6 +224,11 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def packed(self, w: _Writer):
+        p, T, TA, TB = self.p, self.T, self.TA, self.TB
+        mr, nr = self.plan.mr, self.plan.nr
+        self.packed_b(w)
         # pack A(i0:i0+mc, p0:p0+kc) into MR-tall slivers, k-major, zero-padded rows
         m = self.single("m")
         w(f"static void {p}_pack_a(const {TA} *TCPY_RESTRICT ab, int64_t i0, int64_t mc, int64_t p0, int64_t kc,"
@@ -305,9 +310,37 @@ class _Renderer:
 
     # -- small path -------------------------------------------------------------------------
 
-    def small(self, w: _Writer):
-        p, T = self.p, self.T
+    def stream(self, w: _Writer):
+        """A read in place, M tiles outer, against a packed K block of B (all of the cell's N)."""
+        p, T, TB = self.p, self.T, self.TB
         mr, nr, K, KC = self.plan.mr, self.plan.nr, self.K, self.plan.kc
+        self.packed_b(w)
+        self.small_kernel(w)
+        con, k = self.con, self.single("k")
+        tn = self.plan.grid[2]
+        npart = -(-(-(-self.N // nr)) // tn) * nr
+        w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
+        w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
+        w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
+        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp);", 3)
+        overwrite = "pc == 0" if con.init else "0"
+        w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
+        w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)
+        w(f"{p}_small(kc, ab + pc * INT64_C({k.a}), i, m1 - i < {mr} ? m1 - i : {mr}, bp + jr * kc, {nr}, cb, "
+          f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha);", 5)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def small_kernel(self, w: _Writer):
+        p, T = self.p, self.T
+        mr, K, KC = self.plan.mr, self.K, self.plan.kc
         m, k = self.single("m"), self.single("k")
         L = self.plan.lanes
         w(f"static __attribute__((noinline)) void {p}_small(int64_t kc, const {T} *TCPY_RESTRICT ab, int64_t i, "
@@ -319,6 +352,12 @@ class _Renderer:
                              lambda r: f"a{r}[k * INT64_C({k.a})]", 1)
         self.store_c(w, "overwrite", 1)
         w("}")
+
+    def small(self, w: _Writer):
+        p, T = self.p, self.T
+        mr, nr, K, KC = self.plan.mr, self.plan.nr, self.K, self.plan.kc
+        k = self.single("k")
+        self.small_kernel(w)
         con = self.con
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
@@ -397,7 +436,7 @@ class _Renderer:
         w(f"const int64_t k0 = ck * {self.K} / {tk}, k1 = (ck + 1) * {self.K} / {tk};", 3)
         w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
         w("(void)k0; (void)k1;", 3)
-        if plan.path == "small":
+        if plan.path in ("small", "stream"):
             w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha);", 3)
         else:
             P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
@@ -440,6 +479,8 @@ class _Renderer:
         self.header(helpers)
         if self.plan.path == "small":
             self.small(helpers)
+        elif self.plan.path == "stream":
+            self.stream(helpers)
         else:
             self.packed(helpers)
         body = _Writer()

@@ -268,7 +268,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
     # The output's contiguous variable belongs in N (the vector dimension): swap the operands
     # (the product commutes exactly) when it is on a's side.
-    c_inner = min(stmt.output_vars, key=lambda v: abs(c.stride(v)), default=None)
+    c_inner = min(reversed(stmt.output_vars), key=lambda v: abs(c.stride(v)), default=None)
     if c_inner in roles["m"]:
         a, b = b, a
         roles["m"], roles["n"] = roles["n"], roles["m"]
@@ -303,7 +303,7 @@ def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
 
-    path: str  # "packed" or "small"
+    path: str  # "packed", "small" or "stream"
     mr: int
     nr: int
     lanes: int
@@ -332,9 +332,11 @@ class Plan:
 
 
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
+READ_COST = 0.25  # cycles per element a cell reads in place from beyond L2 (memory bandwidth)
 COMBINE_COST = 1.0  # cycles per element and partial of a split-K combination
 FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
 COPY_B_MIN_TILES = 4
+PACK_SHARE_MAX = 0.05  # packing A may cost this share of the FMA time (else the stream path)
 SPAWN_COST = 4000.0  # cycles to start and join an OpenMP team (about 1-2 us)
 
 
@@ -396,6 +398,11 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
                        f"fits half of L2: packing cannot pay")
+    elif _stream_ok(con, target, kc, s, lanes) and batch * -(-M // mr) >= threads:
+        path = "stream"
+        reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
+                       f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
+                       f"time, against a packed K block of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
     else:
         path = "packed"
     grid = _grid(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads)
@@ -417,6 +424,17 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
                    "compute + packing + split-K combination")
     return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b)
+
+
+def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:
+    """A read in place when packing it costs too much for its reuse: each A element feeds
+    ``N / lanes`` vector FMAs (``N / lanes / FMA_PIPES`` cycles) and its copy ``PACK_COST``
+    cycles. The K block of B (``kc x N``) must fit half of L2."""
+    _, M, N, K = con.sizes
+    if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
+        return False
+    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1
+            and (not con.m or con.m[0].a != 0))
 
 
 def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
@@ -446,6 +464,8 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
     pack = 0.0
     if path == "packed":
         pack = bp * (mp * kp * -(-np_ // nc) + kp * np_) * PACK_COST
+    elif path == "stream":  # B's block packed; A read in place by every cell that needs it
+        pack = bp * kp * (np_ * PACK_COST + mp * READ_COST)
     combine = (batch * M * N * tk / threads * COMBINE_COST) if tk > 1 else 0.0
     spawn = SPAWN_COST if cells > 1 else 0.0
     return rounds * (compute + pack) + combine + spawn

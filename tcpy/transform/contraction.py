@@ -337,7 +337,7 @@ COMBINE_COST = 1.0  # cycles per element and partial of a split-K combination
 FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
 COPY_B_MIN_TILES = 4
 PACK_SHARE_MAX = 0.05  # packing A may cost this share of the FMA time (else the stream path)
-SPAWN_COST = 4000.0  # cycles to start and join an OpenMP team (about 1-2 us)
+SPAWN_COST = 10000.0  # cycles to wake and join an OpenMP team whose threads sleep (a few us)
 
 
 def micro_tile(target: Target, element_bytes: int) -> tuple[int, int]:

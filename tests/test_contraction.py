@@ -373,10 +373,10 @@ def test_split_k_is_deterministic_and_right():
     src = "def f(double(M,K) A, double(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
     t = tiny_caches(Target.preset("x86-64"))
     kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=7))
-    node = kernel.specialize((9, 300), (300, 5)).ir.nests[0].body[0]
+    node = kernel.specialize((9, 4000), (4000, 5)).ir.nests[0].body[0]
     assert node.plan.grid[3] > 1
     rng = np.random.default_rng(1)
-    A, B = rng.standard_normal((9, 300)), rng.standard_normal((300, 5))
+    A, B = rng.standard_normal((9, 4000)), rng.standard_normal((4000, 5))
     first = kernel(A, B)
     np.testing.assert_allclose(first, A @ B, rtol=1e-12, atol=1e-12)
     assert all(np.array_equal(first, kernel(A, B)) for _ in range(3))

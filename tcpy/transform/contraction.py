@@ -333,7 +333,7 @@ class Plan:
 
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
 READ_COST = 0.25  # cycles per element a cell reads in place from beyond L2 (memory bandwidth)
-COMBINE_COST = 1.0  # cycles per element and partial of a split-K combination
+COMBINE_COST = 2.0  # cycles per element and partial of a split-K combination (written, then read)
 FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
 COPY_B_MIN_TILES = 4
 PACK_SHARE_MAX = 0.05  # packing A may cost this share of the FMA time (else the stream path)

@@ -67,15 +67,44 @@ def torch_fn(name: str):
     """The same computation in PyTorch on the CPU (inputs converted outside the timed call)."""
     if torch is None:
         return None
-    fns = {"gemm": torch.matmul,
+    fns = {"gemm": torch.matmul, "dgemm": torch.matmul, "bmm": torch.matmul,
            "conv2d": torch.nn.functional.conv2d,
            "attention": lambda q, k, v, s: torch.softmax(s * (q @ k.transpose(-1, -2)), -1) @ v}
     return fns[name]
 
 
+DGEMM = demo.GEMM.replace("float", "double")
+
+BMM = """
+def bmm(float(B,M,K) A, float(B,K,N) Bt) -> (C) {
+    C(b, m, n) +=! A(b, m, k) * Bt(b, k, n)
+}
+"""
+
+
+def dgemm_case(m: int, n: int, k: int) -> demo.Case:
+    """(m x k) @ (k x n) in float64."""
+    return demo.Case("dgemm", DGEMM, f"{m}x{k} @ {k}x{n}",
+                     lambda rng: (rng.standard_normal((m, k)), rng.standard_normal((k, n))),
+                     demo.numpy_gemm, 2.0 * m * n * k)
+
+
+def bmm_case(b: int, m: int, n: int, k: int) -> demo.Case:
+    """b independent (m x k) @ (k x n) in float32."""
+    return demo.Case("bmm", BMM, f"{b} x {m}x{k} @ {k}x{n}",
+                     lambda rng: (rng.standard_normal((b, m, k), dtype=np.float32),
+                                  rng.standard_normal((b, k, n), dtype=np.float32)),
+                     np.matmul, 2.0 * b * m * n * k)
+
+
 def cases(quick: bool):
     gemm = [256, 512] if quick else [256, 512, 1024, 2048]
     yield from (demo.gemm_case(n, n, n) for n in gemm)
+    yield from (dgemm_case(n, n, n) for n in gemm)
+    yield from (demo.gemm_case(n, n, n) for n in (64, 128))
+    if not quick:  # tall-skinny M x N x K, and batched
+        yield from (demo.gemm_case(m, n, k) for m, n, k in ((1024, 1024, 64), (128, 128, 4096), (4096, 64, 512)))
+        yield bmm_case(32, 128, 128, 64)
     yield from (demo.conv2d_case(n, 64, 64, 56) for n in ([1] if quick else [1, 8]))
     if not quick:
         yield demo.conv2d_case(8, 128, 128, 28)
@@ -88,7 +117,8 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
     compile_s = timeit.default_timer()
     got = kernel(*args)
     compile_s = timeit.default_timer() - compile_s
-    ok = demo.close(got, case.reference(*args), np.float32)
+    want = case.reference(*args)
+    ok = demo.close(got, want, want.dtype)
     contenders = {"tcpy": (kernel, args), "numpy": (case.reference, args)}
     fn = torch_fn(case.name)
     if fn is not None:
@@ -154,6 +184,7 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default=None,
                         help="tcpy target preset (x86-64, x86-64-v3, x86-64-v4) instead of this machine; "
                              "for x86-64-v3 compare with OPENBLAS_CORETYPE=Haswell")
+    parser.add_argument("--only", default=None, help="run only cases whose name or shapes contain this text")
     args = parser.parse_args(argv)
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
@@ -179,7 +210,11 @@ def main(argv=None) -> int:
                   "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py")
     rng = np.random.default_rng(0)
     for case in cases(args.quick):
+        if args.only and args.only not in f"{case.name} {case.shapes}":
+            continue
         print(run_case(case, rng, args.budget, options), flush=True)
+    if args.only:
+        return 0
     print(overhead_line(), flush=True)
     print(threads_line(256 if args.quick else 1024, options), flush=True)
     return 0

@@ -18,6 +18,8 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -443,5 +445,30 @@ TCPY_SIMD_DECLARE(tanh)
 #undef TCPY_SIMD_DECLARE
 #undef TCPY_SIMD_DECLARE2
 #endif
+
+/* ---- Per-thread scratch ----------------------------------------------------------------------
+ * tcpy_scratch(slot, bytes): a 64-byte aligned buffer of at least `bytes` owned by the calling
+ * thread, one per slot (0..TCPY_SCRATCH_SLOTS-1). It only grows and is reused by later calls,
+ * so packing buffers cost no allocation once warm. Each kernel library has its own copy; the
+ * buffers live as long as the thread. Contents are not preserved when a buffer grows. */
+#define TCPY_SCRATCH_SLOTS 4
+static inline void *tcpy_scratch(int slot, size_t bytes) {
+    static __thread void *buffers[TCPY_SCRATCH_SLOTS];
+    static __thread size_t capacity[TCPY_SCRATCH_SLOTS];
+    if (TCPY_UNLIKELY(bytes > capacity[slot] || !buffers[slot])) {
+        /* buffers of 2 MiB and more start on a 2 MiB boundary so the kernel can back them
+         * with huge pages (one TLB entry for a whole packed panel) */
+        const size_t huge = (size_t)1 << 21, align = bytes >= huge ? huge : 64;
+        size_t size = ((bytes > 64 ? bytes : 64) + align - 1) & ~(align - 1);
+        free(buffers[slot]);
+        buffers[slot] = aligned_alloc(align, size);
+        if (!buffers[slot]) abort();  /* out of memory for a packing buffer */
+#ifdef MADV_HUGEPAGE
+        if (align == huge) madvise(buffers[slot], size, MADV_HUGEPAGE);
+#endif
+        capacity[slot] = size;
+    }
+    return buffers[slot];
+}
 
 #endif /* TCPY_RUNTIME_H */

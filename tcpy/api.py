@@ -18,7 +18,7 @@ from .errors import TCArgumentError, TCProgramError
 from .lang import ast, parse
 from .lang.sema import select_def
 from .lang.types import ScalarType
-from .loopir import KernelIR, NestKind, describe_group, dump
+from .loopir import ContractionNest, KernelIR, NestKind, describe_group, dump
 from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
@@ -132,6 +132,10 @@ class Kernel(Launcher):
                     lines.append(f"  fused {describe_group(spec.ir.program, nest.group)}")
                 elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
+                elif nest.body and isinstance(nest.body[0], ContractionNest):
+                    node = nest.body[0]
+                    lines.append(f"  {spec.ir.stmts[nest.stmt]}: {node.describe()}")
+                    lines.extend(f"    why: {reason}" for reason in node.plan.reasons)
             text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
         return Explanation(text)
 

@@ -338,7 +338,20 @@ class TileUpdate:
     lets: Point_ = ()
 
 
-Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate]
+@dataclass(frozen=True)
+class ContractionNest:
+    """A statement the contraction engine runs (:mod:`tcpy.transform.contraction`): its roles
+    and affine accesses, and the plan (path, micro-tile, cache blocks, thread grid)."""
+
+    stmt: int
+    contraction: object  # tcpy.transform.contraction.Contraction
+    plan: object  # tcpy.transform.contraction.Plan
+
+    def describe(self) -> str:
+        return f"contraction engine: {self.contraction.describe()}; {self.plan.describe()}"
+
+
+Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,6 +486,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
             _dump_nodes(node.fast, depth + 1, lines)
             lines.append(f"{pad}else")
             _dump_nodes(node.slow, depth + 1, lines)
+        elif isinstance(node, ContractionNest):
+            lines.append(f"{pad}{node.describe()}")
         elif isinstance(node, TileUpdate):
             lets = f" with {_point_text(node.lets)}" if node.lets else ""
             lines.append(f"{pad}tile update S{node.stmt} ({_point_text(node.point)}){lets}: {node.rhs}")

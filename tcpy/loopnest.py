@@ -24,11 +24,12 @@ from .lang import ast
 from .lang.types import ScalarType, accumulator_type
 from .lang.visit import inline_lets
 from .loopir import (
-    Accumulate, BinOp, Block, Const, FusedGroup, Guard, KernelIR, Loop, Mode, Nest, NestKind, Node, Point,
-    Program, Scratch, Statement, Var, first_point, from_isl,
+    Accumulate, BinOp, Block, Const, ContractionNest, FusedGroup, Guard, KernelIR, Loop, Mode, Nest, NestKind,
+    Node, Point, Program, Scratch, Statement, Var, first_point, from_isl,
 )
 from .options import Options
 from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
+from .transform.contraction import contraction_of
 
 
 def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
@@ -207,6 +208,9 @@ def _statement_nests(program: Program, index: int, options: Options, fixed: Mapp
     fused group around them. Split reductions add their partials to ``scratch``."""
     statement = program.statements[index]
     stmt, ranges = statement.stmt, statement.ranges
+    engine = contraction_of(stmt, ranges, program, options)
+    if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
+        return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, *engine),))]
     sched = schedule_of(program, statement, options)
     if not _identity_needed(stmt):
         # `=`, or a reduction operator with no reduction variable, which TC treats as `=`

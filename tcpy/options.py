@@ -25,6 +25,9 @@ class Options:
     check_indices: bounds-check data-dependent indices such as ``B(C(i))`` at run time.
     cflags: extra compiler flags.
     register_tile: keep blocks of outputs in registers across reductions (GEMM-like nests).
+    contraction: run GEMM-class statements (a product of two accesses summed over shared
+        indices) through the contraction engine (packing, micro-kernel, cache blocks); off keeps
+        the plain loop nests.
     fuse: run consecutive statements that share outer output loops under them (see
         :mod:`tcpy.transform.fusion`).
     target: the machine to build for: a :class:`~tcpy.Target`, a preset name (``"x86-64-v3"``)
@@ -41,6 +44,7 @@ class Options:
     check_indices: bool = True
     cflags: tuple[str, ...] = ()
     register_tile: bool = True
+    contraction: bool = True
     fuse: bool = True
     target: Union[None, str, Target] = None
 
@@ -72,5 +76,5 @@ class Options:
         return (
             tuple(sorted(self.tile_sizes.items())), self.loop_order, self.unroll, self.threads,
             self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
-            self.register_tile, self.fuse, self.target.key(),
+            self.register_tile, self.contraction, self.fuse, self.target.key(),
         )

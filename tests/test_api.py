@@ -90,7 +90,7 @@ def test_single_thread_option_removes_parallel_loops():
     mm = """def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"""
     parallel = tcpy.define(mm).c_source((256, 256), (256, 256))
     serial = tcpy.define(mm, options=tcpy.Options(num_threads=1)).c_source((256, 256), (256, 256))
-    assert "omp parallel for" in parallel and "omp parallel for" not in serial
+    assert "omp parallel" in parallel and "omp parallel" not in serial
 
 
 def test_reference_backend_has_the_same_interface():

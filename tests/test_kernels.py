@@ -37,8 +37,11 @@ def test_matmul(shape):
 
 
 def test_matmul_large_is_tiled_and_parallel():
-    kernel = tcpy.define(MATMUL)
     A, B = rand(300, 200), rand(200, 700)
+    kernel = tcpy.define(MATMUL)  # the contraction engine
+    check(kernel(A, B), A @ B, rtol=1e-3, atol=1e-3)
+    assert "#pragma omp parallel num_threads" in kernel.c_source(A, B)
+    kernel = tcpy.define(MATMUL, options=tcpy.Options(contraction=False))  # plain loop nests
     check(kernel(A, B), A @ B, rtol=1e-3, atol=1e-3)
     source = kernel.c_source(A, B)
     assert "#pragma omp parallel for" in source
@@ -361,10 +364,13 @@ def test_empty_reduction_gives_identity():
     assert np.all(MX == -np.inf)
 
 
+NO_ENGINE = tcpy.Options(contraction=False)  # GEMM-class statements keep the plain loop nests
+
+
 def test_options_change_schedule_not_result():
     A, B = rand(70, 40), rand(40, 90)
     options = tcpy.Options(tile_sizes={"m": 16, "n": 32, "k": 8}, loop_order=("n", "m", "k"), unroll=4,
-                           num_threads=1)
+                           num_threads=1, contraction=False)
     k = tcpy.define(MATMUL, options=options)
     check(k(A, B), A @ B)
     assert "#pragma omp parallel" not in k.c_source(A, B)
@@ -372,16 +378,17 @@ def test_options_change_schedule_not_result():
 
 def test_register_tiles_with_partial_blocks():
     # m = 13 and w = 38 are not multiples of the register tile: whole blocks take the register
-    # path, edge blocks the plain loops; both must agree with NumPy.
+    # path, edge blocks the plain loops; both must agree with NumPy. (Without the contraction
+    # engine, which takes these statements by default.)
     k = tcpy.define("""
     def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {
         O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw)
-    }""")
+    }""", options=NO_ENGINE)
     I, W = rand(1, 5, 6, 40), rand(13, 5, 3, 3)
     assert "register tile m:" in k.explain(I, W)
     assert "tcpy_tile" in k.c_source(I, W)
     check(k(I, W), conv2d_nchw(I, W, 1))
-    mm = tcpy.define(MATMUL)
+    mm = tcpy.define(MATMUL, options=NO_ENGINE)
     A, B = rand(67, 35), rand(35, 111)
     assert "tcpy_tile" in mm.c_source(A, B)
     check(mm(A, B), A @ B)
@@ -405,7 +412,7 @@ def test_dot_product_reductions_read_a_packed_transposed_operand():
     k = tcpy.define("""
     def mm_nt(float(M,K) A, float(N,K) B) -> (C) {
         C(m, n) +=! A(m, k) * B(n, k)
-    }""")
+    }""", options=NO_ENGINE)
     A, B = rand(45, 70), rand(100, 70)
     assert "pack.0" in k.explain(A, B)
     check(k(A, B), A @ B.T)
@@ -427,14 +434,14 @@ def test_reused_temporaries_start_from_zero_on_every_call():
 def test_wide_operands_are_read_from_panel_copies():
     # Rows of B at least 512 long are copied into 32-wide panels for the register tiles; the
     # last, partial panel and edge blocks read B itself.
-    mm = tcpy.define(MATMUL)
+    mm = tcpy.define(MATMUL, options=NO_ENGINE)
     A, B = rand(50, 70), rand(70, 530)
     assert "pack.0(panel.nb" in mm.explain(A, B)
     check(mm(A, B), A @ B)
     bmm = tcpy.define("""
     def bmm(float(B,M,K) X, float(B,K,N) Y) -> (Z) {
         Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)
-    }""")
+    }""", options=NO_ENGINE)
     X, Y = rand(2, 13, 9), rand(2, 9, 515)
     assert "pack.0(panel.nb" in bmm.explain(X, Y)
     check(bmm(X, Y), X @ Y)

@@ -7,10 +7,11 @@ import pytest
 
 import tcpy
 from tcpy import demo
-from tcpy.loopir import Loop, NestKind
+from tcpy.loopir import ContractionNest, Loop, NestKind
 from tcpy.schedule import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK
 
 THREADS = (2, 16, 64, 256)
+ENGINE_PARALLEL_WORK = 1 << 22  # multiply-adds: ~50 us on one core, far above a team's start
 GEMMS = [(n, n, n) for n in (64, 256, 1024, 4096)] + [(1024, 1024, 64), (128, 128, 4096), (4096, 64, 512)]
 CONVS = [(n, c, hw) for n in (1, 8) for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7))]
 ATTENTIONS = [(1, 1, 256), (1, 8, 512), (4, 12, 1024), (2, 24, 4096), (1, 1, 4096)]
@@ -37,7 +38,28 @@ def output_work_units(sched, statement) -> int:
     return math.prod(max(1, extents[v]) for v in outputs if v != simd)
 
 
+def check_engine_plans(kernel, threads, *shapes):
+    """Contractions run on a BLIS-style grid of equal cells, one per thread: as many cells as
+    threads (within 15%: cells divide the work evenly) unless the micro-tiles run out."""
+    ir = kernel.specialize(*shapes).ir
+    for nest in ir.nests:
+        for node in nest.body:
+            if isinstance(node, ContractionNest):
+                roles = node.contraction
+                plan = node.plan
+                extent = lambda groups: math.prod(g.extent for g in groups)  # noqa: E731
+                tiles = (extent(roles.batch) * -(-extent(roles.m) // plan.mr) * -(-extent(roles.n) // plan.nr))
+                cells = math.prod(plan.grid)
+                assert cells <= threads, f"{plan.describe()}: more cells than threads"
+                if plan.grid[3] == 1:
+                    assert cells <= tiles, f"{plan.describe()}: more cells than micro-tiles"
+                work = extent(roles.batch) * extent(roles.m) * extent(roles.n) * extent(roles.k)
+                if work >= ENGINE_PARALLEL_WORK:  # (below, the cost model may rightly keep fewer)
+                    assert cells >= 0.85 * min(threads, tiles), f"{plan.describe()}: {tiles} micro-tiles"
+
+
 def check_plan(kernel, threads, *shapes):
+    check_engine_plans(kernel, threads, *shapes)
     for nest, statement in plans(kernel, *shapes):
         sched = nest.schedule
         work = math.prod(max(0, e) for e in statement.extents().values())
@@ -76,7 +98,7 @@ def test_attention_chunks(threads, b, h, s):
 
 
 def test_explain_names_chunks_and_threads():
-    kernel = tcpy.define(demo.CONV2D, options=tcpy.Options(num_threads=16))
+    kernel = tcpy.define(demo.CONV2D, options=tcpy.Options(num_threads=16, contraction=False))
     text = kernel.explain((8, 128, 30, 30), (128, 128, 3, 3))
     assert "parallel over f_tile, n, h (" in text and " chunks for 16 threads)" in text
 
@@ -100,7 +122,8 @@ SPLIT_CASES = {
 
 @pytest.mark.parametrize("threads", THREADS)
 def test_few_long_reductions_are_split(threads):
-    kernel = tcpy.define(SPLIT_CASES["gemv_few_rows"][0], options=tcpy.Options(num_threads=threads))
+    # (the contraction engine splits K its own way: test the loop nests' split)
+    kernel = tcpy.define(SPLIT_CASES["gemv_few_rows"][0], options=tcpy.Options(num_threads=threads, contraction=False))
     (nest,) = [n for n, _ in plans(kernel, (4, 1_000_000), (1_000_000,))]
     sched = nest.schedule
     assert sched.split is not None and sched.chunks >= min(CHUNKS_PER_THREAD * threads, 1_000_000 // 4096)
@@ -111,7 +134,7 @@ def test_few_long_reductions_are_split(threads):
 @pytest.mark.parametrize("threads", [1, 2, 7])
 def test_split_reductions_match_the_reference_and_repeat_exactly(case, threads):
     source, dtype, shapes = SPLIT_CASES[case]
-    kernel = tcpy.define(source, options=tcpy.Options(num_threads=threads))
+    kernel = tcpy.define(source, options=tcpy.Options(num_threads=threads, contraction=False))
     reference = tcpy.define(source, backend="reference")
     rng = np.random.default_rng(1)
     if dtype == np.int32:

@@ -36,7 +36,7 @@ def registers_used(target: Target, element_bytes: int, rows: int, cols: int) -> 
 @pytest.mark.parametrize("m, n, k", [(64, 64, 64), (256, 256, 256), (1024, 1024, 1024), (37, 300, 45)])
 def test_register_tiles_fit_the_register_file(preset, source, element_bytes, m, n, k):
     target = Target.preset(preset)
-    kernel = tcpy.define(source, options=tcpy.Options(target=target))
+    kernel = tcpy.define(source, options=tcpy.Options(target=target, contraction=False))
     (sched,) = compute_schedules(kernel, (m, k), (k, n))
     assert sched.register_tile is not None
     _, rows, _, cols = sched.register_tile
@@ -57,14 +57,14 @@ def test_every_offered_register_tile_fits(preset):
 def test_register_tiles_follow_the_vector_width():
     cols = {}
     for preset in ("x86-64", "x86-64-v3", "x86-64-v4"):
-        kernel = tcpy.define(demo.GEMM, options=tcpy.Options(target=preset))
+        kernel = tcpy.define(demo.GEMM, options=tcpy.Options(target=preset, contraction=False))
         (sched,) = compute_schedules(kernel, (512, 512), (512, 512))
         cols[preset] = sched.register_tile[3]
     assert cols == {"x86-64": 8, "x86-64-v3": 16, "x86-64-v4": 32}
 
 
 def test_register_tile_pass_splits_whole_and_partial_blocks():
-    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(target="x86-64-v3"))
+    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(target="x86-64-v3", contraction=False))
     ir = kernel.specialize((37, 45), (45, 300)).ir
     tiles = [node for nest in ir.nests for node in _walk(nest.body) if isinstance(node, RegisterTile)]
     assert tiles and all(t.rows == 6 and t.cols == 16 for t in tiles)
@@ -89,7 +89,8 @@ LOOP_IR_CASES = {
 @pytest.mark.parametrize("case", sorted(LOOP_IR_CASES))
 def test_loop_ir_golden(case, golden):
     source, args = LOOP_IR_CASES[case]
-    kernel = tcpy.define(source, options=tcpy.Options(target="x86-64-v3", num_threads=2))
+    # the plain loop nests (the contraction engine's nests are one line each; see test_contraction)
+    kernel = tcpy.define(source, options=tcpy.Options(target="x86-64-v3", num_threads=2, contraction=False))
     shapes = tuple(a if isinstance(a, tuple) else np.float32(a) for a in args)
     golden.check(GOLDEN / f"{case}.expected", kernel.loop_ir(*shapes))
 

@@ -23,9 +23,10 @@ import cython
 from tcpy.lang import ast
 from tcpy.lang.types import ScalarType, accumulator_type, promote
 from tcpy.loopir import (
-    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, Call, Const, Guard, IExpr, Loop, Mode, Neg,
-    NestKind, Point, RegisterTile, Select, TileUpdate, Var,
+    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, Call, Const, ContractionNest, Guard,
+    IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
 )
+from tcpy.codegen import contraction as contraction_c
 
 #: True when this module runs compiled by Cython.
 COMPILED: bool = cython.compiled
@@ -167,6 +168,7 @@ class _Emitter:
         self.uses_divzero = None
         self.tile = None
         self.in_index = 0  # > 0 while emitting the value of a computed index expression
+        self.helpers = []  # file-scope C the contraction engine adds before the kernel
 
     # -- error table -------------------------------------------------------------------------
 
@@ -493,6 +495,13 @@ class _Emitter:
                     self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}];  /* per iteration */", depth + 1)
                 self.nodes(node.body, depth + 1)
                 self.emit("}", depth)
+            elif isinstance(node, ContractionNest):
+                names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
+                helpers, body = contraction_c.render(node.contraction, node.plan, names,
+                                                     f"{self.symbol}_s{node.stmt}")
+                self.helpers.append(helpers)
+                for line in body.splitlines():
+                    self.emit(line, depth)
             elif isinstance(node, Guard):
                 self.emit(f"if ({index_c(node.cond, top=True)}) {{", depth)
                 self.nodes(node.then, depth + 1)
@@ -549,6 +558,9 @@ class _Emitter:
                 self.emit("if (tcpy_err) return tcpy_err;", 1)
         self.emit("return 0;", 1)
         self.lines.append("}")
+        if self.helpers:  # before the kernel function (its line starts with `int <symbol>(`)
+            at = next(i for i, line in enumerate(self.lines) if line.startswith(f"int {self.symbol}("))
+            self.lines[at:at] = self.helpers
         return "\n".join(self.lines) + "\n"
 
 

@@ -30,6 +30,7 @@ from ..lang.visit import map_expr
 from ..loopir import FusedGroup, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
+from .contraction import contraction_of
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10
@@ -61,10 +62,13 @@ def fuse_statements(program: Program, options: Options) -> Program:
 def _fusable_vars(program: Program, statement: Statement, options: Options) -> tuple[str, ...]:
     """The statement's left-hand variables that could be shared loops (empty: not fusable).
 
-    Register-tiled nests (GEMM-like) and the copies passes add keep their own loops."""
+    Contractions, register-tiled nests (GEMM-like) and the copies passes add keep their own
+    loops."""
     stmt = statement.stmt
     if statement.origin < 0 or not stmt.lhs or statement.panel is not None:
         return ()
+    if contraction_of(stmt, statement.ranges, program, options) is not None:
+        return ()  # the contraction engine blocks it itself
     sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
     if sched.register_tile is not None:
         return ()

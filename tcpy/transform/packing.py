@@ -23,6 +23,7 @@ from ..lang.visit import map_expr
 from ..loopir import PANEL_BLOCK, PANEL_LANE, Panel, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
+from .contraction import contraction_of
 
 PANEL_MIN_COLUMNS = 512  # narrower operands stay in cache as they are
 COPY_PREFIX = "pack."  # (a "." keeps generated names apart from TC identifiers)
@@ -36,7 +37,7 @@ def pack_operands(program: Program, options: Options) -> Program:
     shapes, types = dict(program.shapes), dict(program.types)
     copies = 0
     for statement in program.statements:
-        if statement.origin >= 0:
+        if statement.origin >= 0 and contraction_of(statement.stmt, statement.ranges, program, options) is None:
             for make in (_transposed_copy, _panel_copy):
                 made = make(statement, shapes, types, options, f"{COPY_PREFIX}{copies}")
                 if made is not None:

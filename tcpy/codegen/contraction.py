@@ -1,0 +1,488 @@
+"""C for one contraction (:class:`tcpy.transform.contraction.Contraction`) on a Target.
+
+:func:`render` returns file-scope helpers (vector types, offset functions, packing routines,
+micro-kernels, the per-cell driver) and the statement's body inside the kernel function.
+
+**Packed path** (BLIS's five loops around a micro-kernel)::
+
+    for each cell of the thread grid (batch x M x N x K parts), one per thread in turn:
+      for b in the cell's batch range
+        for jc in N, step nc                  B panel kc x nc: this core's L3 share
+          for pc in K, step kc
+            pack B(pc:pc+kc, jc:jc+nc) into NR-wide slivers (zero-padded)
+            for ic in M, step mc              A block mc x kc: L2
+              pack A(ic:ic+mc, pc:pc+kc) into MR-tall slivers (zero-padded)
+              for jr in nc, step NR           B sliver kc x NR: L1
+                for ir in mc, step MR
+                  MR x NR micro-kernel: kc rank-1 updates in registers, then one store
+
+Packing reads through the affine accesses (offset functions of the linear M, N, K and batch
+indices, with one ``/`` and ``%`` by a constant per merged group), so transposed, strided,
+offset, batched and multi-variable operands reach the micro-kernel as the same contiguous
+slivers. The micro-kernel keeps ``MR x NR/lanes`` accumulators in vector registers (GCC vector
+extensions, ``vector_size`` = the Target's vector bytes); edge tiles compute on zero padding and
+store only their valid part. Packing buffers are per-thread scratch reused across calls
+(``tcpy_scratch`` in csrc/tcpy_runtime.h). With a split K, each cell writes its partial sums
+into a buffer of its own and the partials are added in a fixed order, so results do not depend
+on the thread count at run time.
+
+**Small path**: operands read in place (B rows as unaligned vectors, A elements broadcast), no
+packing except a zero-padded copy of the last, partial B sliver; rows past M are clamped to the
+last valid row and never stored.
+"""
+from __future__ import annotations
+
+from ..lang.types import ScalarType
+from ..transform.contraction import Contraction, Group, Plan
+
+
+def _c(stype: ScalarType) -> str:
+    return stype.c_type
+
+
+def _lit(value: float, stype: ScalarType) -> str:
+    text = repr(float(value))
+    return text + "f" if stype is ScalarType.FLOAT32 else text
+
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, text: str = "", depth: int = 0):
+        for line in text.split("\n"):
+            self.lines.append("    " * depth + line if line else "")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def render(con: Contraction, plan: Plan, names: dict, prefix: str) -> tuple[str, str]:
+    """``(helpers, body)``: file-scope C and the statement's C inside the kernel function.
+
+    ``names`` maps tensor names to their C pointers in the kernel; ``prefix`` makes the
+    helpers' names unique in the file. The body reads ``tcpy_num_threads``.
+    """
+    return _Renderer(con, plan, names, prefix).render()
+
+
+class _Renderer:
+    def __init__(self, con: Contraction, plan: Plan, names: dict, prefix: str):
+        self.con, self.plan, self.names, self.p = con, plan, names, prefix
+        self.T = _c(con.dtype)
+        self.TA, self.TB = _c(con.a.dtype), _c(con.b.dtype)
+        self.s = con.dtype.bits // 8
+        self.batch, self.M, self.N, self.K = con.sizes
+
+    # -- pieces -----------------------------------------------------------------------------
+
+    def offset_fn(self, w: _Writer, which: str, role: str):
+        """``int64_t <p>_off_<which>_<role>(int64_t i)``: element offset of linear index i."""
+        groups = [g for g in getattr(self.con, role)]
+        w(f"static inline int64_t {self.p}_off_{which}_{role}(int64_t i) {{")
+        if not groups or all(g.stride(which) == 0 for g in groups):
+            w("(void)i; return 0;", 1)
+        elif len(groups) == 1:
+            w(f"return INT64_C({groups[0].stride(which)}) * i;", 1)
+        else:
+            w("int64_t o = 0;", 1)
+            for g in reversed(groups[1:]):
+                w(f"o += INT64_C({g.stride(which)}) * (i % {g.extent}); i /= {g.extent};", 1)
+            w(f"o += INT64_C({groups[0].stride(which)}) * i;", 1)
+            w("return o;", 1)
+        w("}")
+
+    def single(self, role: str):
+        """The stride of each tensor when the role is one group (None otherwise)."""
+        groups = getattr(self.con, role)
+        if not groups:  # the role is absent: one index, offset 0
+            return Group((), 1, 0, 0, 0)
+        return groups[0] if len(groups) == 1 else None
+
+    def header(self, w: _Writer):
+        p, T, vb = self.p, self.T, self.plan.lanes * self.s
+        w(f"/* contraction {self.con.stmt.replace('*/', '* /')}")
+        w(f" * {self.con.describe()}")
+        w(f" * {self.plan.describe()} */")
+        w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
+        w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({self.s}), __may_alias__));")
+        for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n"))):
+            for role in roles:
+                self.offset_fn(w, which, role)
+
+    def accumulate_loop(self, w: _Writer, kc: str, b_load, a_load, depth: int):
+        mr, nv = self.plan.mr, self.plan.nr_vectors
+        p = self.p
+        for r in range(mr):
+            w(f"{p}_v " + ", ".join(f"c{r}_{v} = {{0}}" for v in range(nv)) + ";", depth)
+        w(f"#pragma GCC unroll {self.plan.unroll}", depth)
+        w(f"for (int64_t k = 0; k < {kc}; k++) {{", depth)
+        for v in range(nv):
+            w(f"const {p}_v b{v} = {b_load(v)};", depth + 1)
+        for r in range(mr):
+            w(f"{{ const {self.T} x = {a_load(r)}; "
+              + " ".join(f"c{r}_{v} += x * b{v};" for v in range(nv)) + " }", depth + 1)
+        w("}", depth)
+
+    def prefetch_c(self, w: _Writer, depth: int):
+        """Start loading the output tile's rows while the rank-1 updates run."""
+        n = self.single("n")
+        if n is None or n.c != 1:
+            return
+        w(f"for (int64_t r = 0; r < mr; r++) {{ {self.T} *q = cb + {self.p}_off_c_m(i + r) + {self.p}_off_c_n(j); "
+          f"__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }}", depth)
+
+    def store_c(self, w: _Writer, overwrite: str, depth: int):
+        """Store the accumulators at rows i.., columns j.. of the output (``cb`` is its batch
+        base): whole tiles with vector stores when the output's N is contiguous."""
+        mr, nr, nv, L = self.plan.mr, self.plan.nr, self.plan.nr_vectors, self.plan.lanes
+        p, T = self.p, self.T
+        n = self.single("n")
+        if n is not None and n.c == 1:
+            w(f"if (mr == {mr} && nr == {nr}) {{", depth)
+            for r in range(mr):
+                w(f"{T} *q{r} = cb + {p}_off_c_m(i + {r}) + {p}_off_c_n(j);", depth + 1)
+            w(f"if ({overwrite}) {{", depth + 1)
+            for r in range(mr):
+                w(" ".join(f"*({p}_vu *)(q{r} + {v * L}) = alpha * c{r}_{v};" for v in range(nv)), depth + 2)
+            w("} else {", depth + 1)
+            for r in range(mr):
+                w(" ".join(f"*({p}_vu *)(q{r} + {v * L}) += alpha * c{r}_{v};" for v in range(nv)), depth + 2)
+            w("}", depth + 1)
+            w("return;", depth + 1)
+            w("}", depth)
+        w(f"{T} t[{mr}][{nr}] __attribute__((aligned(64)));", depth)
+        for r in range(mr):
+            w(" ".join(f"*({p}_v *)&t[{r}][{v * L}] = c{r}_{v};" for v in range(nv)), depth)
+        w("for (int64_t r = 0; r < mr; r++) {", depth)
+        w(f"{T} *q = cb + {p}_off_c_m(i + r);", depth + 1)
+        w("for (int64_t c = 0; c < nr; c++) {", depth + 1)
+        w(f"{T} *e = q + {p}_off_c_n(j + c);", depth + 2)
+        w(f"*e = {overwrite} ? alpha * t[r][c] : *e + alpha * t[r][c];", depth + 2)
+        w("}", depth + 1)
+        w("}", depth)
+
+    def store_partial(self, w: _Writer, depth: int):
+        """Store the accumulators into a dense partial-sum tile ``pp`` (row stride ``ldp``)."""
+        mr, nr, nv, L = self.plan.mr, self.plan.nr, self.plan.nr_vectors, self.plan.lanes
+        p, T = self.p, self.T
+        w(f"if (mr == {mr} && nr == {nr}) {{", depth)
+        w("if (first) {", depth + 1)
+        for r in range(mr):
+            w(" ".join(f"*({p}_vu *)(pp + {r} * ldp + {v * L}) = c{r}_{v};" for v in range(nv)), depth + 2)
+        w("} else {", depth + 1)
+        for r in range(mr):
+            w(" ".join(f"*({p}_vu *)(pp + {r} * ldp + {v * L}) += c{r}_{v};" for v in range(nv)), depth + 2)
+        w("}", depth + 1)
+        w("return;", depth + 1)
+        w("}", depth)
+        w(f"{T} t[{mr}][{nr}] __attribute__((aligned(64)));", depth)
+        for r in range(mr):
+            w(" ".join(f"*({p}_v *)&t[{r}][{v * L}] = c{r}_{v};" for v in range(nv)), depth)
+        w("for (int64_t r = 0; r < mr; r++)", depth)
+        w("for (int64_t c = 0; c < nr; c++)", depth + 1)
+        w("pp[r * ldp + c] = first ? t[r][c] : pp[r * ldp + c] + t[r][c];", depth + 2)
+
+    # -- packed path ------------------------------------------------------------------------
+
+    def packed_b(self, w: _Writer):
+        """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded."""
+        p, T, TB = self.p, self.T, self.TB
+        nr = self.plan.nr
+        n = self.single("n")
+        w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
+          f" {T} *TCPY_RESTRICT bp) {{")
+        w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
+        w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
+        w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
+        if n is not None:
+            col = f"INT64_C({n.b}) * (j0 + s + c)"
+        else:
+            w(f"int64_t co[{nr}];", 2)
+            w(f"for (int64_t c = 0; c < {nr}; c++) co[c] = {p}_off_b_n(j0 + s + (c < cols ? c : cols - 1));", 2)
+            col = "co[c]"
+        if n is None and self.con.n[-1].b == 1:
+            # a sliver that does not cross a boundary of the inner N variable is contiguous in B
+            w(f"if (cols == {nr} && co[{nr - 1}] - co[0] == {nr - 1}) {{", 2)
+            w("for (int64_t k = 0; k < kc; k++) {", 3)
+            w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k) + co[0];", 4)
+            w(f"#pragma GCC unroll {nr}", 4)
+            w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[c];", 4)
+            w("}", 3)
+            w("} else", 2)
+        w(f"if (cols == {nr}) {{", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 3)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)
+        w(f"#pragma GCC unroll {nr}", 4)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[{col}];", 4)
+        w("}", 3)
+        w("} else {", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 3)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = c < cols ? ({T})src[{col}] : ({T})0;", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def packed(self, w: _Writer):
+        p, T, TA, TB = self.p, self.T, self.TA, self.TB
+        mr, nr = self.plan.mr, self.plan.nr
+        self.packed_b(w)
+        # pack A(i0:i0+mc, p0:p0+kc) into MR-tall slivers, k-major, zero-padded rows
+        m = self.single("m")
+        w(f"static void {p}_pack_a(const {TA} *TCPY_RESTRICT ab, int64_t i0, int64_t mc, int64_t p0, int64_t kc,"
+          f" {T} *TCPY_RESTRICT ap) {{")
+        w(f"for (int64_t s = 0; s < mc; s += {mr}) {{", 1)
+        w(f"{T} *TCPY_RESTRICT d = ap + s * kc;", 2)
+        w(f"const int64_t rows = mc - s < {mr} ? mc - s : {mr};", 2)
+        if m is not None:
+            row = f"INT64_C({m.a}) * (i0 + s + r)"
+        else:
+            w(f"int64_t ro[{mr}];", 2)
+            w(f"for (int64_t r = 0; r < {mr}; r++) ro[r] = {p}_off_a_m(i0 + s + (r < rows ? r : rows - 1));", 2)
+            row = "ro[r]"
+        w(f"if (rows == {mr}) {{", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 3)
+        w(f"const {TA} *TCPY_RESTRICT src = ab + {p}_off_a_k(p0 + k);", 4)
+        w(f"#pragma GCC unroll {mr}", 4)
+        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = ({T})src[{row}];", 4)
+        w("}", 3)
+        w("} else {", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 3)
+        w(f"const {TA} *TCPY_RESTRICT src = ab + {p}_off_a_k(p0 + k);", 4)
+        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = r < rows ? ({T})src[{row}] : ({T})0;", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+        # micro-kernels: into the output, and into a partial-sum tile
+        b_load = lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.plan.lanes})"  # noqa: E731
+        a_load = lambda r: f"a[k * {mr} + {r}]"  # noqa: E731
+        w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
+          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, int64_t i, int64_t j, int64_t mr, int64_t nr, "
+          f"int overwrite, {T} alpha) {{")
+        self.prefetch_c(w, 1)
+        self.accumulate_loop(w, "kc", b_load, a_load, 1)
+        self.store_c(w, "overwrite", 1)
+        w("}")
+        if self.plan.grid[3] > 1:
+            w(f"static __attribute__((noinline)) void {p}_ukr_p(int64_t kc, const {T} *TCPY_RESTRICT a, "
+              f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT pp, int64_t ldp, int64_t mr, int64_t nr, "
+              f"int first) {{")
+            self.accumulate_loop(w, "kc", b_load, a_load, 1)
+            self.store_partial(w, 1)
+            w("}")
+        # one cell of the thread grid
+        KC, MC, NC = self.plan.kc, self.plan.mc, self.plan.nc
+        con = self.con
+        w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" {T} *TCPY_RESTRICT P, int64_t ldp, int64_t prows, int64_t b0, int64_t b1, int64_t m0, int64_t m1,"
+          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha) {{")
+        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {MC * KC});", 1)
+        w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
+        w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        w(f"{T} *pb = P ? P + (bi - b0) * prows * ldp : 0;", 2)
+        w(f"for (int64_t jc = n0; jc < n1; jc += {NC}) {{", 2)
+        w(f"const int64_t nc = n1 - jc < {NC} ? n1 - jc : {NC};", 3)
+        w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
+        w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
+        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp);", 4)
+        w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
+        w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
+        w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap);", 5)
+        w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
+        w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
+        w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
+        w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
+        if self.plan.grid[3] > 1:
+            w(f"if (pb) {{ {p}_ukr_p(kc, ap + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
+              f" ldp, mr, nr, pc == k0); continue; }}", 7)
+        overwrite = "pc == k0" if con.init else "0"
+        w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);", 7)
+        for depth in range(6, 1, -1):
+            w("}", depth)
+        w("}", 1)
+        w("}")
+
+    # -- small path -------------------------------------------------------------------------
+
+    def stream(self, w: _Writer):
+        """A read in place, M tiles outer, against a packed K block of B (all of the cell's N)."""
+        p, T, TB = self.p, self.T, self.TB
+        mr, nr, K, KC = self.plan.mr, self.plan.nr, self.K, self.plan.kc
+        self.packed_b(w)
+        self.small_kernel(w)
+        con, k = self.con, self.single("k")
+        tn = self.plan.grid[2]
+        npart = -(-(-(-self.N // nr)) // tn) * nr
+        w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
+        w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
+        w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
+        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp);", 3)
+        overwrite = "pc == 0" if con.init else "0"
+        w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
+        w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)
+        w(f"{p}_small(kc, ab + pc * INT64_C({k.a}), i, m1 - i < {mr} ? m1 - i : {mr}, bp + jr * kc, {nr}, cb, "
+          f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha);", 5)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def small_kernel(self, w: _Writer):
+        p, T = self.p, self.T
+        mr, K, KC = self.plan.mr, self.K, self.plan.kc
+        m, k = self.single("m"), self.single("k")
+        L = self.plan.lanes
+        w(f"static __attribute__((noinline)) void {p}_small(int64_t kc, const {T} *TCPY_RESTRICT ab, int64_t i, "
+          f"int64_t mr, const {T} *TCPY_RESTRICT b, int64_t ldb, {T} *TCPY_RESTRICT cb, int64_t j, int64_t nr, "
+          f"int overwrite, {T} alpha) {{")
+        for r in range(mr):
+            w(f"const {T} *TCPY_RESTRICT a{r} = ab + INT64_C({m.a}) * (i + ({r} < mr ? {r} : mr - 1));", 1)
+        self.accumulate_loop(w, "kc" if K > KC else str(K), lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})",
+                             lambda r: f"a{r}[k * INT64_C({k.a})]", 1)
+        self.store_c(w, "overwrite", 1)
+        w("}")
+
+    def small(self, w: _Writer):
+        p, T = self.p, self.T
+        mr, nr, K, KC = self.plan.mr, self.plan.nr, self.K, self.plan.kc
+        k = self.single("k")
+        self.small_kernel(w)
+        con = self.con
+        w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
+        w(f"{T} *edge = ({T} *)tcpy_scratch(1, sizeof({T}) * {max(1, min(K, KC)) * nr});", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w(f"const {T} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
+        w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
+        w(f"const {T} *ak = ab + pc * INT64_C({k.a}), *bk = bb + pc * INT64_C({k.b});", 3)
+        w(f"for (int64_t j = n0; j < n1; j += {nr}) {{", 3)
+        w(f"const int64_t nr = n1 - j < {nr} ? n1 - j : {nr};", 4)
+        w(f"const {T} *bs = bk + j;", 4)
+        w(f"int64_t ldb = INT64_C({k.b});", 4)
+        # B's sliver is copied (contiguous, zero-padded) when partial, or when its rows are far
+        # apart: kc rows of NR at a large stride map to few L1 sets and would not stay in L1.
+        w(f"if (nr < {nr} || {int(self.plan.copy_b)}) {{", 4)
+        w(f"if (nr == {nr}) {{", 5)
+        w("for (int64_t k = 0; k < kc; k++)", 6)
+        w(f"#pragma GCC unroll {nr}", 6)
+        w(f"for (int64_t c = 0; c < {nr}; c++) edge[k * {nr} + c] = bk[k * INT64_C({k.b}) + j + c];", 7)
+        w("} else {", 5)
+        w("for (int64_t k = 0; k < kc; k++)", 6)
+        w(f"for (int64_t c = 0; c < {nr}; c++) edge[k * {nr} + c] = c < nr ? bk[k * INT64_C({k.b}) + j + c] : ({T})0;",
+          7)
+        w("}", 5)
+        w(f"bs = edge; ldb = {nr};", 5)
+        w("}", 4)
+        overwrite = "pc == 0" if con.init else "0"
+        w(f"for (int64_t i = m0; i < m1; i += {mr})", 4)
+        w(f"{p}_small(kc, ak, i, m1 - i < {mr} ? m1 - i : {mr}, bs, ldb, cb, j, nr, {overwrite}, alpha);", 5)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    # -- driver -----------------------------------------------------------------------------
+
+    def body(self, w: _Writer):
+        p, T, con, plan = self.p, self.T, self.con, self.plan
+        tb, tm, tn, tk = plan.grid
+        mt, nt = -(-self.M // plan.mr), -(-self.N // plan.nr)
+        cells = tb * tm * tn * tk
+        bpart = -(-self.batch // tb)
+        mpart, npart = -(-mt // tm) * plan.mr, -(-nt // tn) * plan.nr
+        part = bpart * mpart * npart
+        alpha = _lit(con.alpha, con.dtype)
+        for s in con.alpha_tensors:
+            alpha += f" * ({T}){self.names[s]}[0]"
+        A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
+        w("{")
+        w(f"const {T} alpha = {alpha};", 1)
+        if tk > 1:
+            w(f"{T} *partials = ({T} *)tcpy_scratch(2, sizeof({T}) * {cells * part});", 1)
+        if cells > 1:
+            w(f"const int nt = tcpy_num_threads < {cells} ? tcpy_num_threads : {cells};", 1)
+            w("#pragma omp parallel num_threads(nt) if(nt > 1)", 1)
+        w("{", 1)
+        if cells > 1:
+            w("#ifdef _OPENMP", 0)
+            w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 2)
+            w("#else", 0)
+            w("const int tid = 0, nth = 1;", 2)
+            w("#endif", 0)
+        else:
+            w("const int tid = 0, nth = 1;", 2)
+        w(f"for (int cell = tid; cell < {cells}; cell += nth) {{", 2)
+        w(f"const int64_t cb = cell / {tm * tn * tk}, cm = cell / {tn * tk} % {tm}, cn = cell / {tk} % {tn}, "
+          f"ck = cell % {tk};", 3)
+        w(f"const int64_t b0 = cb * {self.batch} / {tb}, b1 = (cb + 1) * {self.batch} / {tb};", 3)
+        w(f"const int64_t m0 = cm * {mt} / {tm} * {plan.mr}, m1 = tcpy_min_int64((cm + 1) * {mt} / {tm} * {plan.mr},"
+          f" {self.M});", 3)
+        w(f"const int64_t n0 = cn * {nt} / {tn} * {plan.nr}, n1 = tcpy_min_int64((cn + 1) * {nt} / {tn} * {plan.nr},"
+          f" {self.N});", 3)
+        w(f"const int64_t k0 = ck * {self.K} / {tk}, k1 = (ck + 1) * {self.K} / {tk};", 3)
+        w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
+        w("(void)k0; (void)k1;", 3)
+        if plan.path in ("small", "stream"):
+            w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha);", 3)
+        else:
+            P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
+            w(f"{p}_cell({A}, {B}, {C}, {P}, {npart}, {mpart}, b0, b1, m0, m1, n0, n1, k0, k1, alpha);", 3)
+        w("}", 2)
+        w("}", 1)
+        if tk > 1:
+            self.combine(w, mt, nt, bpart, mpart, npart, part)
+        w("}")
+
+    def combine(self, w: _Writer, mt, nt, bpart, mpart, npart, part):
+        """C (=|+=) alpha * the sum of the K cells' partials, in the order of the K cells."""
+        p, T, con, plan = self.p, self.T, self.con, self.plan
+        tb, tm, tn, tk = plan.grid
+        groups = tb * tm * tn
+        C = self.names[con.c.tensor]
+        w(f"#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static) if(tcpy_num_threads > 1)", 1)
+        w(f"for (int64_t row = 0; row < {groups * bpart * mpart}; row++) {{", 1)
+        w(f"const int64_t g = row / {bpart * mpart}, local = row % {bpart * mpart};", 2)
+        w(f"const int64_t cb = g / {tm * tn}, cm = g / {tn} % {tm}, cn = g % {tn};", 2)
+        w(f"const int64_t bi = cb * {self.batch} / {tb} + local / {mpart};", 2)
+        w(f"const int64_t m0 = cm * {mt} / {tm} * {plan.mr}, m = m0 + local % {mpart};", 2)
+        w(f"const int64_t n0 = cn * {nt} / {tn} * {plan.nr}, n1 = tcpy_min_int64((cn + 1) * {nt} / {tn} * {plan.nr},"
+          f" {self.N});", 2)
+        w(f"if (bi >= (cb + 1) * {self.batch} / {tb} || m >= tcpy_min_int64((cm + 1) * {mt} / {tm} * {plan.mr}, "
+          f"{self.M})) continue;", 2)
+        w(f"const {T} *src = partials + g * {tk * part} + local * {npart};", 2)
+        w(f"{T} *q = {C} + INT64_C({con.c.offset}) + {p}_off_c_batch(bi) + {p}_off_c_m(m);", 2)
+        w("for (int64_t n = n0; n < n1; n++) {", 2)
+        w(f"{T} s = src[n - n0];", 3)
+        for ck in range(1, tk):
+            w(f"s += src[{ck * part} + n - n0];", 3)
+        w(f"{T} *e = q + {p}_off_c_n(n);", 3)
+        w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", 3)
+        w("}", 2)
+        w("}", 1)
+
+    def render(self) -> tuple[str, str]:
+        helpers = _Writer()
+        self.header(helpers)
+        if self.plan.path == "small":
+            self.small(helpers)
+        elif self.plan.path == "stream":
+            self.stream(helpers)
+        else:
+            self.packed(helpers)
+        body = _Writer()
+        self.body(body)
+        return helpers.text(), body.text()

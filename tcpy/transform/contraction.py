@@ -1,0 +1,511 @@
+"""The contraction engine's analysis: recognise GEMM-class statements and plan their blocking.
+
+A *contraction* is a statement whose value is the product of two tensor accesses (optionally
+times scalar literals or rank-0 tensors, under casts and negations), summed with ``+=!`` or
+``+=`` over index variables, every index affine in the index variables::
+
+    C(m, n)    +=! A(m, k) * B(k, n)            GEMM
+    C(b, i, j) +=! A(b, i, k) * B(b, j, k)      batched, B transposed
+    O(n, f)    +=! X(n, c, h, w) * W(f, c, h, w)
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)   implicit-GEMM convolution
+
+:func:`recognize` classifies its index variables by role — **batch** (output and both
+operands), **M** (output and operand ``a``), **N** (output and operand ``b``), **K** (both
+operands, reduced) — and describes every operand and the output as an :class:`AffineAccess`:
+a base element offset plus one element stride per index variable, from the row-major shape.
+Several variables may share a role; neighbours whose strides agree in every tensor of the role
+merge into one dimension (``Group``), so a contiguous ``(c, h, w)`` is one K of ``C*H*W``.
+Operands are ordered so that the output's contiguous variable is in N (vector stores).
+
+:func:`plan` chooses, for a :class:`~tcpy.target.Target`, the micro-tile (``MR x NR``, from the
+register file), the cache blocks ``kc``, ``mc``, ``nc`` (a footprint model of L1, L2 and L3,
+after Low et al., "Analytical modeling is enough for high-performance BLIS"), the path
+(``packed``: both operands packed into slivers, BLIS's five loops; ``small``: operands read in
+place by a register-blocked kernel when everything already fits in L2 and one K block) and the
+thread grid (batch x M x N x K cells, from a cost model of compute, packing and split-K
+combination). :mod:`tcpy.codegen.contraction` renders the C.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from ..lang import ast
+from ..lang.types import ScalarType
+from ..target import Target
+
+ROLES = ("batch", "m", "n", "k")
+DTYPES = (ScalarType.FLOAT32, ScalarType.FLOAT64)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class AffineAccess:
+    """Element ``offset + sum(stride[v] * (v - lo[v]))`` of ``tensor`` (row-major, elements).
+
+    ``offset`` already includes the ranges' lower bounds, so variables count from 0.
+    ``dtype`` is the tensor's element type; ``cast`` whether the value is converted to the
+    contraction's type when read.
+    """
+
+    tensor: str
+    dtype: ScalarType
+    offset: int
+    strides: tuple[tuple[str, int], ...]
+
+    def stride(self, var: str) -> int:
+        return dict(self.strides).get(var, 0)
+
+    def describe(self) -> str:
+        strides = ", ".join(f"{v}:{s}" for v, s in self.strides if s)
+        return f"{self.tensor} (offset {self.offset}; strides {strides or 'none'})"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Index variables of one role merged into one dimension (outermost first): extent is the
+    product, and in each tensor the stride is that of the innermost variable."""
+
+    vars: tuple[str, ...]
+    extent: int
+    a: int  # element stride in operand a (0 if the role does not index it)
+    b: int
+    c: int
+
+    def stride(self, which: str) -> int:
+        return getattr(self, which)
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A recognised contraction ``c (=|+=) alpha * sum_k a * b`` (see the module docstring).
+
+    Roles are tuples of :class:`Group` (empty: that role has size 1). ``alpha`` is the product
+    of scalar literals (and -1 per negation); ``alpha_tensors`` the rank-0 tensors multiplying
+    it. ``init`` is ``+=!`` (overwrite) as opposed to ``+=`` (accumulate into the target).
+    """
+
+    stmt: str
+    dtype: ScalarType
+    a: AffineAccess
+    b: AffineAccess
+    c: AffineAccess
+    batch: tuple[Group, ...]
+    m: tuple[Group, ...]
+    n: tuple[Group, ...]
+    k: tuple[Group, ...]
+    alpha: float
+    alpha_tensors: tuple[str, ...]
+    init: bool
+
+    def size(self, role: str) -> int:
+        return math.prod(g.extent for g in getattr(self, role))
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(batch, M, N, K)."""
+        return tuple(self.size(r) for r in ROLES)
+
+    def role_vars(self, role: str) -> tuple[str, ...]:
+        return tuple(v for g in getattr(self, role) for v in g.vars)
+
+    def describe(self) -> str:
+        def role(r):
+            groups = getattr(self, r)
+            if not groups:
+                return f"{r.upper() if r != 'batch' else 'batch'} -"
+            text = " x ".join("(" + ",".join(g.vars) + ")" if len(g.vars) > 1 else g.vars[0] for g in groups)
+            return f"{r.upper() if r != 'batch' else 'batch'} {text} = {self.size(r)}"
+        scale = []
+        if self.alpha != 1.0:
+            scale.append(repr(self.alpha))
+        scale.extend(self.alpha_tensors)
+        parts = [", ".join(role(r) for r in ROLES),
+                 f"a = {self.a.describe()}", f"b = {self.b.describe()}", f"c = {self.c.describe()}"]
+        if scale:
+            parts.append("scaled by " + " * ".join(scale))
+        parts.append("overwrites" if self.init else "accumulates into the target")
+        return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------- recognition
+
+
+def _affine(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[tuple[int, dict[str, int]]]:
+    """``(constant, {var: coefficient})`` of an affine index expression, or None."""
+    if isinstance(expr, ast.IntLit):
+        return int(expr.value), {}
+    if isinstance(expr, ast.IndexVar):
+        return 0, {expr.name: 1}
+    if isinstance(expr, ast.SizeVar):
+        return (int(sizes[expr.name]), {}) if expr.name in sizes else None
+    if isinstance(expr, ast.DimRef):
+        return int(shapes[expr.tensor][expr.dim]), {}
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        inner = _affine(expr.operand, sizes, shapes)
+        return None if inner is None else (-inner[0], {v: -c for v, c in inner[1].items()})
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
+        lhs, rhs = _affine(expr.lhs, sizes, shapes), _affine(expr.rhs, sizes, shapes)
+        if lhs is None or rhs is None:
+            return None
+        if expr.op == "*":
+            if lhs[1] and rhs[1]:
+                return None
+            (k, _), (c, coef) = (lhs, rhs) if not lhs[1] else (rhs, lhs)
+            return k * c, {v: k * x for v, x in coef.items()}
+        sign = 1 if expr.op == "+" else -1
+        coef = dict(lhs[1])
+        for v, x in rhs[1].items():
+            coef[v] = coef.get(v, 0) + sign * x
+        return lhs[0] + sign * rhs[0], coef
+    return None
+
+
+def _access(tensor: str, indices, dtype, ranges, sizes, shapes) -> Optional[AffineAccess]:
+    shape = shapes[tensor]
+    if len(indices) != len(shape):
+        return None
+    row = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        row[d] = row[d + 1] * shape[d + 1]
+    offset, strides = 0, {}
+    for d, index in enumerate(indices):
+        aff = _affine(index, sizes, shapes)
+        if aff is None:
+            return None
+        const, coef = aff
+        offset += row[d] * const
+        for v, x in coef.items():
+            if v not in ranges:
+                return None
+            offset += row[d] * x * ranges[v][0]
+            strides[v] = strides.get(v, 0) + row[d] * x
+    return AffineAccess(tensor, dtype, offset, tuple(sorted((v, s) for v, s in strides.items() if s)))
+
+
+def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
+    """Split a product into tensor factors, literals and rank-0 tensors (into ``out``)."""
+    if isinstance(expr, ast.Binary) and expr.op == "*":
+        return expr.type is dtype and _factors(expr.lhs, dtype, out) and _factors(expr.rhs, dtype, out)
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        out["alpha"] = -out["alpha"]
+        literal = isinstance(expr.operand, (ast.IntLit, ast.FloatLit))  # -2: typed as the literal
+        return (literal or expr.type is dtype) and _factors(expr.operand, dtype, out)
+    if isinstance(expr, (ast.IntLit, ast.FloatLit)):
+        out["alpha"] *= float(expr.value)
+        return True
+    cast = False
+    if isinstance(expr, ast.Cast):
+        if expr.to is not dtype:
+            return False
+        inner = expr.operand
+        if isinstance(inner, (ast.IntLit, ast.FloatLit)):
+            out["alpha"] *= float(inner.value)
+            return True
+        if not isinstance(inner, ast.Access) or inner.type is None or inner.type is ScalarType.BOOL:
+            return False
+        expr, cast = inner, True
+    if isinstance(expr, ast.Access):
+        if not cast and expr.type is not dtype:
+            return False
+        if not expr.indices:
+            out["scalars"].append(expr.tensor)
+        else:
+            out["tensors"].append(expr)
+        return True
+    return False
+
+
+def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, types,
+              sizes: Mapping[str, int] = {}) -> Optional[Contraction]:
+    """The :class:`Contraction` a let-inlined checked statement computes, or None.
+
+    ``ranges`` are the statement's concrete ``{var: (lo, hi)}``; ``shapes`` and ``types`` map
+    every tensor to its concrete shape and element type; ``sizes`` the def's size variables.
+    """
+    dtype = types.get(stmt.target)
+    if (stmt.reduction != "+" or not stmt.reduction_vars or dtype not in DTYPES
+            or stmt.rhs.type is not dtype or any(not isinstance(i, ast.IndexVar) for i in stmt.lhs)):
+        return None
+    if any(isinstance(w, ast.Exists) for w in stmt.where):
+        pass  # exists only constrains the ranges, which are given
+    found = {"alpha": 1.0, "scalars": [], "tensors": []}
+    if not _factors(stmt.rhs, dtype, found) or len(found["tensors"]) != 2:
+        return None
+    if not math.isfinite(found["alpha"]):
+        return None
+    if any(ranges[v][1] <= ranges[v][0] for v in stmt.index_vars):
+        return None  # empty domains keep the plain path (identity fill)
+    first, second = found["tensors"]
+    reads = {first.tensor, second.tensor, *found["scalars"]}
+    if stmt.target in reads:
+        return None
+    accesses = []
+    for acc in (first, second):
+        affine = _access(acc.tensor, acc.indices, types[acc.tensor], ranges, sizes, shapes)
+        if affine is None:
+            return None
+        accesses.append(affine)
+    c = _access(stmt.target, stmt.lhs, dtype, ranges, sizes, shapes)
+    if c is None:
+        return None
+    a, b = accesses
+    out = set(stmt.output_vars)
+    in_a = {v for v, s in a.strides}
+    in_b = {v for v, s in b.strides}
+    roles = {r: [] for r in ROLES}
+    for v in stmt.index_vars:
+        key = (v in out, v in in_a, v in in_b)
+        role = {(True, True, True): "batch", (True, True, False): "m", (True, False, True): "n",
+                (False, True, True): "k"}.get(key)
+        if role is None:
+            return None  # broadcast outputs, single-operand reductions: not a contraction
+        roles[role].append(v)
+    extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
+    # The output's contiguous variable belongs in N (the vector dimension): swap the operands
+    # (the product commutes exactly) when it is on a's side.
+    c_inner = min(reversed(stmt.output_vars), key=lambda v: abs(c.stride(v)), default=None)
+    if c_inner in roles["m"]:
+        a, b = b, a
+        roles["m"], roles["n"] = roles["n"], roles["m"]
+    accs = {"a": a, "b": b, "c": c}
+    groups = {}
+    for role, primary, members in (("batch", "c", "abc"), ("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
+        vars_ = sorted(roles[role], key=lambda v: -abs(accs[primary].stride(v)))
+        groups[role] = _merge(vars_, extents, accs, members)
+    return Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
+                       found["alpha"], tuple(found["scalars"]), bool(stmt.init))
+
+
+def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
+    """Groups of neighbouring variables that address every member tensor like one variable."""
+    groups: list[list[str]] = []
+    for v in vars_:
+        if groups:
+            outer = groups[-1][-1]
+            if all(accs[t].stride(outer) == extents[v] * accs[t].stride(v) for t in members):
+                groups[-1].append(v)
+                continue
+        groups.append([v])
+    return tuple(Group(tuple(g), math.prod(extents[v] for v in g),
+                       accs["a"].stride(g[-1]), accs["b"].stride(g[-1]), accs["c"].stride(g[-1]))
+                 for g in groups)
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a contraction runs on a Target (see :func:`plan`)."""
+
+    path: str  # "packed", "small" or "stream"
+    mr: int
+    nr: int
+    lanes: int
+    kc: int
+    mc: int
+    nc: int
+    unroll: int
+    grid: tuple[int, int, int, int]  # cells over (batch, M, N, K)
+    threads: int
+    reasons: tuple[str, ...]
+    copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
+
+    @property
+    def nr_vectors(self) -> int:
+        return self.nr // self.lanes
+
+    def describe(self) -> str:
+        tb, tm, tn, tk = self.grid
+        text = (f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})")
+        if self.path == "packed":
+            text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
+        text += f"; thread grid batch {tb} x M {tm} x N {tn} x K {tk}"
+        if tk > 1:
+            text += " (split K: per-thread partial sums added in a fixed order)"
+        return text
+
+
+PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
+READ_COST = 0.25  # cycles per element a cell reads in place from beyond L2 (memory bandwidth)
+COMBINE_COST = 2.0  # cycles per element and partial of a split-K combination (written, then read)
+FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
+COPY_B_MIN_TILES = 4
+PACK_SHARE_MAX = 0.05  # packing A may cost this share of the FMA time (else the stream path)
+SPAWN_COST = 10000.0  # cycles to wake and join an OpenMP team whose threads sleep (a few us)
+
+
+def micro_tile(target: Target, element_bytes: int) -> tuple[int, int]:
+    """``(MR, NR vectors)``: accumulators ``MR x NRv`` + ``NRv`` vectors of B + one broadcast of
+    A fit the vector registers; most FMAs per k, with no more loads (MR broadcasts + NRv
+    vectors) than FMAs; on ties the taller tile (a narrower B sliver leaves L1 room for kc)."""
+    regs = target.vector_registers
+    best = None
+    for nv in range(1, 5):
+        for mr in range(1, 17):
+            if mr * nv + nv + 1 > regs or mr + nv > mr * nv:
+                continue
+            key = (mr * nv, mr)
+            if best is None or key > best[0]:
+                best = (key, (mr, nv))
+    if best is None:  # a tiny register file: one row, one vector
+        return 1, 1
+    return best[1]
+
+
+def _round_down(x: int, m: int) -> int:
+    return max(m, x // m * m)
+
+
+def _balanced(total: int, block: int, multiple: int) -> int:
+    """A block size <= ``block`` (a multiple of ``multiple``) splitting ``total`` into equal
+    blocks: 300 with block 200 gives 152, not 200 + 100."""
+    if total <= block:
+        return -(-total // multiple) * multiple
+    count = -(-total // block)
+    return -(-(-(-total // count)) // multiple) * multiple
+
+
+def plan(con: Contraction, target: Target, threads: int) -> Plan:
+    """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``."""
+    s = con.dtype.bits // 8
+    lanes = target.lanes(s)
+    mr, nv = micro_tile(target, s)
+    nr = nv * lanes
+    batch, M, N, K = con.sizes
+    unroll = 4
+    reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
+               f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
+    # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers stream
+    # through it, so it may take half of L1; the packed A block (mc x kc) stays in L2, half of
+    # it; the packed B panel (kc x nc) in this core's share of L3, half of it.
+    kc_max = _round_down(target.l1d // 2 // (nr * s), unroll)
+    kc = _balanced(K, kc_max, unroll)
+    mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
+    nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
+    reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fits half of L1 "
+                   f"({target.l1d // 1024} KiB); K = {K} in {-(-K // kc)} equal blocks")
+    small = _small_ok(con, target, kc, s)
+    if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
+        small = False  # fewer micro-tiles than threads: the packed path can split K
+        reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
+    if small:
+        path = "small"
+        reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
+                       f"fits half of L2: packing cannot pay")
+    elif _stream_ok(con, target, kc, s, lanes) and batch * -(-M // mr) >= threads:
+        path = "stream"
+        reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
+                       f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
+                       f"time, against a packed K block of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
+    else:
+        path = "packed"
+    grid = _grid(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads)
+    tb, tm, tn, tk = grid
+    # Small path: a B sliver (kc x NR, rows far apart in B) is copied to be contiguous when
+    # enough micro-tiles reuse it (its rows would otherwise crowd a few L1 sets).
+    copy_b = small and -(-(-(-M // mr)) // tm) >= COPY_B_MIN_TILES
+    if copy_b:
+        reasons.append(f"small path copies each B sliver: {COPY_B_MIN_TILES}+ micro-tiles reuse it")
+    m_part = -(-(-(-M // mr)) // tm) * mr
+    n_part = -(-(-(-N // nr)) // tn) * nr
+    mc = _balanced(m_part, mc_max, mr)
+    nc = _balanced(n_part, nc_max, nr)
+    if path == "packed":
+        reasons.append(f"mc {mc}: the packed A block mc x kc ({mc * kc * s // 1024} KiB) fits half of L2 "
+                       f"({target.l2 // 1024} KiB)")
+        reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits half of "
+                       f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
+    reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
+                   "compute + packing + split-K combination")
+    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b)
+
+
+def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:
+    """A read in place when packing it costs too much for its reuse: each A element feeds
+    ``N / lanes`` vector FMAs (``N / lanes / FMA_PIPES`` cycles) and its copy ``PACK_COST``
+    cycles. The K block of B (``kc x N``) must fit half of L2."""
+    _, M, N, K = con.sizes
+    if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
+        return False
+    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1
+            and (not con.m or con.m[0].a != 0))
+
+
+def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
+    """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
+    L2: each packed element would be reused too few times to pay for its copy."""
+    _, M, N, K = con.sizes
+    if (M + N) * kc * s > target.l2 // 2:
+        return False
+    if con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
+        return False
+    single = all(len(getattr(con, r)) <= 1 for r in ("m", "n", "k"))
+    unit = bool(con.n) and con.n[0].b == 1 and con.n[0].c == 1
+    return single and unit and bool(con.k)
+
+
+def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int, grid, threads: int) -> float:
+    """Estimated cycles of the slowest thread for a thread grid (the cost model of :func:`plan`)."""
+    batch, M, N, K = con.sizes
+    tb, tm, tn, tk = grid
+    cells = tb * tm * tn * tk
+    rounds = -(-cells // threads)
+    bp = -(-batch // tb)
+    mp = -(-(-(-M // mr)) // tm) * mr
+    np_ = -(-(-(-N // nr)) // tn) * nr
+    kp = -(-K // tk)
+    compute = bp * mp * np_ * kp / lanes / FMA_PIPES
+    pack = 0.0
+    if path == "packed":
+        pack = bp * (mp * kp * -(-np_ // nc) + kp * np_) * PACK_COST
+    elif path == "stream":  # B's block packed; A read in place by every cell that needs it
+        pack = bp * kp * (np_ * PACK_COST + mp * READ_COST)
+    combine = (batch * M * N * tk / threads * COMBINE_COST) if tk > 1 else 0.0
+    spawn = SPAWN_COST if cells > 1 else 0.0
+    return rounds * (compute + pack) + combine + spawn
+
+
+def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads) -> tuple[int, int, int, int]:
+    batch, M, N, K = con.sizes
+    limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
+    best = None
+    for grid in _grids(limits, threads):
+        cost = cell_cost(con, path, mr, nr, nc, lanes, grid, threads)
+        # ties: no split K, then fewer cells, then split N before M (each thread packs its own B)
+        key = (round(cost, 6), grid[3], math.prod(grid), grid[1])
+        if best is None or key < best[0]:
+            best = (key, grid)
+    return best[1]
+
+
+def _grids(limits, threads):
+    """Every (tb, tm, tn, tk) within ``limits`` with at most ``threads`` cells."""
+    def rec(i, left):
+        if i == len(limits):
+            yield ()
+            return
+        for t in range(1, min(limits[i], left) + 1):
+            for rest in rec(i + 1, left // t):
+                yield (t,) + rest
+    return rec(0, max(1, threads))
+
+
+def contraction_of(stmt: ast.Stmt, ranges, program, options) -> Optional[tuple[Contraction, Plan]]:
+    """``(contraction, plan)`` when the engine takes this statement, else None: ``options``
+    keep the engine on (``contraction``, ``vectorize``) and give no tile sizes or loop order for
+    its variables, and :func:`recognize` accepts it. ``parallel=False`` plans one thread.
+    ``program`` gives shapes, types and sizes."""
+    if not getattr(options, "contraction", True) or not options.vectorize:
+        return None
+    if set(options.tile_sizes) & set(stmt.index_vars) or set(options.loop_order) & set(stmt.index_vars):
+        return None  # the user asked for a loop schedule of this statement (or autotuning tries one)
+    con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
+    if con is None:
+        return None
+    return con, plan(con, options.target, options.threads if options.parallel else 1)

@@ -1,0 +1,382 @@
+"""The contraction engine: recognition (roles, affine accesses), planning per Target, and
+differential tests of the generated code against the reference evaluator.
+
+The random contractions draw 0-1 batch, 0-2 M, 0-2 N and 1-2 K variables, lay each operand's
+dimensions out in a random order (transposes), with strided (``2*v``), offset (``v+1``) and
+convolution-window (``m + k``) indices, extents among 1, primes and multiples of the
+micro-tile +- 1, an optional scale (literal, negation, rank-0 tensor), an optional second
+``+=`` contraction into the same output, float32 and float64, at 1, 2 and 7 threads, for every
+preset this CPU runs. Half of the examples use the preset with tiny caches, so that small
+shapes run the packed path with many kc / mc / nc blocks, edge slivers and split K.
+"""
+import dataclasses
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+from tcpy.lang.types import ScalarType
+from tcpy.loopir import ContractionNest
+from tcpy.loopnest import build_program
+from tcpy.target import PRESETS, Target
+from tcpy.transform.contraction import Plan, cell_cost, micro_tile, plan, recognize
+
+EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "30"))
+RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
+if Target.host().arch == "x86_64":
+    RUNNABLE.append("host")
+EPS = {"float": 2.0**-23, "double": 2.0**-52}
+EXTENTS = (1, 2, 3, 5, 7, 13, 5, 6, 7, 11, 12, 13, 15, 16, 17, 23, 31, 32, 33)
+
+
+def tiny_caches(target: Target) -> Target:
+    """The same ISA with caches small enough that the packed path blocks a 40-wide GEMM."""
+    return dataclasses.replace(target, name=target.name + "-tiny", l1d=1024, l2=6144, l3=24576, l3_sharing=1)
+
+
+def statement(src: str, *shapes):
+    """(let-inlined statement, its ranges, the program) of the first statement of ``src``."""
+    kernel = tcpy.define(src)
+    sizes = kernel._sizes(shapes, {})
+    program = build_program(kernel.def_, kernel.ranges.bind(sizes), kernel.types)
+    st_ = program.statements[0]
+    return st_.stmt, st_.ranges, program
+
+
+def recognized(src: str, *shapes):
+    stmt, ranges, program = statement(src, *shapes)
+    return recognize(stmt, ranges, program.shapes, program.types, program.sizes)
+
+
+# ----------------------------------------------------------------------------- recognition
+
+
+def test_gemm_roles_and_strides():
+    con = recognized("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
+                     (5, 7), (7, 3))
+    assert [g.vars for g in con.m] == [("m",)] and [g.vars for g in con.n] == [("n",)]
+    assert [g.vars for g in con.k] == [("k",)] and con.batch == ()
+    assert (con.a.tensor, con.b.tensor, con.c.tensor) == ("A", "B", "C")
+    assert con.a.stride("m") == 7 and con.a.stride("k") == 1
+    assert con.b.stride("k") == 3 and con.b.stride("n") == 1
+    assert con.sizes == (1, 5, 3, 7) and con.init and con.alpha == 1.0
+    assert "M m = 5" in con.describe()
+
+
+def test_batched_transposed_and_scaled():
+    con = recognized("def f(double(B,I,K) X, double(B,J,K) Y, double s) -> (Z) "
+                     "{ Z(b,i,j) +=! -2 * s * X(b,i,k) * Y(b,j,k) }", (2, 3, 4), (2, 5, 4), ())
+    assert [g.vars for g in con.batch] == [("b",)]
+    assert con.alpha == -2.0 and con.alpha_tensors == ("s",)
+    assert con.b.tensor == "Y" and con.b.stride("n" if False else "j") == 4
+
+
+def test_operands_swap_so_the_output_contiguous_variable_is_n():
+    con = recognized("def f(float(K,N) B, float(M,K) A) -> (C) { C(m,n) +=! B(k,n) * A(m,k) }",
+                     (7, 3), (5, 7))
+    assert con.a.tensor == "A" and con.b.tensor == "B"
+
+
+def test_contiguous_multi_variable_roles_merge():
+    con = recognized("def f(float(N,C,H,W) X, float(F,C,H,W) Wt) -> (O) "
+                     "{ O(n,f) +=! X(n,c,h,w) * Wt(f,c,h,w) }", (2, 3, 4, 5), (6, 3, 4, 5))
+    assert [g.vars for g in con.k] == [("c", "h", "w")] and con.k[0].extent == 60
+
+
+def test_convolution_windows_are_affine_offsets_and_strides():
+    con = recognized("def f(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) "
+                     "{ O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }", (1, 2, 6, 6), (3, 2, 3, 3))
+    assert con is not None
+    assert {v for g in con.n for v in g.vars} == {"n", "h", "w"}  # the output's contiguous side
+    assert {v for g in con.k for v in g.vars} == {"c", "kh", "kw"}
+    assert con.b.stride("kh") == 6 and con.b.stride("h") == 6
+
+
+def test_offset_ranges_fold_into_the_offset():
+    con = recognized("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k+1) * B(k,n) "
+                     "where k in 0:K-1 }", (4, 6), (6, 3))
+    assert con is not None and con.a.offset == 1 and con.size("k") == 5
+
+
+@pytest.mark.parametrize("src, shapes", [
+    ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) max=! A(m,k) * B(k,n) }", ((4, 5), (5, 3))),
+    ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) + B(k,n) }", ((4, 5), (5, 3))),
+    ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! exp(A(m,k)) * B(k,n) }", ((4, 5), (5, 3))),
+    ("def f(float(M,K) A, float(K) B) -> (C) { C(m) +=! A(m,k) * B(k) * A(m,k) }", ((4, 5), (5,))),
+    ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) = A(m,n) * B(m,n) }", ((4, 4), (4, 4))),
+    ("def f(float(M) A, float(N) B) -> (C) { C(m,n) +=! A(m) * B(n) }", ((4,), (5,))),
+    ("def f(float(M,K) A, float(K) B) -> (C) { C(m,n) +=! A(m,k) * B(k) where n in 0:3 }", ((4, 5), (5,))),
+    ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) * A(m,k) }", ((4, 5), (5, 3))),
+    ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k/2) * B(k,n) where k in 0:4 }",
+     ((4, 5), (5, 3))),
+    ("def f(int32(M,K) A, int32(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }", ((4, 5), (5, 3))),
+    ("def f(half(M,K) A, half(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }", ((4, 5), (5, 3))),
+    ("def f(float(M,K) A, float(K) B) -> (C) { C(m) +=! A(m,k) * B(k) * B(m) }", ((5, 5), (5,))),
+    ("def f(float(M,K) A, int32(K) L) -> (C) { C(m) +=! A(m,k) * A(m, L(k)) }", ((4, 5), (5,))),
+])
+def test_what_is_not_a_contraction(src, shapes):
+    assert recognized(src, *shapes) is None
+
+
+def test_gemv_and_dot_are_contractions():
+    assert recognized("def f(float(M,K) A, float(K) x) -> (y) { y(m) +=! A(m,k) * x(k) }", (4, 5), (5,))
+    dot = recognized("def f(float(K) a, float(K) b) -> (s) { s +=! a(k) * b(k) }", (5,), (5,))
+    assert dot is not None and dot.m == () and dot.n == ()
+
+
+def test_the_engine_is_an_option():
+    src = "def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+    on = tcpy.define(src).specialize((40, 30), (30, 20)).ir
+    off = tcpy.define(src, options=tcpy.Options(contraction=False)).specialize((40, 30), (30, 20)).ir
+    assert isinstance(on.nests[0].body[0], ContractionNest)
+    assert not any(isinstance(n.body[0], ContractionNest) for n in off.nests if n.body)
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def test_micro_tiles_fit_each_register_file():
+    assert micro_tile(Target.preset("x86-64-v3"), 4) == (6, 2)  # 6 x 16 floats
+    for name in PRESETS:
+        t = Target.preset(name)
+        for size in (4, 8):
+            mr, nv = micro_tile(t, size)
+            assert mr * nv + nv + 1 <= t.vector_registers
+            assert mr + nv <= mr * nv
+
+
+def _gemm(m, n, k, dtype="float"):
+    return recognized(f"def f({dtype}(M,K) A, {dtype}(K,N) B) -> (C) {{ C(m,n) +=! A(m,k) * B(k,n) }}",
+                      (m, k), (k, n))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_blocks_follow_the_footprint_model(name):
+    t = Target.preset(name)
+    for dtype, s in (("float", 4), ("double", 8)):
+        p = plan(_gemm(2048, 2048, 2048, dtype), t, 1)
+        assert p.path == "packed" and p.grid == (1, 1, 1, 1)
+        assert p.kc * p.nr * s <= t.l1d // 2
+        assert p.mc * p.kc * s <= t.l2 // 2 and p.mc % p.mr == 0
+        assert p.kc * p.nc * s <= t.l3_per_core // 2 and p.nc % p.nr == 0
+        assert p.nr == p.nr_vectors * t.lanes(s)
+        assert "kc" in " ".join(p.reasons)
+
+
+def test_small_shapes_take_the_small_path():
+    t = Target.preset("x86-64-v3")
+    assert plan(_gemm(64, 64, 64), t, 1).path == "small"
+    assert plan(_gemm(128, 128, 128), t, 1).path == "small"
+    assert plan(_gemm(512, 512, 512), t, 1).path == "packed"
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7, 16, 64, 128])
+def test_thread_grids_use_the_threads_and_balance(threads):
+    """Simulated large machines: the grid fills the threads where the work allows it."""
+    t = Target.preset("x86-64-v4").with_cores(threads)
+    for m, n, k in ((2048, 2048, 2048), (4096, 64, 512), (1024, 1024, 64)):
+        p = plan(_gemm(m, n, k), t, threads)
+        assert math.prod(p.grid) <= threads
+        assert math.prod(p.grid) >= min(threads, 2) * 3 // 4 or threads == 3
+    # a small output with a long reduction splits K when the threads outnumber its micro-tiles
+    p = plan(_gemm(128, 128, 8192), t, threads)
+    tiles = -(-128 // p.mr) * -(-128 // p.nr)
+    assert math.prod(p.grid) <= threads and (threads <= tiles or p.grid[3] > 1)
+    assert math.prod(p.grid) >= min(threads, tiles) // 2
+
+
+def test_cost_model_prefers_splitting_the_longer_side():
+    t = Target.preset("x86-64-v3")
+    con = _gemm(4096, 64, 512)
+    p = plan(con, t, 2)
+    assert p.grid[1] == 2  # M is the long side
+    assert cell_cost(con, "packed", p.mr, p.nr, p.nc, p.lanes, (1, 2, 1, 1), 2) < \
+        cell_cost(con, "packed", p.mr, p.nr, p.nc, p.lanes, (1, 1, 1, 1), 2)
+
+
+def test_explain_names_roles_path_and_blocks():
+    k = tcpy.define("def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
+                    options=tcpy.Options(target="x86-64-v3"))
+    text = k.explain((600, 500), (500, 400))
+    assert "contraction engine" in text and "M m = 600" in text and "packed path" in text
+    assert "micro-tile 6x16" in text and "why: kc" in text and "why: mc" in text
+
+
+def test_no_isa_numbers_outside_the_target():
+    import inspect
+    import tcpy.codegen.contraction as c
+    import tcpy.transform.contraction as t
+    for module in (c, t):
+        text = inspect.getsource(module)
+        found = re.findall(r"\b(avx\w*|sse\w*|neon|512|256|128)\b", text, re.IGNORECASE)
+        assert not found, (module.__name__, found)
+
+
+# ----------------------------------------------------------------------------- differential
+
+
+@dataclasses.dataclass
+class Case:
+    source: str
+    args: list
+    k_len: int
+    scale: float
+    options: dict
+    dtype: str
+
+    def __repr__(self):
+        shapes = [getattr(a, "shape", a) for a in self.args]
+        return f"Case({self.source!r}, shapes={shapes}, options={self.options})"
+
+
+@st.composite
+def contractions(draw):
+    dtype = draw(st.sampled_from(["float", "double"]))
+    counts = {"b": draw(st.integers(0, 1)), "m": draw(st.integers(0, 2)), "n": draw(st.integers(0, 2)),
+              "k": draw(st.integers(1, 2))}
+    names = {r: [f"{r}{i}" for i in range(c)] for r, c in counts.items()}
+    extent = {v: draw(st.sampled_from(EXTENTS)) for vs in names.values() for v in vs}
+    # keep the reference's materialised domains small
+    while math.prod(extent.values()) > 60000:
+        v = max(extent, key=extent.get)
+        extent[v] = max(1, extent[v] // 2)
+    window = None
+    if names["m"] and draw(st.booleans()) and draw(st.booleans()):
+        window = (names["m"][0], names["k"][0])  # A indexes m0 + k0; B reads k0 alone
+
+    k = names["k"]
+
+    def operand(tensor, vars_, windowed):
+        dims, shape = [], []
+        order = draw(st.permutations(vars_))
+        for v in order:
+            if windowed and v == window[1]:
+                continue
+            if windowed and v == window[0]:
+                dims.append(f"{v} + {window[1]}")
+                shape.append(extent[v] + extent[window[1]] - 1)
+                continue
+            form = draw(st.sampled_from(["plain", "plain", "plain", "stride", "offset"]))
+            if form == "offset" and v not in k:  # output indices must start at 0
+                form = "plain"
+            if form == "stride":
+                dims.append(f"2*{v}")
+                shape.append(2 * extent[v] - 1 + draw(st.integers(0, 1)))
+            elif form == "offset":
+                dims.append(f"{v} + 1")
+                shape.append(extent[v] + 1)
+            else:
+                dims.append(v)
+                shape.append(extent[v])
+        return tensor, dims, shape
+
+    b, m, n, k = names["b"], names["m"], names["n"], names["k"]
+    ops = [operand("A", b + m + k, window is not None), operand("B", b + n + k, False)]
+    if draw(st.booleans()):
+        ops.reverse()
+    out = draw(st.permutations(b + m + n))
+    # scale
+    scale_form = draw(st.sampled_from(["", "", "", "lit", "neg", "tensor"]))
+    cast = dtype == "double" and draw(st.integers(0, 3)) == 0  # a float operand cast to double
+    params, args, factors = [], [], []
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    np_dtype = np.float32 if dtype == "float" else np.float64
+    for tensor, dims, shape in ops:
+        t_dtype = "float" if (cast and tensor == "A") else dtype
+        sizes = [f"{tensor}{d}" for d in range(len(shape))]
+        params.append(f"{t_dtype}({', '.join(sizes)}) {tensor}" if shape else f"{t_dtype} {tensor}")
+        arr = rng.uniform(-1, 1, shape).astype(np.float32 if t_dtype == "float" else np.float64)
+        if arr.ndim >= 1 and draw(st.integers(0, 4)) == 0:  # a non-contiguous argument
+            big = np.zeros(arr.shape[:-1] + (2 * arr.shape[-1],), arr.dtype)
+            big[..., ::2] = arr
+            arr = big[..., ::2]
+        args.append(arr)
+        access = f"{tensor}({', '.join(dims)})" if dims else tensor
+        factors.append(f"{dtype}({access})" if t_dtype != dtype else access)
+    rhs = " * ".join(factors)
+    scale = 1.0
+    if scale_form == "lit":
+        rhs, scale = f"0.5 * {rhs}", 0.5
+    elif scale_form == "neg":
+        rhs = f"-{rhs}" if draw(st.booleans()) else f"-({rhs})"
+    elif scale_form == "tensor":
+        params.append(f"{dtype} s")
+        args.append(np_dtype(1.5))
+        rhs, scale = f"s * {rhs}", 1.5
+    lhs = f"C({', '.join(out)})" if out else "C"
+    body = f"    {lhs} +=! {rhs}\n"
+    k_len = math.prod(extent[v] for v in k)
+    if out and draw(st.integers(0, 3)) == 0:  # a second contraction accumulating into C
+        extra = [f"q{i}" for i in range(draw(st.integers(1, 2)))]
+        extent.update((v, draw(st.sampled_from(EXTENTS[:12]))) for v in extra)
+        d_vars = draw(st.permutations(b + m + extra))
+        e_vars = draw(st.permutations(b + n + extra))
+        for tensor, vars_ in (("D", d_vars), ("E", e_vars)):
+            shape = [extent[v] for v in vars_]
+            sizes = [f"{tensor}{d}" for d in range(len(shape))]
+            params.append(f"{dtype}({', '.join(sizes)}) {tensor}")
+            args.append(rng.uniform(-1, 1, shape).astype(np_dtype))
+        body += f"    {lhs} += D({', '.join(d_vars)}) * E({', '.join(e_vars)})\n"
+        k_len += math.prod(extent[v] for v in extra)
+    source = f"def f({', '.join(params)}) -> (C) {{\n{body}}}\n"
+    target = draw(st.sampled_from(RUNNABLE))
+    tiny = draw(st.booleans())
+    options = {"num_threads": draw(st.sampled_from([1, 2, 7])),
+               "target": tiny_caches(Target.preset(target)) if tiny else target}
+    return Case(source, args, k_len, scale, options, dtype)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=contractions())
+def test_random_contractions_match_the_reference(case):
+    kernel = tcpy.define(case.source, options=tcpy.Options(**case.options))
+    nests = kernel.specialize(*case.args).ir.nests
+    assert any(n.body and isinstance(n.body[0], ContractionNest) for n in nests), kernel.loop_ir(*case.args)
+    got = kernel(*case.args)
+    want = tcpy.define(case.source, backend="reference")(*case.args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    eps = EPS[case.dtype]
+    bound = 8 * eps * (case.k_len + 1) * case.k_len * abs(case.scale) + 1e-300
+    np.testing.assert_allclose(got, want, rtol=8 * eps * (case.k_len + 1), atol=bound)
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_gemm_edges_around_the_micro_tile(target, threads):
+    """M and N at multiples of the micro-tile +- 1, K across several kc blocks, on the packed
+    path (tiny caches) and the small path, at each thread count."""
+    t = Target.preset(target)
+    mr, nv = micro_tile(t, 4)
+    nr = nv * t.lanes(4)
+    src = "def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+    rng = np.random.default_rng(threads)
+    paths = set()
+    for tt, (m, n, k) in ((t, (2 * mr + 1, 2 * nr - 1, 37)), (tiny_caches(t), (2 * mr + 1, 2 * nr - 1, 37)),
+                          (tiny_caches(t), (20 * mr - 1, nr + 1, 37)), (tiny_caches(t), (3 * mr + 1, 12 * nr + 1, 37))):
+        kernel = tcpy.define(src, options=tcpy.Options(target=tt, num_threads=threads))
+        A = rng.standard_normal((m, k), dtype=np.float32)
+        B = rng.standard_normal((k, n), dtype=np.float32)
+        paths.add(kernel.specialize(A, B).ir.nests[0].body[0].plan.path)
+        got = kernel(A, B)
+        assert got.dtype == np.float32 and got.shape == (m, n)
+        np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    assert paths == {"small", "packed", "stream"}
+
+
+def test_split_k_is_deterministic_and_right():
+    src = "def f(double(M,K) A, double(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+    t = tiny_caches(Target.preset("x86-64"))
+    kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=7))
+    node = kernel.specialize((9, 4000), (4000, 5)).ir.nests[0].body[0]
+    assert node.plan.grid[3] > 1
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((9, 4000)), rng.standard_normal((4000, 5))
+    first = kernel(A, B)
+    np.testing.assert_allclose(first, A @ B, rtol=1e-12, atol=1e-12)
+    assert all(np.array_equal(first, kernel(A, B)) for _ in range(3))

@@ -331,6 +331,9 @@ class Plan:
         return text
 
 
+# L1 data caches of x86-64 and AArch64 cores are 8-way or more; the Target has no associativity
+# yet, and 8 is the safe choice (more ways only leave B's sliver more room).
+L1_WAYS = 8
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
 READ_COST = 0.25  # cycles per element a cell reads in place from beyond L2 (memory bandwidth)
 COMBINE_COST = 2.0  # cycles per element and partial of a split-K combination (written, then read)
@@ -381,15 +384,20 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     unroll = 4
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
-    # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers stream
-    # through it, so it may take half of L1; the packed A block (mc x kc) stays in L2, half of
-    # it; the packed B panel (kc x nc) in this core's share of L3, half of it.
-    kc_max = _round_down(target.l1d // 2 // (nr * s), unroll)
+    # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers (MR x kc)
+    # stream through it. Of an L1 of W ways, A's slivers need C_A = floor((W - 1) / (1 + NR/MR))
+    # ways and one way stays free for C, so B's sliver may fill W - 1 - C_A ways. The packed A
+    # block (mc x kc) stays in half of L2; the packed B panel (kc x nc) in half of this core's
+    # share of L3.
+    a_ways = max(1, int((L1_WAYS - 1) / (1 + nr / mr)))
+    b_ways = max(1, L1_WAYS - 1 - a_ways)
+    kc_max = _round_down(target.l1d * b_ways // L1_WAYS // (nr * s), unroll)
     kc = _balanced(K, kc_max, unroll)
     mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
     nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
-    reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fits half of L1 "
-                   f"({target.l1d // 1024} KiB); K = {K} in {-(-K // kc)} equal blocks")
+    reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {L1_WAYS} "
+                   f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
+                   f"{-(-K // kc)} equal blocks")
     small = _small_ok(con, target, kc, s)
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K

@@ -485,8 +485,9 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads) -> tuple[int, int, int,
     best = None
     for grid in _grids(limits, threads):
         cost = cell_cost(con, path, mr, nr, nc, lanes, grid, threads)
-        # ties: no split K, then fewer cells, then split N before M (each thread packs its own B)
-        key = (round(cost, 6), grid[3], math.prod(grid), grid[1])
+        # ties: no split K, then more cells (the same slowest cell, less work for the others and
+        # for a descheduled thread), then split N before M (each thread packs its own B)
+        key = (round(cost, 6), grid[3], -math.prod(grid), grid[1])
         if best is None or key < best[0]:
             best = (key, grid)
     return best[1]

@@ -45,9 +45,9 @@ class Target:
     ``arch``: ``x86_64`` or ``aarch64``. ``features``: ISA feature names (as in
     ``/proc/cpuinfo``). ``archspec_name``: the archspec microarchitecture whose compiler flags
     build for it. ``vector_bytes`` / ``vector_registers``: the SIMD register file.
-    ``fma``: fused multiply-add. ``l1d``, ``l2``: per-core data caches in bytes; ``l3``: the
-    last-level cache one core shares with ``l3_sharing`` cores. ``cores``: CPUs this process
-    may run on (the default thread count).
+    ``fma``: fused multiply-add. ``l1d``, ``l2``: per-core data caches in bytes, ``l1d_ways``
+    the L1's associativity; ``l3``: the last-level cache one core shares with ``l3_sharing``
+    cores. ``cores``: CPUs this process may run on (the default thread count).
     """
 
     name: str
@@ -62,6 +62,7 @@ class Target:
     l3: int
     l3_sharing: int
     cores: int
+    l1d_ways: int = 8
 
     # -- construction ------------------------------------------------------------------------
 
@@ -136,14 +137,14 @@ class Target:
         """What the generated code and its build depend on: for cache keys and tuning records."""
         return (f"{self.name}|{self.arch}|{self.archspec_name}|{','.join(sorted(self.features))}|"
                 f"v{self.vector_bytes}x{self.vector_registers}|fma{int(self.fma)}|"
-                f"c{self.l1d},{self.l2},{self.l3},{self.l3_sharing}")
+                f"c{self.l1d}/{self.l1d_ways},{self.l2},{self.l3},{self.l3_sharing}")
 
     def describe(self) -> str:
         """One line for ``explain()`` and the header of generated C."""
         isa = "AVX-512" if "avx512f" in self.features else "AVX2" if "avx2" in self.features else (
             "NEON" if self.arch == "aarch64" else "SSE2")
         return (f"{self.name} ({self.arch}, {isa}, {self.vector_registers} x {self.vector_bytes}-byte "
-                f"vector registers{', FMA' if self.fma else ''}; L1d {_size(self.l1d)}, "
+                f"vector registers{', FMA' if self.fma else ''}; L1d {_size(self.l1d)} {self.l1d_ways}-way, "
                 f"L2 {_size(self.l2)}, L3 {_size(self.l3)}; {self.cores} cores)")
 
     def __repr__(self) -> str:
@@ -157,7 +158,8 @@ _X86_V2 = _X86_BASE | {"cx16", "lahf_lm", "popcnt", "sse3", "ssse3", "sse4_1", "
 _X86_V3 = _X86_V2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
 _X86_V4 = _X86_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 
-# name: (arch, archspec name, features, vector bytes, vector registers, fma, l1d, l2, l3 per core)
+# name: (arch, archspec name, features, vector bytes, vector registers, fma, l1d, l2, l3 per core);
+# every preset's L1 is 8-way, the field's default
 _PRESETS = {
     "x86-64": ("x86_64", "x86_64", _X86_BASE, 16, 16, False, 32 * KIB, 256 * KIB, 2 * MIB),
     "x86-64-v3": ("x86_64", "x86_64_v3", _X86_V3, 32, 16, True, 32 * KIB, 512 * KIB, 2 * MIB),
@@ -202,7 +204,7 @@ def _host() -> Target:
     l1d, l2, (l3, sharing) = (caches.get(1, (fallback[6], 1))[0], caches.get(2, (fallback[7], 1))[0],
                               caches.get(3, (fallback[8], 1)))
     return Target(micro.name, arch, features, micro.name, vbytes, vregs, fma, l1d, l2, l3,
-                  max(1, sharing), _affinity_cores())
+                  max(1, sharing), _affinity_cores(), _sysfs_l1d_ways() or 8)
 
 
 def _affinity_cores() -> int:
@@ -246,6 +248,17 @@ def _sysfs_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> di
         if size > 0:
             found[level] = (size, sharing)
     return found
+
+
+def _sysfs_l1d_ways(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """Associativity of cpu0's level-1 data cache (0 when sysfs does not say)."""
+    for entry in sorted(root.glob("index*")) if root.is_dir() else ():
+        try:
+            if (entry / "level").read_text().strip() == "1" and (entry / "type").read_text().strip() == "Data":
+                return int((entry / "ways_of_associativity").read_text())
+        except (OSError, ValueError):
+            return 0
+    return 0
 
 
 def _parse_size(text: str) -> int:

@@ -24,7 +24,7 @@ from tcpy.lang.types import ScalarType
 from tcpy.loopir import ContractionNest
 from tcpy.loopnest import build_program
 from tcpy.target import PRESETS, Target
-from tcpy.transform.contraction import L1_WAYS, Plan, cell_cost, micro_tile, plan, recognize
+from tcpy.transform.contraction import Plan, cell_cost, micro_tile, plan, recognize
 
 EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "30"))
 RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
@@ -161,8 +161,8 @@ def test_blocks_follow_the_footprint_model(name):
     for dtype, s in (("float", 4), ("double", 8)):
         p = plan(_gemm(2048, 2048, 2048, dtype), t, 1)
         assert p.path == "packed" and p.grid == (1, 1, 1, 1)
-        ways = L1_WAYS - 1 - max(1, int((L1_WAYS - 1) / (1 + p.nr / p.mr)))  # Low et al.
-        assert p.kc * p.nr * s <= t.l1d * ways // L1_WAYS and ways < L1_WAYS - 1
+        ways = t.l1d_ways - 1 - max(1, int((t.l1d_ways - 1) / (1 + p.nr / p.mr)))  # Low et al.
+        assert p.kc * p.nr * s <= t.l1d * ways // t.l1d_ways and ways < t.l1d_ways - 1
         assert p.mc * p.kc * s <= t.l2 // 2 and p.mc % p.mr == 0
         assert p.kc * p.nc * s <= t.l3_per_core // 2 and p.nc % p.nr == 0
         assert p.nr == p.nr_vectors * t.lanes(s)

@@ -331,9 +331,6 @@ class Plan:
         return text
 
 
-# L1 data caches of x86-64 and AArch64 cores are 8-way or more; the Target has no associativity
-# yet, and 8 is the safe choice (more ways only leave B's sliver more room).
-L1_WAYS = 8
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
 READ_COST = 0.25  # cycles per element a cell reads in place from beyond L2 (memory bandwidth)
 COMBINE_COST = 2.0  # cycles per element and partial of a split-K combination (written, then read)
@@ -389,13 +386,13 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     # ways and one way stays free for C, so B's sliver may fill W - 1 - C_A ways. The packed A
     # block (mc x kc) stays in half of L2; the packed B panel (kc x nc) in half of this core's
     # share of L3.
-    a_ways = max(1, int((L1_WAYS - 1) / (1 + nr / mr)))
-    b_ways = max(1, L1_WAYS - 1 - a_ways)
-    kc_max = _round_down(target.l1d * b_ways // L1_WAYS // (nr * s), unroll)
+    a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
+    b_ways = max(1, target.l1d_ways - 1 - a_ways)
+    kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
     kc = _balanced(K, kc_max, unroll)
     mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
     nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
-    reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {L1_WAYS} "
+    reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
     small = _small_ok(con, target, kc, s)

@@ -69,7 +69,9 @@ def torch_fn(name: str):
         return None
     fns = {"gemm": torch.matmul, "dgemm": torch.matmul, "bmm": torch.matmul,
            "conv2d": torch.nn.functional.conv2d,
-           "attention": lambda q, k, v, s: torch.softmax(s * (q @ k.transpose(-1, -2)), -1) @ v}
+           "attention": lambda q, k, v, s: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=s),
+           "softmax": lambda x: torch.softmax(x, -1),
+           "layernorm": lambda x, g, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, 1e-5)}
     return fns[name]
 
 
@@ -97,6 +99,48 @@ def bmm_case(b: int, m: int, n: int, k: int) -> demo.Case:
                      np.matmul, 2.0 * b * m * n * k)
 
 
+SOFTMAX = """
+def softmax(float(N,D) I) -> (O) {
+    mx(n) max=! I(n, d)
+    e(n, d) = exp(I(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}
+"""
+
+LAYERNORM = """
+def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
+    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
+}
+"""
+
+
+def numpy_softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def numpy_layernorm(x, g, b):
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-5) * g + b
+
+
+def softmax_case(n: int, d: int) -> demo.Case:
+    """Softmax over the rows of an n x d matrix (4 statements: max, exp, sum, divide)."""
+    return demo.Case("softmax", SOFTMAX, f"{n}x{d} rows", lambda rng: (demo._f32(rng, n, d),),
+                     numpy_softmax, 4.0 * n * d)
+
+
+def layernorm_case(n: int, d: int) -> demo.Case:
+    """Layer norm over the rows of an n x d matrix, with gain and bias."""
+    return demo.Case("layernorm", LAYERNORM, f"{n}x{d} rows",
+                     lambda rng: (demo._f32(rng, n, d), demo._f32(rng, d), demo._f32(rng, d)),
+                     numpy_layernorm, 8.0 * n * d)
+
+
 def cases(quick: bool):
     gemm = [256, 512] if quick else [256, 512, 1024, 2048]
     yield from (demo.gemm_case(n, n, n) for n in gemm)
@@ -109,6 +153,11 @@ def cases(quick: bool):
     if not quick:
         yield demo.conv2d_case(8, 128, 128, 28)
     yield demo.attention_case(1, 8, 512 if not quick else 128, 64)
+    if not quick:
+        yield from (demo.attention_case(b, h, s, d) for b, h, s, d in ((1, 8, 2048, 64), (4, 12, 256, 64),
+                                                                          (1, 1, 4096, 128)))
+        yield softmax_case(4096, 4096)
+        yield layernorm_case(4096, 4096)
 
 
 def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:

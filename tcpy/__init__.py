@@ -15,6 +15,7 @@ from .errors import (
     TCCompilerError,
     TCError,
     TCLookupError,
+    TCOptionError,
     TCPreconditionError,
     TCProgramError,
     TCRangeError,
@@ -22,6 +23,7 @@ from .errors import (
     TCSemanticError,
     TCShapeError,
     TCSyntaxError,
+    TCWarning,
 )
 from .lang import parse
 from .api import Kernel, Library, define
@@ -53,4 +55,6 @@ __all__ = [
     "TCPreconditionError",
     "TCRuntimeError",
     "TCCompilerError",
+    "TCOptionError",
+    "TCWarning",
 ]

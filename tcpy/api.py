@@ -14,7 +14,7 @@ import numpy as np
 
 from . import binding, ranges
 from .codegen.emit import emit_kernel
-from .errors import TCArgumentError, TCProgramError
+from .errors import TCArgumentError, TCCompilerError, TCProgramError
 from .lang import ast, parse
 from .lang.sema import select_def
 from .lang.types import ScalarType
@@ -94,7 +94,7 @@ class Kernel(Launcher):
         from .tuning import tuned_options
         return tuned_options(self, sizes) or self.options
 
-    def specialize(self, *arrays_or_shapes, **sizes) -> Specialization:
+    def specialize(self, /, *arrays_or_shapes, **sizes) -> Specialization:
         """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel."""
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
@@ -108,15 +108,15 @@ class Kernel(Launcher):
         c_source, errors = emit_kernel(ir, symbol)
         return Specialization(sizes, bound, ir, c_source, errors, symbol)
 
-    def loop_ir(self, *arrays_or_shapes, **sizes) -> str:
+    def loop_ir(self, /, *arrays_or_shapes, **sizes) -> str:
         """The loop nests for these arrays, shapes or sizes, as indented text (no compiler needed)."""
         return dump(self.specialize(*arrays_or_shapes, **sizes).ir)
 
-    def c_source(self, *arrays_or_shapes, **sizes) -> str:
+    def c_source(self, /, *arrays_or_shapes, **sizes) -> str:
         """The generated C for these arrays, shapes or sizes."""
         return self.specialize(*arrays_or_shapes, **sizes).c_source
 
-    def explain(self, *arrays_or_shapes, **sizes) -> "Explanation":
+    def explain(self, /, *arrays_or_shapes, **sizes) -> "Explanation":
         """Inferred ranges, output shapes, preconditions and schedule, as text.
 
         Without arguments the ranges are symbolic; with arrays, shapes (tuples) or sizes
@@ -135,7 +135,7 @@ class Kernel(Launcher):
             text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
         return Explanation(text)
 
-    def _sizes(self, arrays_or_shapes, sizes: Mapping[str, int]) -> dict[str, int]:
+    def _sizes(self, /, arrays_or_shapes, sizes: Mapping[str, int]) -> dict[str, int]:
         if arrays_or_shapes:
             args = [_stand_in(a, p, self.types) for a, p in zip(arrays_or_shapes, self.def_.params)]
             args += list(arrays_or_shapes[len(args):])
@@ -160,10 +160,7 @@ class Kernel(Launcher):
         arrays, sizes = binding.bind_arguments(self.def_, args)
         spec = self.specialize(**sizes)
         options = spec.ir.options
-        flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
-        flags += list(options.cflags)
-        path = build_library(spec.c_source, flags=flags, target=options.target)
-        address = load_symbol(path, spec.symbol)
+        address = _build_and_load(spec, options)
         shapes = spec.bound.shapes
         program = spec.ir.program
 
@@ -184,6 +181,21 @@ class Kernel(Launcher):
             num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,
         )
+
+
+def _build_and_load(spec: Specialization, options: Options) -> int:
+    """The kernel's address: built or found in the cache; a cached library that does not load
+    (damaged on disk) has been removed by ``load_symbol`` and is built once more."""
+    flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
+
+    def build():
+        return build_library(spec.c_source, flags=flags, user_flags=options.cflags, target=options.target)
+
+    path = build()
+    try:
+        return load_symbol(path, spec.symbol)
+    except TCCompilerError:
+        return load_symbol(build(), spec.symbol)
 
 
 def _covered(tensor: str, spec: Specialization) -> bool:

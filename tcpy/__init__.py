@@ -16,6 +16,7 @@ from .errors import (
     TCError,
     TCLookupError,
     TCOptionError,
+    TCOverflowError,
     TCPreconditionError,
     TCProgramError,
     TCRangeError,
@@ -56,5 +57,6 @@ __all__ = [
     "TCRuntimeError",
     "TCCompilerError",
     "TCOptionError",
+    "TCOverflowError",
     "TCWarning",
 ]

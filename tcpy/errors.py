@@ -124,6 +124,10 @@ class TCRuntimeError(TCError, RuntimeError):
     """A kernel stopped on bad data: integer division by zero, a data-dependent index out of bounds."""
 
 
+class TCOverflowError(TCArgumentError, OverflowError):
+    """A number argument (or size) outside the range of the type that must hold it."""
+
+
 class TCOptionError(TCArgumentError, ValueError):
     """An option tcpy cannot use: an :class:`~tcpy.Options` field, a ``TCPY_*`` environment
     variable, or a compiler flag of the user's that makes the build fail."""

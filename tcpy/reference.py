@@ -518,22 +518,38 @@ class ReferenceKernel:
         arrays, sizes = bind_arguments(self.def_, args)
         return arrays, sizes, self.ranges.bind(sizes)
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **keywords):
+        if keywords:
+            raise TCArgumentError(f"in def '{self.name}': kernels take their arrays by position; got keyword "
+                                  f"argument{'s' if len(keywords) > 1 else ''} {', '.join(map(repr, keywords))}")
+        from .lang.sema import caller_accumulations
+
         arrays, sizes, bound = self.bind(args)
         def_ = self.def_
-        env = {info.name: np.asarray(a) for info, a in zip(def_.inputs, arrays)}
+        # a bool byte other than 0 or 1 (a uint8 array viewed as bool) is true, as in C
+        env = {info.name: np.asarray(a) if a.dtype != np.bool_ else a.view(np.uint8) != 0
+               for info, a in zip(def_.inputs, arrays)}
         for info in def_.outputs + def_.temporaries:
             env[info.name] = np.zeros(bound.shapes[info.name], numpy_dtype(info.scalar))
+        outs = None if out is None else self._check_out(out, [env[info.name] for info in def_.outputs])
+        if outs is not None:  # TC's `+=` into a fresh output adds to the caller's values
+            accumulated = {s.target for s in caller_accumulations(def_)}
+            for info, given in zip(def_.outputs, outs):
+                if info.name in accumulated:
+                    env[info.name] = given.copy() if given.dtype != np.bool_ else given.view(np.uint8) != 0
         with np.errstate(all="ignore"):
             for stmt, ranges in zip(def_.stmts, bound.statements):
                 _run_statement(def_, stmt, ranges, env, sizes, self.reverse_reductions)
         results = tuple(env[info.name] for info in def_.outputs)
-        if out is not None:
-            results = self._write_out(out, results)
+        if outs is not None:
+            for given, result in zip(outs, results):
+                np.copyto(given, result)
+            results = outs
         return results[0] if len(results) == 1 else results
 
-    def _write_out(self, out, results):
-        outs = (out,) if isinstance(out, np.ndarray) else tuple(out)
+    def _check_out(self, out, results) -> tuple:
+        """The caller's out= arrays, checked against the outputs' shapes and dtypes."""
+        outs = (out,) if isinstance(out, np.ndarray) else tuple(out) if isinstance(out, (tuple, list)) else (out,)
         if len(outs) != len(results):
             raise TCArgumentError(
                 f"in def '{self.name}': out= needs {len(results)} array(s), got {len(outs)}")
@@ -548,7 +564,6 @@ class ReferenceKernel:
                     f"with shape {result.shape}, got {given.dtype} with shape {given.shape}")
             if not given.flags.writeable:
                 raise TCArgumentError(f"in def '{self.name}': out= for output '{info.name}' is read-only")
-            np.copyto(given, result)
         return outs
 
     def explain(self, *arrays_or_shapes) -> str:

@@ -28,7 +28,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport openmp
 
-from ..errors import TCArgumentError, TCRuntimeError
+from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError
 
 cnp.import_array()
 
@@ -64,20 +64,24 @@ cdef class _ArraySpec:
     """Shape and dtype of an array the launcher allocates, ready for the NumPy C API.
 
     ``zero``: the kernel may leave elements unwritten, so the array starts zero-filled.
-    Otherwise it is allocated uninitialised, which saves touching every page twice."""
+    Otherwise it is allocated uninitialised, which saves touching every page twice.
+    ``keep``: the kernel accumulates into the output's values (TC's ``+=`` without ``!``), so
+    a caller's ``out=`` array keeps its values; a fresh one starts zero-filled."""
     cdef public tuple shape
     cdef public object dtype
     cdef public bint zero
+    cdef public bint keep
     cdef int nd
     cdef cnp.npy_intp dims[32]
     cdef int typenum
 
-    def __init__(self, shape, dtype, zero=True):
-        self.zero = zero
+    def __init__(self, shape, dtype, zero=True, keep=False):
+        self.zero = zero or keep
+        self.keep = keep
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         if len(self.shape) > 32:
-            raise ValueError(f"rank {len(self.shape)} is above the launcher's limit of 32")
+            raise TCArgumentError(f"rank {len(self.shape)} is above the launcher's limit of 32")
         if not self.dtype.isnative or self.dtype.kind not in "biuf":  # float16 is numeric too
             raise ValueError(f"kernels need a native numeric dtype, not {self.dtype}")
         self.nd = len(self.shape)
@@ -99,9 +103,11 @@ cdef class LaunchEntry:
     """How to call one compiled kernel for one call signature.
 
     ``func_address``: the kernel's address (``tcpy.runtime.build.load_symbol``).
-    ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``
-    or ``(shape, dtype, zero)`` per output (return order) / temporary; ``zero=False`` says the
-    kernel writes every element, so the array need not be zero-filled first. ``error_messages``: ``str.format`` templates, error
+    ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``,
+    ``(shape, dtype, zero)`` or ``(shape, dtype, zero, keep)`` per output (return order) /
+    temporary; ``zero=False`` says the kernel writes every element, so the array need not be
+    zero-filled first; ``keep=True`` that it accumulates into the values of a caller's ``out=``
+    array. ``error_messages``: ``str.format`` templates, error
     code k uses ``error_messages[k - 1]`` with ``err[0..3]`` as positional arguments.
     ``num_threads``: passed to the kernel; 0 or None: :func:`get_num_threads` at each call.
     ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
@@ -195,7 +201,11 @@ cdef class Launcher:
         self.table = {}
         self.miss_handler = miss_handler
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **keywords):
+        if keywords:
+            raise TCArgumentError(f"kernels take their arrays by position, in the order of the signature; "
+                                  f"got keyword argument{'s' if len(keywords) > 1 else ''} "
+                                  f"{', '.join(map(repr, keywords))}")
         key = _signature(args)
         entry = self.table.get(key)
         if entry is None:
@@ -225,6 +235,8 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
             a = <cnp.ndarray>x
             if not cnp.PyArray_ISCARRAY_RO(a):  # strided, reversed or misaligned: copy
                 a = np.array(a, order="C", copy=True)
+            if cnp.PyArray_TYPE(a) == cnp.NPY_BOOL and _has_non_bool_bytes(a):
+                a = a.view(np.uint8) != 0  # C assumes a bool byte is 0 or 1
         else:
             a = _number_to_array(entry, i, x)
         arrays[i] = a
@@ -263,13 +275,14 @@ cdef cnp.ndarray _number_to_array(LaunchEntry entry, Py_ssize_t i, object x):
     try:
         return np.array(x, dtype=dtype)
     except (OverflowError, ValueError, TypeError):
-        raise TCArgumentError(f"argument {i}: {x!r} does not fit the parameter's type {dtype}") from None
+        raise TCOverflowError(f"argument {i}: {x!r} does not fit the parameter's type {dtype}") from None
 
 
 cdef _check_out(LaunchEntry entry, object out, list arrays):
     """Use the caller's output arrays: exact shape and dtype, C-contiguous, writeable, not
-    overlapping an input or each other. Unless the kernel writes every element, they are
-    zero-filled first, because outputs are defined as zero wherever no statement writes them."""
+    overlapping an input or each other. Unless the kernel writes every element, or accumulates
+    into their values, they are zero-filled first, because outputs are defined as zero wherever
+    no statement writes them."""
     cdef Py_ssize_t i, j, n_in = entry.n_inputs, n_out = PyTuple_GET_SIZE(entry._outs)
     cdef _ArraySpec spec
     cdef cnp.ndarray o
@@ -301,9 +314,24 @@ cdef _check_out(LaunchEntry entry, object out, list arrays):
                 raise TCArgumentError(f"{name} shares memory with out[{j}]")
         arrays[n_in + i] = o
     for i in range(n_out):
-        if (<_ArraySpec>entry._outs[i]).zero:
-            o = <cnp.ndarray>arrays[n_in + i]
+        spec = <_ArraySpec>entry._outs[i]
+        o = <cnp.ndarray>arrays[n_in + i]
+        if spec.keep:
+            if cnp.PyArray_TYPE(o) == cnp.NPY_BOOL and _has_non_bool_bytes(o):
+                np.not_equal(o.view(np.uint8), 0, out=o)
+        elif spec.zero:
             memset(cnp.PyArray_DATA(o), 0, cnp.PyArray_NBYTES(o))
+
+
+cdef bint _has_non_bool_bytes(cnp.ndarray a):
+    """A C-contiguous bool array holds a byte other than 0 and 1 (e.g. a uint8 array viewed as bool)."""
+    cdef const unsigned char *p = <const unsigned char *>cnp.PyArray_DATA(a)
+    cdef Py_ssize_t i, n = cnp.PyArray_NBYTES(a)
+    cdef unsigned char acc = 0
+    with nogil:
+        for i in range(n):
+            acc |= p[i]
+    return acc > 1
 
 
 cdef _bad_out(_ArraySpec spec, Py_ssize_t i, Py_ssize_t n_out, str got):

@@ -51,7 +51,7 @@ import numpy as np
 from .binding import bind_arguments, numpy_dtype
 from .errors import TCArgumentError, TCProgramError, TCRuntimeError
 from .lang import ast as A
-from .lang.types import ScalarType, accumulator_type, promote
+from .lang.types import INDEX_TYPE, ScalarType, accumulator_type, promote
 from .lang.visit import inline_lets, reads_tensor
 
 __all__ = ["ReferenceKernel", "define_reference", "evaluate"]
@@ -278,7 +278,7 @@ class _StatementEvaluator:
         self.def_ = def_
         self.env = env
         self.sizes = sizes
-        self.axes = axes  # index var -> int32 array shaped to broadcast along its axis
+        self.axes = axes  # index var -> int64 array shaped to broadcast along its axis
         self.domain_shape = domain_shape
 
     # Each method returns an array broadcastable to the domain, of dtype expr.type.
@@ -290,7 +290,7 @@ class _StatementEvaluator:
         if isinstance(e, A.FloatLit):
             return np.array(e.value, numpy_dtype(t))
         if isinstance(e, A.IndexVar):
-            return convert(self.axes[e.name], INT32, t)
+            return convert(self.axes[e.name], INDEX_TYPE, t)
         if isinstance(e, A.SizeVar):
             return np.array(self.sizes[e.name]).astype(numpy_dtype(t))
         if isinstance(e, A.DimRef):
@@ -438,7 +438,7 @@ def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: di
     for k, (v, (lo, hi)) in enumerate(zip(names, bounds)):
         shape = [1] * len(names)
         shape[k] = extents[k]
-        axes[v] = np.arange(lo, lo + extents[k], dtype=np.int32).reshape(shape)
+        axes[v] = np.arange(lo, lo + extents[k], dtype=np.int64).reshape(shape)
     target = env[stmt.target]
     out_t = def_.tensor(stmt.target).scalar
     if 0 in extents[:n_out]:

@@ -156,7 +156,6 @@ def cmd_tune(args) -> int:
     """Autotune one def on random inputs of --sizes; record and print the fastest options."""
     import numpy as np
 
-    from .loopnest import input_shape
     from .tuning import autotune
 
     kernel = _kernel(args)
@@ -166,7 +165,7 @@ def cmd_tune(args) -> int:
                          f"{', '.join(kernel.def_.size_vars)})")
     kernel.specialize(**args.sizes)  # sizes checked (range, preconditions) before allocating
     rng = np.random.default_rng(0)
-    arrays = [rng.random(input_shape(p, args.sizes)).astype(kernel.types[p.name].numpy_name)
+    arrays = [rng.random(p.type.shape(args.sizes)).astype(kernel.types[p.name].numpy_name)
               for p in kernel.def_.params]
     best = autotune(kernel, *arrays, repeat=args.repeat, progress=not args.quiet)
     print(kernel.explain(**args.sizes).split("schedule:")[1].strip())

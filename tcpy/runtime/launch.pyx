@@ -9,18 +9,25 @@ build happen there, with every argument check); later calls only look up the tab
 inputs C-contiguous, allocate outputs and temporaries, and call the kernel with the GIL
 released.
 
-Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err)``, buffers = inputs
-in signature order, outputs in return order, then temporaries. A return value k > 0 raises
-``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``. ``num_threads`` 0 lets the kernel
+Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err, const volatile int
+*stop)``, buffers = inputs in signature order, outputs in return order, then temporaries. A
+return value k > 0 raises ``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``; -1 means
+the kernel saw ``*stop`` set by Ctrl-C and stopped early: Python's SIGINT handler then raises
+(KeyboardInterrupt by default). A kernel that never polls may omit ``stop``.
+``num_threads`` 0 lets the kernel
 take OpenMP's ``omp_get_max_threads()``, which follows ``OMP_NUM_THREADS`` and threadpoolctl.
 
 Thread count of a call, first that applies: the entry's own (``Options(num_threads=)``),
 :func:`set_num_threads`, then OpenMP's (this module links the same libgomp as the kernels, so
 ``threadpoolctl.threadpool_limits`` reaches them).
 """
+import threading
+
 import numpy as np
 
 cimport numpy as cnp
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
@@ -32,7 +39,51 @@ from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError
 
 cnp.import_array()
 
-ctypedef int (*kernel_fn)(void **buffers, int num_threads, int64_t *err) noexcept nogil
+cdef extern from *:
+    """
+    #include <signal.h>
+    #include <string.h>
+    /* Ctrl-C during a kernel: a SIGINT handler in front of Python's sets tcpy_sigint, which the
+     * kernel polls, then calls Python's own (which makes Python raise KeyboardInterrupt once the
+     * kernel has returned and the launcher calls PyErr_CheckSignals). */
+    static volatile int tcpy_sigint = 0;
+    static struct sigaction tcpy_chained_sigint;
+    static void tcpy_on_sigint(int sig, siginfo_t *info, void *context) {
+        tcpy_sigint = 1;
+        if (tcpy_chained_sigint.sa_flags & SA_SIGINFO) {
+            tcpy_chained_sigint.sa_sigaction(sig, info, context);
+        } else if (tcpy_chained_sigint.sa_handler != SIG_DFL && tcpy_chained_sigint.sa_handler != SIG_IGN) {
+            tcpy_chained_sigint.sa_handler(sig);
+        }
+    }
+    typedef const volatile int *tcpy_stop_ptr;
+    static const volatile int tcpy_never_stop = 0;
+    /* The flag a kernel polls, cleared. With `watch`, our handler goes in front of the current
+     * one if that is a function (Python's) and not ours already; a flag that is never set
+     * without `watch`, or when SIGINT is ignored or default. */
+    static tcpy_stop_ptr tcpy_stop_flag(int watch) {
+        struct sigaction current, mine;
+        if (!watch || sigaction(SIGINT, NULL, &current) != 0) return &tcpy_never_stop;
+        if (!((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == tcpy_on_sigint)) {
+            if (!(current.sa_flags & SA_SIGINFO)
+                    && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) return &tcpy_never_stop;
+            memset(&mine, 0, sizeof mine);
+            mine.sa_sigaction = tcpy_on_sigint;
+            mine.sa_flags = SA_SIGINFO | (current.sa_flags & SA_RESTART);
+            sigemptyset(&mine.sa_mask);
+            tcpy_chained_sigint = current;
+            if (sigaction(SIGINT, &mine, NULL) != 0) return &tcpy_never_stop;
+        }
+        tcpy_sigint = 0;
+        return &tcpy_sigint;
+    }
+    """
+    ctypedef const int *tcpy_stop_ptr
+    tcpy_stop_ptr tcpy_stop_flag(int watch) nogil
+
+ctypedef int (*kernel_fn)(void **buffers, int num_threads, int64_t *err, tcpy_stop_ptr stop) noexcept nogil
+
+cdef unsigned long _main_thread = threading.main_thread().ident
 
 cdef enum:
     STACK_BUFFERS = 32  # kernels with more buffers than this use malloc for the pointer array
@@ -376,6 +427,7 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef void **buffers = stack
     cdef int64_t err[4]
     cdef int rc, threads = entry.num_threads if entry.num_threads > 0 else _num_threads
+    cdef tcpy_stop_ptr stop
     cdef kernel_fn fn = entry.fn
     cdef Py_ssize_t i
     if n_buf > STACK_BUFFERS:
@@ -386,11 +438,16 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
         for i in range(n_buf):
             buffers[i] = cnp.PyArray_DATA(<cnp.ndarray>arrays[i])
         err[0] = err[1] = err[2] = err[3] = 0
+        # Ctrl-C reaches a kernel only in the main thread, where Python handles signals
+        stop = tcpy_stop_flag(PyThread_get_thread_ident() == _main_thread)
         with nogil:
-            rc = fn(buffers, threads, err)
+            rc = fn(buffers, threads, err, stop)
     finally:
         if buffers != stack:
             free(buffers)
+    if rc == -1:  # TCPY_INTERRUPTED: Python's handler has run in C; let it raise
+        PyErr_CheckSignals()
+        raise TCRuntimeError("the kernel was interrupted (SIGINT) before it finished; its outputs are incomplete")
     if rc != 0:
         _raise_kernel_error(entry, rc, err)
 

@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 from hypothesis import strategies as st
 
-from tcpy.lang.types import ScalarType, promote
+from tcpy.lang.types import INDEX_TYPE, ScalarType, promote
 
 S = ScalarType
 FLOAT_TYPES = (S.FLOAT32, S.FLOAT64, S.FLOAT16)
@@ -393,9 +393,9 @@ class _Stmt:
             return str(b.pick((1, 2, 3))), S.INT32
         bounded = [v for v in self.vars if v.bounded]
         if roll < 86 and bounded and not in_condition:  # affine conditions would change ranges
-            return b.pick(bounded).name, S.INT32
+            return b.pick(bounded).name, INDEX_TYPE
         if roll < 92 and b.sizes:
-            return b.pick(b.sizes), S.INT32
+            return b.pick(b.sizes), INDEX_TYPE
         if roll < 96:
             padded = self.padded_read()
             if padded is not None:

@@ -6,8 +6,9 @@
  * Names follow NumPy dtype names: float16 float32 float64 int8..int64 uint8..uint64 bool.
  *
  * Kernel ABI (see tcpy/runtime/launch.pyx):
- *     int kernel(void *const *buffers, int num_threads, int64_t *err);
- * returns 0, or k > 0 for the launcher's error message k, with up to 4 values in err[0..3].
+ *     int kernel(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop);
+ * returns 0, or k > 0 for the launcher's error message k, with up to 4 values in err[0..3], or
+ * TCPY_INTERRUPTED when *stop became nonzero (Ctrl-C) while it ran.
  */
 #ifndef TCPY_RUNTIME_H
 #define TCPY_RUNTIME_H
@@ -29,6 +30,12 @@ typedef float float32;
 typedef double float64;
 
 #define TCPY_RESTRICT __restrict__
+
+/* Ctrl-C: the launcher's SIGINT handler sets *stop; kernels poll it at the top of every loop
+ * that is not innermost (a load per outer iteration: no measurable cost) and skip the rest of
+ * the work, then return TCPY_INTERRUPTED. `continue`, not `break`: it is legal in OpenMP loops. */
+#define TCPY_INTERRUPTED (-1)
+#define TCPY_POLL(stop) if (TCPY_UNLIKELY(*(stop))) continue
 #define TCPY_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TCPY_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -15,6 +15,8 @@ from .errors import (
     TCCompilerError,
     TCError,
     TCLookupError,
+    TCOptionError,
+    TCOverflowError,
     TCPreconditionError,
     TCProgramError,
     TCRangeError,
@@ -22,6 +24,7 @@ from .errors import (
     TCSemanticError,
     TCShapeError,
     TCSyntaxError,
+    TCWarning,
 )
 from .lang import parse
 from .api import Kernel, Library, define
@@ -53,4 +56,7 @@ __all__ = [
     "TCPreconditionError",
     "TCRuntimeError",
     "TCCompilerError",
+    "TCOptionError",
+    "TCOverflowError",
+    "TCWarning",
 ]

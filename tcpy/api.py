@@ -7,6 +7,7 @@ with the same shapes go straight from the Cython launcher to the compiled functi
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -14,9 +15,10 @@ import numpy as np
 
 from . import binding, ranges
 from .codegen.emit import emit_kernel
-from .errors import TCArgumentError, TCProgramError
+from .errors import (TCArgumentError, TCCompilerError, TCLookupError, TCOptionError, TCOverflowError,
+                     TCProgramError, TCWarning)
 from .lang import ast, parse
-from .lang.sema import select_def
+from .lang.sema import caller_accumulations, select_def
 from .lang.types import ScalarType
 from .loopir import ContractionNest, KernelIR, NestKind, describe_group, dump
 from .loopnest import build_program, lower
@@ -26,6 +28,9 @@ from .options import Options
 from .transform import fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
+
+#: The largest size a kernel takes: sizes, indices and offsets are int64 in the C.
+MAX_SIZE = 2**63 - 1
 
 # Flags every kernel needs for TC's semantics: signed overflow wraps (int arithmetic is modular,
 # as in NumPy), and math functions may skip errno so gcc can inline and vectorize them.
@@ -94,7 +99,7 @@ class Kernel(Launcher):
         from .tuning import tuned_options
         return tuned_options(self, sizes) or self.options
 
-    def specialize(self, *arrays_or_shapes, **sizes) -> Specialization:
+    def specialize(self, /, *arrays_or_shapes, **sizes) -> Specialization:
         """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel."""
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
@@ -108,15 +113,15 @@ class Kernel(Launcher):
         c_source, errors = emit_kernel(ir, symbol)
         return Specialization(sizes, bound, ir, c_source, errors, symbol)
 
-    def loop_ir(self, *arrays_or_shapes, **sizes) -> str:
+    def loop_ir(self, /, *arrays_or_shapes, **sizes) -> str:
         """The loop nests for these arrays, shapes or sizes, as indented text (no compiler needed)."""
         return dump(self.specialize(*arrays_or_shapes, **sizes).ir)
 
-    def c_source(self, *arrays_or_shapes, **sizes) -> str:
+    def c_source(self, /, *arrays_or_shapes, **sizes) -> str:
         """The generated C for these arrays, shapes or sizes."""
         return self.specialize(*arrays_or_shapes, **sizes).c_source
 
-    def explain(self, *arrays_or_shapes, **sizes) -> "Explanation":
+    def explain(self, /, *arrays_or_shapes, **sizes) -> "Explanation":
         """Inferred ranges, output shapes, preconditions and schedule, as text.
 
         Without arguments the ranges are symbolic; with arrays, shapes (tuples) or sizes
@@ -139,7 +144,7 @@ class Kernel(Launcher):
             text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
         return Explanation(text)
 
-    def _sizes(self, arrays_or_shapes, sizes: Mapping[str, int]) -> dict[str, int]:
+    def _sizes(self, /, arrays_or_shapes, sizes: Mapping[str, int]) -> dict[str, int]:
         if arrays_or_shapes:
             args = [_stand_in(a, p, self.types) for a, p in zip(arrays_or_shapes, self.def_.params)]
             args += list(arrays_or_shapes[len(args):])
@@ -151,6 +156,11 @@ class Kernel(Launcher):
                 raise TCArgumentError(
                     f"def '{self.def_.name}' has no size variable {name!r}; "
                     f"its sizes are {', '.join(self.def_.size_vars) or 'none'}")
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise TCArgumentError(f"size {name} of def '{self.def_.name}' must be an int, got {value!r}")
+            if not 0 <= value <= MAX_SIZE:
+                shown = value if abs(value) < 10**20 else f"an int of {int(value).bit_length()} bits"
+                raise TCOverflowError(f"size {name} of def '{self.def_.name}' must be from 0 to {MAX_SIZE}, got {shown}")
             bound[name] = int(value)
         missing = [s for s in self.def_.size_vars if s not in bound]
         if missing:
@@ -164,17 +174,17 @@ class Kernel(Launcher):
         arrays, sizes = binding.bind_arguments(self.def_, args)
         spec = self.specialize(**sizes)
         options = spec.ir.options
-        flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
-        flags += list(options.cflags)
-        path = build_library(spec.c_source, flags=flags, target=options.target)
-        address = load_symbol(path, spec.symbol)
+        address = _build_and_load(spec, options)
         shapes = spec.bound.shapes
         program = spec.ir.program
+
+        accumulated = {s.target for s in caller_accumulations(self.def_)}
 
         def array_spec(name):
             if name in program.shrunk:  # replaced by per-thread buffers of a fused group
                 return ((0,) * len(shapes[name]), binding.numpy_dtype(self.types[name]), False)
-            return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]), not _covered(name, spec))
+            return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]), not _covered(name, spec),
+                    name in accumulated)
 
         return LaunchEntry(
             func_address=address,
@@ -190,13 +200,29 @@ class Kernel(Launcher):
         )
 
 
+def _build_and_load(spec: Specialization, options: Options) -> int:
+    """The kernel's address: built or found in the cache; a cached library that does not load
+    (damaged on disk) has been removed by ``load_symbol`` and is built once more."""
+    flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
+
+    def build():
+        return build_library(spec.c_source, flags=flags, user_flags=options.cflags, target=options.target)
+
+    path = build()
+    try:
+        return load_symbol(path, spec.symbol)
+    except TCCompilerError:
+        return load_symbol(build(), spec.symbol)
+
+
 def _covered(tensor: str, spec: Specialization) -> bool:
-    """Whether the first statement writing ``tensor`` writes all of it (so it needs no zero fill)."""
+    """Whether the first statement writing ``tensor`` writes all of it without reading it (so
+    it needs no zero fill)."""
     shape = spec.bound.shapes[tensor]
     for statement in spec.ir.program.statements:
         stmt, ranges = statement.stmt, statement.ranges
         if stmt.target == tensor:
-            return all(ranges[v][0] <= 0 and ranges[v][1] >= extent
+            return (stmt.reduction is None or stmt.init) and all(ranges[v][0] <= 0 and ranges[v][1] >= extent
                        for v, extent in zip(stmt.output_vars, shape))
     return False
 
@@ -229,7 +255,11 @@ class Library:
             raise AttributeError(name) from None
 
     def __getitem__(self, name: str):
-        return self._kernels[name]
+        try:
+            return self._kernels[name]
+        except (KeyError, TypeError):
+            raise TCLookupError(f"no def named {name!r}; the source defines "
+                                f"{', '.join(repr(n) for n in self._kernels)}") from None
 
     def __iter__(self):
         return iter(self._kernels.values())
@@ -252,7 +282,16 @@ def define(source: str, name: Optional[str] = None, *, options: Optional[Options
     """
     if backend not in BACKENDS:
         raise TCArgumentError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if options is not None and not isinstance(options, Options):
+        raise TCOptionError(f"options must be a tcpy.Options, got {type(options).__name__}")
     program = parse(source)
+    for def_ in program.defs:
+        for stmt in caller_accumulations(def_):
+            warnings.warn(
+                f"line {stmt.span.line}: in def '{def_.name}': output '{stmt.target}' is accumulated with "
+                f"'{stmt.op}' before anything writes it, so it adds to the values of the caller's out= "
+                f"array (zeros without out=); write '{stmt.op}!' to start from the identity",
+                TCWarning, stacklevel=2)
 
     def make(def_: ast.Def):
         if backend == "reference":

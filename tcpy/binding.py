@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from .errors import TCArgumentError, TCShapeError
+from .errors import TCArgumentError, TCOverflowError, TCShapeError
 from .lang import ast
 from .lang.types import ScalarType
 
@@ -115,11 +115,17 @@ def _scalar(where, param, ttype, dtype, arg) -> np.ndarray:
             f"{where}: argument {param.name} ({expected}) must be {want} or a 0-d {dtype.name} array, "
             f"got {type(arg).__name__}"
         )
+    # huge ints: str() of more than 4300 digits raises, and the digits say nothing anyway
+    shown = arg if not isinstance(arg, int) or abs(arg) < 10**20 else f"an int of {arg.bit_length()} bits"
+    if scalar.is_float and isinstance(arg, numbers.Integral) and abs(arg) > float(np.finfo(dtype).max):
+        raise TCOverflowError(
+            f"{where}: argument {param.name} ({expected}) = {shown} is outside the range of {dtype.name} "
+            f"(largest magnitude {np.finfo(dtype).max})")
     if scalar.kind in ("int", "uint"):
         info = np.iinfo(dtype)
         if not info.min <= arg <= info.max:
-            raise TCArgumentError(
-                f"{where}: argument {param.name} ({expected}) = {arg} is outside the range of {dtype.name} "
+            raise TCOverflowError(
+                f"{where}: argument {param.name} ({expected}) = {shown} is outside the range of {dtype.name} "
                 f"[{info.min}, {info.max}]"
             )
     return np.array(arg, dtype=dtype)

@@ -5,11 +5,13 @@ Examples::
     tcpy check kernels.tc
     tcpy explain kernels.tc --name matmul --sizes M=64,N=32,K=16
     tcpy emit kernels.tc --name matmul --sizes M=64,N=32,K=16 -o matmul.c
+    tcpy tune kernels.tc --name matmul --sizes M=512,N=512,K=512
     tcpy cache info
     tcpy demo
 
-``python -m tcpy ...`` is the same program. Exit status: 0 on success, 1 when the program or
-the sizes are rejected (the error is printed like a compiler's), 2 for a bad command line.
+``python -m tcpy ...`` is the same program. Exit status: 0 on success, 1 when the program is
+rejected (the error is printed like a compiler's), 2 for a bad command line (a file that cannot
+be read or written, a bad option or size; a one-line error).
 """
 from __future__ import annotations
 
@@ -18,13 +20,14 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .errors import TCError, TCProgramError
+from .errors import TCError, TCOptionError, TCOverflowError, TCProgramError
 
 EPILOG = """\
 examples:
   tcpy check kernels.tc
   tcpy explain kernels.tc --name matmul --sizes M=64,N=32,K=16
   tcpy emit kernels.tc --name matmul --sizes M=64,N=32,K=16 -o matmul.c
+  tcpy tune kernels.tc --name matmul --sizes M=512,N=512,K=512
   tcpy cache info
   tcpy demo
 
@@ -40,9 +43,12 @@ def _read(path: str) -> tuple[str, str]:
     if path == "-":
         return sys.stdin.read(), "<stdin>"
     try:
-        return Path(path).read_text(), path
+        return Path(path).read_text(encoding="utf-8"), path
     except OSError as err:
         raise UsageError(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"cannot read {path}: expected UTF-8 text, found byte 0x{err.object[err.start]:02x} "
+                         f"at offset {err.start}") from None
 
 
 def _parse_sizes(text: Optional[str]) -> dict[str, int]:
@@ -59,6 +65,17 @@ def _parse_sizes(text: Optional[str]) -> dict[str, int]:
             raise argparse.ArgumentTypeError(
                 f"bad size {item!r}: expected NAME=INTEGER, e.g. --sizes M=64,N=32") from None
     return sizes
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def _options(args):
@@ -125,10 +142,34 @@ def cmd_emit(args) -> int:
     kernel = _kernel(args)
     c_source = kernel.c_source(**args.sizes)
     if args.output:
-        Path(args.output).write_text(c_source)
+        try:
+            Path(args.output).write_text(c_source)
+        except OSError as err:
+            raise UsageError(f"cannot write {args.output}: {err.strerror}") from None
         print(f"wrote {args.output} ({len(c_source.splitlines())} lines)", file=sys.stderr)
     else:
         print(c_source, end="" if c_source.endswith("\n") else "\n")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    """Autotune one def on random inputs of --sizes; record and print the fastest options."""
+    import numpy as np
+
+    from .tuning import autotune
+
+    kernel = _kernel(args)
+    missing = [s for s in kernel.def_.size_vars if s not in args.sizes]
+    if missing:
+        raise UsageError(f"--sizes must give {', '.join(missing)} (the def's sizes are "
+                         f"{', '.join(kernel.def_.size_vars)})")
+    kernel.specialize(**args.sizes)  # sizes checked (range, preconditions) before allocating
+    rng = np.random.default_rng(0)
+    arrays = [rng.random(p.type.shape(args.sizes)).astype(kernel.types[p.name].numpy_name)
+              for p in kernel.def_.params]
+    best = autotune(kernel, *arrays, repeat=args.repeat, progress=not args.quiet)
+    print(kernel.explain(**args.sizes).split("schedule:")[1].strip())
+    print(f"recorded for these sizes: {best}")
     return 0
 
 
@@ -171,7 +212,7 @@ def _kernel_arguments(p: argparse.ArgumentParser, sizes_required: bool) -> None:
     tuning.add_argument("--tile", type=_parse_sizes, metavar="m=64,k=256",
                         help="tile sizes per index variable (0: do not tile)")
     tuning.add_argument("--order", metavar="m,k,n", help="loop order, outermost first")
-    tuning.add_argument("--threads", type=int, metavar="N", help="OpenMP threads (default: all CPUs)")
+    tuning.add_argument("--threads", type=_positive, metavar="N", help="OpenMP threads (default: all CPUs)")
     tuning.add_argument("--no-parallel", action="store_true", help="no OpenMP parallel loops")
     tuning.add_argument("--fast-math", action="store_true", help="compile with -ffast-math")
 
@@ -207,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE.c", help="write the C here instead of stdout")
     p.set_defaults(func=cmd_emit)
 
+    p = sub.add_parser("tune", help="autotune one def for --sizes and record the fastest schedule",
+                       description="Time a few schedules of one def on random inputs of --sizes "
+                                   "(see tcpy.autotune) and record the fastest in the cache, so later "
+                                   "calls with these shapes use it.")
+    _kernel_arguments(p, sizes_required=True)
+    p.add_argument("--repeat", type=_positive, default=5, metavar="R", help="timed calls per candidate")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tune)
+
     p = sub.add_parser("cache", help="show or clear the compiled-kernel cache",
                        description="The disk cache of compiled kernels ($TCPY_CACHE_DIR or the "
                                    "user cache directory).")
@@ -226,8 +276,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except UsageError as err:
-        parser.exit(2, f"tcpy {args.command}: error: {err}\n")
+    except (UsageError, TCOptionError, TCOverflowError) as err:  # the command line asks the impossible
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        parser.exit(2, f"tcpy {args.command}: error: {first}\n")
     except TCProgramError as err:
         print(str(err), file=sys.stderr)
     except TCError as err:

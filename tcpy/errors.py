@@ -124,6 +124,19 @@ class TCRuntimeError(TCError, RuntimeError):
     """A kernel stopped on bad data: integer division by zero, a data-dependent index out of bounds."""
 
 
+class TCOverflowError(TCArgumentError, OverflowError):
+    """A number argument (or size) outside the range of the type that must hold it."""
+
+
+class TCOptionError(TCArgumentError, ValueError):
+    """An option tcpy cannot use: an :class:`~tcpy.Options` field, a ``TCPY_*`` environment
+    variable, or a compiler flag of the user's that makes the build fail."""
+
+
+class TCWarning(UserWarning):
+    """A program that runs, but maybe not as meant (e.g. ``+=`` into an output nothing wrote yet)."""
+
+
 class TCCompilerError(TCError, RuntimeError):
     """The C compiler rejected generated code: a bug in tcpy, please report it."""
 

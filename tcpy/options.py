@@ -5,7 +5,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
+from .errors import TCOptionError
 from .target import Target
+
+# Limits that keep every option a valid C program: gcc's `#pragma GCC unroll` takes at most
+# 65534; OpenMP's num_threads and tile sizes are ints in the C source.
+MAX_UNROLL = 65534
+MAX_THREADS = 1 << 16
+MAX_TILE = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -50,16 +57,23 @@ class Options:
 
     def __post_init__(self):
         object.__setattr__(self, "target", Target.resolve(self.target))
+        if not isinstance(self.tile_sizes, Mapping):
+            _bad("tile_sizes", "a mapping from index variable to tile size, e.g. {'m': 64}", self.tile_sizes)
         object.__setattr__(self, "tile_sizes", dict(self.tile_sizes))
-        object.__setattr__(self, "loop_order", tuple(self.loop_order))
-        object.__setattr__(self, "cflags", tuple(self.cflags))
-        if self.num_threads is not None and self.num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
-        if self.unroll < 0:
-            raise ValueError(f"unroll must be >= 0, got {self.unroll}")
+        object.__setattr__(self, "loop_order", _names("loop_order", self.loop_order))
+        object.__setattr__(self, "cflags", _names("cflags", self.cflags, "compiler flags such as ('-O1',)"))
+        for name in ("parallel", "vectorize", "fast_math", "check_indices", "register_tile"):
+            if not isinstance(getattr(self, name), bool):
+                _bad(name, "True or False", getattr(self, name))
+        if self.num_threads is not None and not _int_in(self.num_threads, 1, MAX_THREADS):
+            _bad("num_threads", f"None or an int from 1 to {MAX_THREADS}", self.num_threads)
+        if not _int_in(self.unroll, 0, MAX_UNROLL):
+            _bad("unroll", f"an int from 0 to {MAX_UNROLL} (gcc's limit)", self.unroll)
         for var, size in self.tile_sizes.items():
-            if not isinstance(size, int) or size < 0:
-                raise ValueError(f"tile size of {var!r} must be an int >= 0, got {size!r}")
+            if not isinstance(var, str) or not var.isidentifier():
+                _bad("tile_sizes", "index variable names as keys", var)
+            if not _int_in(size, 0, MAX_TILE):
+                _bad(f"tile_sizes[{var!r}]", f"an int from 0 to {MAX_TILE}", size)
 
     @property
     def threads(self) -> int:
@@ -78,3 +92,20 @@ class Options:
             self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
             self.register_tile, self.contraction, self.fuse, self.target.key(),
         )
+
+
+def _bad(name: str, expected: str, got) -> None:
+    raise TCOptionError(f"Options.{name} must be {expected}, got {got!r} ({type(got).__name__})")
+
+
+def _int_in(value, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _names(field_name: str, value, expected: str = "a sequence of index variable names") -> tuple[str, ...]:
+    """A tuple of strings; a bare string is refused (it would be split into characters)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        _bad(field_name, expected, value)
+    if not all(isinstance(v, str) for v in value):
+        _bad(field_name, expected, value)
+    return tuple(value)

@@ -51,7 +51,7 @@ import numpy as np
 from .binding import bind_arguments, numpy_dtype
 from .errors import TCArgumentError, TCProgramError, TCRuntimeError
 from .lang import ast as A
-from .lang.types import ScalarType, accumulator_type, promote
+from .lang.types import INDEX_TYPE, ScalarType, accumulator_type, promote
 from .lang.visit import inline_lets, reads_tensor
 
 __all__ = ["ReferenceKernel", "define_reference", "evaluate"]
@@ -278,7 +278,7 @@ class _StatementEvaluator:
         self.def_ = def_
         self.env = env
         self.sizes = sizes
-        self.axes = axes  # index var -> int32 array shaped to broadcast along its axis
+        self.axes = axes  # index var -> int64 array shaped to broadcast along its axis
         self.domain_shape = domain_shape
 
     # Each method returns an array broadcastable to the domain, of dtype expr.type.
@@ -290,7 +290,7 @@ class _StatementEvaluator:
         if isinstance(e, A.FloatLit):
             return np.array(e.value, numpy_dtype(t))
         if isinstance(e, A.IndexVar):
-            return convert(self.axes[e.name], INT32, t)
+            return convert(self.axes[e.name], INDEX_TYPE, t)
         if isinstance(e, A.SizeVar):
             return np.array(self.sizes[e.name]).astype(numpy_dtype(t))
         if isinstance(e, A.DimRef):
@@ -438,7 +438,7 @@ def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: di
     for k, (v, (lo, hi)) in enumerate(zip(names, bounds)):
         shape = [1] * len(names)
         shape[k] = extents[k]
-        axes[v] = np.arange(lo, lo + extents[k], dtype=np.int32).reshape(shape)
+        axes[v] = np.arange(lo, lo + extents[k], dtype=np.int64).reshape(shape)
     target = env[stmt.target]
     out_t = def_.tensor(stmt.target).scalar
     if 0 in extents[:n_out]:
@@ -518,22 +518,38 @@ class ReferenceKernel:
         arrays, sizes = bind_arguments(self.def_, args)
         return arrays, sizes, self.ranges.bind(sizes)
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **keywords):
+        if keywords:
+            raise TCArgumentError(f"in def '{self.name}': kernels take their arrays by position; got keyword "
+                                  f"argument{'s' if len(keywords) > 1 else ''} {', '.join(map(repr, keywords))}")
+        from .lang.sema import caller_accumulations
+
         arrays, sizes, bound = self.bind(args)
         def_ = self.def_
-        env = {info.name: np.asarray(a) for info, a in zip(def_.inputs, arrays)}
+        # a bool byte other than 0 or 1 (a uint8 array viewed as bool) is true, as in C
+        env = {info.name: np.asarray(a) if a.dtype != np.bool_ else a.view(np.uint8) != 0
+               for info, a in zip(def_.inputs, arrays)}
         for info in def_.outputs + def_.temporaries:
             env[info.name] = np.zeros(bound.shapes[info.name], numpy_dtype(info.scalar))
+        outs = None if out is None else self._check_out(out, [env[info.name] for info in def_.outputs])
+        if outs is not None:  # TC's `+=` into a fresh output adds to the caller's values
+            accumulated = {s.target for s in caller_accumulations(def_)}
+            for info, given in zip(def_.outputs, outs):
+                if info.name in accumulated:
+                    env[info.name] = given.copy() if given.dtype != np.bool_ else given.view(np.uint8) != 0
         with np.errstate(all="ignore"):
             for stmt, ranges in zip(def_.stmts, bound.statements):
                 _run_statement(def_, stmt, ranges, env, sizes, self.reverse_reductions)
         results = tuple(env[info.name] for info in def_.outputs)
-        if out is not None:
-            results = self._write_out(out, results)
+        if outs is not None:
+            for given, result in zip(outs, results):
+                np.copyto(given, result)
+            results = outs
         return results[0] if len(results) == 1 else results
 
-    def _write_out(self, out, results):
-        outs = (out,) if isinstance(out, np.ndarray) else tuple(out)
+    def _check_out(self, out, results) -> tuple:
+        """The caller's out= arrays, checked against the outputs' shapes and dtypes."""
+        outs = (out,) if isinstance(out, np.ndarray) else tuple(out) if isinstance(out, (tuple, list)) else (out,)
         if len(outs) != len(results):
             raise TCArgumentError(
                 f"in def '{self.name}': out= needs {len(results)} array(s), got {len(outs)}")
@@ -548,7 +564,6 @@ class ReferenceKernel:
                     f"with shape {result.shape}, got {given.dtype} with shape {given.shape}")
             if not given.flags.writeable:
                 raise TCArgumentError(f"in def '{self.name}': out= for output '{info.name}' is read-only")
-            np.copyto(given, result)
         return outs
 
     def explain(self, *arrays_or_shapes) -> str:

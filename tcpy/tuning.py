@@ -20,6 +20,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from .runtime.build import cache_dir
+from .errors import TCOptionError
 from .options import Options
 from .target import PRESETS
 
@@ -133,6 +134,11 @@ def autotune(kernel, *arrays, options: Optional[Sequence[Options]] = None, repea
     from .binding import bind_arguments
 
     arrays_, sizes = bind_arguments(kernel.def_, arrays)
+    if options is not None and (not isinstance(options, (list, tuple)) or not options
+                                or not all(isinstance(o, Options) for o in options)):
+        raise TCOptionError(f"autotune's options= must list one or more tcpy.Options, got {options!r}")
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+        raise TCOptionError(f"autotune's repeat= must be an int >= 1, got {repeat!r}")
     trials = list(options) if options is not None else candidates(kernel, sizes)
     timings = []
     for opts in tqdm(trials, desc=f"autotune {kernel.name}", disable=not progress, leave=False):

@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 from hypothesis import strategies as st
 
-from tcpy.lang.types import ScalarType, promote
+from tcpy.lang.types import INDEX_TYPE, ScalarType, promote
 
 S = ScalarType
 FLOAT_TYPES = (S.FLOAT32, S.FLOAT64, S.FLOAT16)
@@ -393,9 +393,9 @@ class _Stmt:
             return str(b.pick((1, 2, 3))), S.INT32
         bounded = [v for v in self.vars if v.bounded]
         if roll < 86 and bounded and not in_condition:  # affine conditions would change ranges
-            return b.pick(bounded).name, S.INT32
+            return b.pick(bounded).name, INDEX_TYPE
         if roll < 92 and b.sizes:
-            return b.pick(b.sizes), S.INT32
+            return b.pick(b.sizes), INDEX_TYPE
         if roll < 96:
             padded = self.padded_read()
             if padded is not None:
@@ -742,3 +742,140 @@ def kernel_programs(draw, name: str = "f") -> GenProgram:
     return GenProgram(source, name, args, ["C"], {"C": shape}, length_of(z, stride), False,
                       {k: v for k, v in z.items()}, draw(schedule_options()), volume,
                       draw(st.integers(0, 3)) == 0)
+
+
+# ----------------------------------------------------------------------------- the probe's categories
+
+# Names that are keywords of a language a name passes through (isl, C, C++, Python, libm) or
+# of tcpy's generated C, and that TC accepts as identifiers (issue 15, item 2).
+KEYWORD_NAMES = ("nan", "NaN", "NAN", "Nan", "and", "or", "not", "implies", "mod", "floord", "ceild",
+                 "true", "false", "True", "False", "infty", "infinity", "INFINITY", "rat", "exists_",
+                 "int", "char", "while", "for", "return", "static", "restrict", "auto", "register",
+                 "NULL", "I", "errno", "main", "class", "new", "delete", "this", "template", "xor",
+                 "lambda", "None", "self", "yield", "import", "err", "tcpy_err", "c0", "x0", "t_A",
+                 "sin_", "y0_", "half_", "S0", "domain", "schedule", "omp", "asm")
+_GENERATED_NAMES = ("M", "N", "K", "P", "i", "j", "l", "k", "q", "r", "s", "t", "u", "v", "w",
+                    "A", "B", "C", "L", "O0", "O1", "O2", "T0", "T1", "T2")
+
+
+@st.composite
+def renamed_programs(draw) -> GenProgram:
+    """A valid program whose sizes, index variables and tensors are renamed to keywords."""
+    import re
+
+    prog = draw(programs())
+    present = [n for n in _GENERATED_NAMES if re.search(rf"\b{n}\b", prog.source)]
+    new = draw(st.lists(st.sampled_from(KEYWORD_NAMES), min_size=len(present), max_size=len(present),
+                        unique=True))
+    mapping = dict(zip(present, new))
+    source = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", lambda m: mapping.get(m.group(0), m.group(0)),
+                    prog.source)
+    return GenProgram(source, prog.name, prog.args, [mapping.get(o, o) for o in prog.outputs],
+                      {mapping.get(o, o): s for o, s in prog.shapes.items()}, prog.reduction_length,
+                      prog.bad_table, prog.sizes, None, prog.volume, prog.use_out)
+
+
+@st.composite
+def stress_cases(draw) -> Case:
+    """Programs at the edges: many statements, deep nesting, high rank, zero and one sizes,
+    huge constants, long names, many parameters; arguments that fit them."""
+    kind = draw(st.sampled_from(["chain", "nesting", "rank", "zero", "constant", "name", "params", "gather"]))
+    f32 = np.float32
+    if kind == "chain":
+        n = draw(st.integers(2, 60))
+        body = "\n".join(f"T{k}(i) = T{k - 1}(i) * 0.5 + {k}.0" for k in range(1, n))
+        return Case("stress:chain", f"def f(float(N) A) -> (O) {{\nT0(i) = A(i)\n{body}\nO(i) = T{n - 1}(i)\n}}",
+                    [np.arange(draw(st.integers(0, 5)), dtype=f32)])
+    if kind == "nesting":
+        depth = draw(st.integers(1, 260))
+        op = draw(st.sampled_from(["(", "-(", "exp(", "max(1.0, "]))
+        expr = op * depth + "A(i)" + ")" * depth
+        return Case("stress:nesting", f"def f(float(N) A) -> (O) {{ O(i) = {expr} }}", [np.ones(3, f32)])
+    if kind == "rank":
+        rank = draw(st.integers(1, 34))
+        dims = ", ".join(f"D{k}" for k in range(rank))
+        idx = ", ".join(f"x{k}" for k in range(rank))
+        shape = tuple(draw(st.sampled_from([1, 1, 2])) for _ in range(rank))
+        return Case("stress:rank", f"def f(float({dims}) A) -> (O) {{ O({idx}) = A({idx}) + 1 }}",
+                    [np.ones(shape if rank <= 32 else (1,) * 32, f32)])
+    if kind == "zero":
+        shape = (draw(st.sampled_from([0, 1, 3])), draw(st.sampled_from([0, 1, 4])))
+        src = draw(st.sampled_from([
+            "def f(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+            "def f(float(M,K) A, float(K,N) B) -> (C) { C(m, n) max=! A(m, k) + B(k, n) }",
+            "def f(float(M,K) A, float(K,N) B) -> (C) { C(m, n) = A(m, 0) * B(0, n) }",
+            "def f(float(M,K) A, int32(N) I) -> (C) { C(i, k) = A(I(i), k) }",
+        ]))
+        second = (shape[1], draw(st.sampled_from([0, 2]))) if "B" in src else (draw(st.sampled_from([0, 1, 2])),)
+        args = [np.ones(shape, f32), np.ones(second, f32) if "B" in src else np.zeros(second, np.int32)]
+        return Case("stress:zero", src, args)
+    if kind == "constant":
+        value = draw(st.sampled_from(["2147483647", "2147483648", "9223372036854775807", "1e308", "1e39",
+                                      "0.0000001", "4294967296", "1" + "0" * draw(st.integers(19, 30))]))
+        t = draw(st.sampled_from(["float", "double", "int32", "int64", "uint8"]))
+        return Case("stress:constant", f"def f({t}(N) A) -> (O) {{ O(i) = A(i) + {value} }}",
+                    [np.ones(3, np.dtype({"float": "float32", "double": "float64"}.get(t, t)))])
+    if kind == "name":
+        name = "a" * draw(st.integers(1, 3000))
+        return Case("stress:name", f"def f(float(N) {name}) -> (O) {{ O(i) = {name}(i) }}", [np.ones(2, f32)])
+    if kind == "params":
+        n = draw(st.integers(1, 70))
+        params = ", ".join(f"float(N) A{k}" for k in range(n))
+        total = " + ".join(f"A{k}(i)" for k in range(n))
+        return Case("stress:params", f"def f({params}) -> (O) {{ O(i) = {total} }}", [np.ones(2, f32)] * n)
+    table = np.array(draw(st.lists(st.integers(-3, 6), min_size=0, max_size=4)), np.int32)
+    return Case("stress:gather", "def f(float(N) A, int32(M) I) -> (O) { O(i) = A(I(i)) }",
+                [np.arange(draw(st.integers(0, 4)), dtype=f32), table])
+
+
+_JUNK_VALUES = (None, 0, -1, 1.5, 2**70, -2**70, "x", b"x", (), [], {}, object(), True, np.float32(1),
+                np.int64(3), np.zeros(2), float("nan"), 1j)
+
+
+@st.composite
+def api_calls(draw):
+    """(description, thunk): one call of the public API with hostile values. It must return or
+    raise a TCError."""
+    import tcpy
+
+    src = "def f(float(N) A, float s) -> (O) { O(i) = A(i) * s }"
+    junk = draw(st.sampled_from(_JUNK_VALUES))
+    what = draw(st.sampled_from(["options", "define", "keyword", "out", "explain", "library", "autotune",
+                                 "scalar", "specialize", "with_options"]))
+    A = np.ones(3, np.float32)
+    field = draw(st.sampled_from(["tile_sizes", "loop_order", "unroll", "num_threads", "parallel", "vectorize",
+                                  "fast_math", "check_indices", "cflags", "register_tile", "target"]))
+    calls = {
+        "options": lambda: tcpy.Options(**{field: junk}),
+        "define": lambda: tcpy.define(junk),
+        "keyword": lambda: tcpy.define(src)(A, s=junk),
+        "out": lambda: tcpy.define(src)(A, 2.0, out=junk),
+        "explain": lambda: tcpy.define(src).explain(N=junk),
+        "library": lambda: tcpy.define(src + "\n" + src.replace("def f", "def g"))[junk],
+        "autotune": lambda: tcpy.autotune(tcpy.define(src), A, 2.0, options=junk, progress=False),
+        "scalar": lambda: tcpy.define(src)(A, junk),
+        "specialize": lambda: tcpy.define(src).c_source(junk),
+        "with_options": lambda: tcpy.define(src, options=junk),
+    }
+    return f"{what}({field if what == 'options' else ''}={junk!r})", calls[what]
+
+
+@st.composite
+def cli_arguments(draw, files: dict) -> list:
+    """A command line for ``tcpy.cli.main`` built from valid and hostile pieces; ``files`` maps
+    "good", "bad", "binary", "missing" to paths."""
+    command = draw(st.sampled_from(["check", "explain", "emit", "tune", "cache", "nonsense", "--version"]))
+    argv = [command]
+    if command in ("check", "explain", "emit", "tune"):
+        argv.append(files[draw(st.sampled_from(["good", "good", "bad", "binary", "missing"]))])
+    pieces = [["--sizes", draw(st.sampled_from(["M=4,N=3,K=2", "M=0,N=0,K=0", "M=-1,N=2,K=2", f"M={10**40},N=1,K=1",
+                                               "M=x", "M=4", "", ",,,", "M=4,N=3,K=2,Q=1"]))],
+              ["--name", draw(st.sampled_from(["mm", "zz", ""]))],
+              ["--threads", draw(st.sampled_from(["0", "-3", "2", "x", str(10**9)]))],
+              ["--tile", draw(st.sampled_from(["m=4", "m=-1", "zz=4", "m", "m=99999999999999999999"]))],
+              ["--order", draw(st.sampled_from(["m,n,k", "q", ",", "m,m"]))],
+              ["--no-parallel"], ["--fast-math"], ["-o", files["missing"] + "/x.c"], ["--repeat", "0"],
+              [draw(st.sampled_from(["info", "clear", "bogus"]))]]
+    for piece in draw(st.lists(st.sampled_from(pieces), max_size=4)):
+        argv += piece
+    return argv

@@ -199,3 +199,88 @@ def test_cache_info_and_clear(cache):
 
 def test_runtime_header_is_found():
     assert (build.runtime_include_dir() / "tcpy_runtime.h").is_file()
+
+
+def test_another_kernels_files_copied_over_an_entry_are_rebuilt(cache):
+    """Issue 15, item 6: the checksum covers the entry's key, so a swapped .so is not run."""
+    src, other = kernel_source(), kernel_source()
+    path, other_path = build.build_library(src), build.build_library(other)
+    for suffix in (".so", ".sha256"):
+        path.with_suffix(suffix).write_bytes(other_path.with_suffix(suffix).read_bytes())
+    build._memory.clear()
+    before = build.compiler_invocations
+    assert build.build_library(src) == path
+    assert build.compiler_invocations == before + 1
+
+
+def test_a_damaged_library_with_a_matching_checksum_is_removed_and_rebuilt(cache):
+    """Issue 15, item 4: a .so that fails to load is a TCCompilerError and leaves the cache."""
+    src = kernel_source()
+    path = build.build_library(src)
+    digest, compiler = path.with_suffix(".sha256").read_text().split("\n")[:2]
+    garbage = b"\x7fELF" + b"\0" * 200
+    path.write_bytes(garbage)
+    path.with_suffix(".sha256").write_text(f"{build._entry_digest(path.stem, compiler, garbage)}\n{compiler}\n")
+    build._memory.clear()
+    assert build.build_library(src) == path  # the checksum matches: a hit
+    with pytest.raises(TCCompilerError, match="cannot load k from the cached kernel .*rebuilt on the next call"):
+        build.load_symbol(path, "k")
+    assert not path.exists()
+    assert build.load_symbol(build.build_library(src), "k")
+
+
+def test_a_warm_cache_needs_no_compiler_and_starts_no_subprocess(cache, tmp_path, monkeypatch):
+    """Issue 15, item 11: a deployment image without gcc runs the kernels it has cached."""
+    import numpy as np
+
+    import tcpy
+
+    source = "def f(float(N) A) -> (O) { O(i) = A(i) * 2 }"
+    A = np.arange(4, dtype=np.float32)
+    tcpy.define(source)(A)
+    build._memory.clear()
+    monkeypatch.setattr(build, "_compiler_ids", {})
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no gcc on the PATH
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a cache hit started a subprocess: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    np.testing.assert_array_equal(tcpy.define(source)(A), A * 2)
+
+
+def test_a_changed_compiler_invalidates_entries(cache, tmp_path, monkeypatch):
+    """Issue 15, item 11: the entry records the compiler binary (path, size, mtime)."""
+    import shutil
+
+    wrapper = tmp_path / "bin" / "cc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('gcc')} \"$@\"\n")
+    wrapper.chmod(0o755)
+    src = kernel_source()
+    build.build_library(src, cc=str(wrapper))
+    build._memory.clear()
+    before = build.compiler_invocations
+    build.build_library(src, cc=str(wrapper))
+    assert build.compiler_invocations == before  # unchanged compiler: a hit
+    wrapper.write_text(wrapper.read_text() + "# a new version\n")
+    build._memory.clear()
+    build.build_library(src, cc=str(wrapper))
+    assert build.compiler_invocations == before + 1
+
+
+def test_a_user_flag_that_breaks_the_build_is_blamed_on_the_flag(cache):
+    """Issue 15, item 5: not reported as a tcpy bug."""
+    from tcpy import TCOptionError
+
+    with pytest.raises(TCOptionError, match="fails with your extra flags -fno-such-flag-tcpy .*succeeds without"):
+        build.build_library(kernel_source(), user_flags=["-fno-such-flag-tcpy"])
+    assert not list(cache.glob("*.so"))
+
+
+def test_unbalanced_quote_in_tcpy_cflags_is_an_option_error(cache, monkeypatch):
+    from tcpy import TCOptionError
+
+    monkeypatch.setenv("TCPY_CFLAGS", "-DX='1")
+    with pytest.raises(TCOptionError, match="TCPY_CFLAGS must be shell-quoted compiler flags, got \"-DX='1\""):
+        build.build_library(kernel_source())

@@ -203,3 +203,28 @@ def test_demo_runs_and_matches_numpy(tmp_path):
     assert set(rows) == {"gemm", "conv2d", "attention"}
     assert all("  yes  " in row for row in rows.values())
     assert lines[4].startswith("speed vs NumPy = NumPy time / tcpy time")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["check", "{bad_utf8}"], "cannot read {bad_utf8}: expected UTF-8 text, found byte 0xff at offset 4"),
+    (["explain", "{file}", "--threads", "0"], "argument --threads: expected an integer >= 1, got '0'"),
+    (["explain", "{file}", "--sizes", f"M={10**30},N=2,K=2"], "size M of def 'matmul' must be from 0 to"),
+    (["emit", "{file}", "--sizes", "M=2,N=2,K=2", "-o", "{missing}/out.c"], "cannot write {missing}/out.c: No such file"),
+])
+def test_bad_command_lines_print_one_line_and_exit_2(tc_file, tmp_path, capsys, argv, words):
+    """Issue 15, item 4: no traceback for files that cannot be read or written, or bad values."""
+    names = {"file": tc_file(MATMUL), "bad_utf8": str(tmp_path / "bad.tc"), "missing": str(tmp_path / "no-dir")}
+    (tmp_path / "bad.tc").write_bytes(b"def \xff")
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(**names) for a in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words.format(**names) in err[-1] and len([e for e in err if "error" in e]) == 1
+
+
+def test_tune_records_the_fastest_schedule(tc_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["tune", tc_file(MATMUL), "--sizes", "M=16,N=16,K=16", "--repeat", "1", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "recorded for these sizes: Options(" in out
+    assert (tmp_path / "cache" / "tuned.json").is_file()

@@ -11,7 +11,8 @@ too, or ASan cannot intercept the C++ exceptions islpy throws: "real___cxa_throw
 
 The child compiles and runs GEMM, conv2d (stride 1 and 2), attention as several statements, a
 padded stencil whose untaken ternary branches would read out of bounds, a LUT gather whose
-run-time check must fire before the read, and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random
+run-time check must fire before the read, gathers from tensors without elements (where no
+element 0 exists to fall back to), and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random
 programs from ``tests/strategies.py``, each compared with the reference evaluator. Any
 sanitizer report aborts the child; the test fails and shows it.
 
@@ -73,6 +74,20 @@ CHILD = textwrap.dedent(
         sys.exit("the out-of-range LUT index was not caught")
     except tcpy.TCRuntimeError:
         pass
+    # gathers from tensors without elements (issue 15, item 1): the check fires, nothing is read
+    for src, args in [
+        ("def g(float(N) A, int32(M) I) -> (O) { O(i) = A(I(i)) }",
+         [np.zeros(0, np.float32), np.array([3], np.int32)]),
+        ("def g(float(N,K) A, int32(M) I) -> (O) { O(i, k) = A(I(i), k) }",
+         [np.zeros((0, 1000), np.float32), np.array([0], np.int32)]),
+        ("def g(float(N) A, float(M, M) B) -> (O) { O(i) = A(i) * B(i % M, (i + 1) % M) where i in 0:N }",
+         [np.ones(1, np.float32), np.zeros((0, 0), np.float32)]),
+    ]:
+        try:
+            tcpy.define(src)(*args)
+            sys.exit(f"the read from an empty tensor was not caught: {src}")
+        except tcpy.TCRuntimeError:
+            pass
 
     sys.path.insert(0, sys.argv[1])
     from strategies import programs

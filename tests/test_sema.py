@@ -27,7 +27,7 @@ def test_matmul_checked():
     (s,) = d.stmts
     assert (s.output_vars, s.reduction_vars, s.index_vars) == (("m", "n"), ("k",), ("m", "n", "k"))
     assert s.lhs == (ast.IndexVar("m"), ast.IndexVar("n"))
-    assert all(isinstance(i, ast.IndexVar) and i.type is S.INT32 for a in s.rhs.children() for i in a.indices)
+    assert all(isinstance(i, ast.IndexVar) and i.type is S.INT64 for a in s.rhs.children() for i in a.indices)
     assert s.rhs.type is S.FLOAT32
 
 
@@ -76,7 +76,7 @@ def test_name_resolution_kinds():
         ("F(i) > 0 ? I8(i) : D(i)", S.FLOAT64),
         ("int64(F(i))", S.INT64),
         ("-U8(i)", S.UINT8),
-        ("i + N + F.0", S.INT32),
+        ("i + N + F.0", S.INT64),  # index values are int64 (issue 15, item 3)
     ],
 )
 def test_expression_types(expr, expected):
@@ -165,8 +165,9 @@ ERRORS = [
     (H + "  B(i) = A(i) }", TCSemanticError, ["expected 2 indices for 'A' but found 1"], 2, 10),
     (H + "  A(i, j) = 0 }", TCSemanticError, ["cannot write to 'A'", "inputs are immutable"], 2, 3),
     (H + "  x = 0 }", TCSemanticError, ["cannot write to 'x'", "inputs are immutable"], 2, 3),
-    (H + "  B(i) += A(i, j) }", TCSemanticError, ["'B' is accumulated with '+='", "'+=!'"], 2, 3),
-    (H + "  B(i) *= A(i, j) }", TCSemanticError, ["'*='", "'*=!'", "from 1"], 2, 3),
+    (H + "  T(i) += A(i, j)\n B(i) = T(i) }", TCSemanticError, ["temporary 'T' is accumulated with '+='", "'+=!'"],
+     2, 3),
+    (H + "  T(i) *= A(i, j)\n B(i) = T(i) }", TCSemanticError, ["'*='", "'*=!'", "from 1"], 2, 3),
     (H + "  B(i + 1) = A(i, 0) }", TCSemanticError, ["plain index variables", "'i + 1'"], 2, 5),
     (H + "  B(2) = A(0, 0) }", TCSemanticError, ["plain index variables", "'2'"], 2, 5),
     (H + "  B(i, i) = A(i, i) }", TCSemanticError, ["'i' appears twice"], 2, 8),

@@ -278,7 +278,7 @@ class _Renderer:
         con = self.con
         w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" {T} *TCPY_RESTRICT P, int64_t ldp, int64_t prows, int64_t b0, int64_t b1, int64_t m0, int64_t m1,"
-          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha) {{")
+          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop) {{")
         w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {MC * KC});", 1)
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
@@ -289,6 +289,7 @@ class _Renderer:
         w(f"for (int64_t jc = n0; jc < n1; jc += {NC}) {{", 2)
         w(f"const int64_t nc = n1 - jc < {NC} ? n1 - jc : {NC};", 3)
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
+        w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
         w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp);", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
@@ -320,13 +321,15 @@ class _Renderer:
         tn = self.plan.grid[2]
         npart = -(-(-(-self.N // nr)) // tn) * nr
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
-          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
+          f" const volatile int *stop) {{")
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 3)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
         w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp);", 3)
         overwrite = "pc == 0" if con.init else "0"
@@ -360,13 +363,15 @@ class _Renderer:
         self.small_kernel(w)
         con = self.con
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
-          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha) {{")
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
+          f" const volatile int *stop) {{")
         w(f"{T} *edge = ({T} *)tcpy_scratch(1, sizeof({T}) * {max(1, min(K, KC)) * nr});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {T} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 3)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
         w(f"const {T} *ak = ab + pc * INT64_C({k.a}), *bk = bb + pc * INT64_C({k.b});", 3)
         w(f"for (int64_t j = n0; j < n1; j += {nr}) {{", 3)
@@ -437,10 +442,10 @@ class _Renderer:
         w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
         w("(void)k0; (void)k1;", 3)
         if plan.path in ("small", "stream"):
-            w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha);", 3)
+            w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop);", 3)
         else:
             P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
-            w(f"{p}_cell({A}, {B}, {C}, {P}, {npart}, {mpart}, b0, b1, m0, m1, n0, n1, k0, k1, alpha);", 3)
+            w(f"{p}_cell({A}, {B}, {C}, {P}, {npart}, {mpart}, b0, b1, m0, m1, n0, n1, k0, k1, alpha, tcpy_stop);", 3)
         w("}", 2)
         w("}", 1)
         if tk > 1:

@@ -40,7 +40,8 @@ RUNTIME_BUILTINS = frozenset({
 
 _PRELUDE = """\
 /* Bounds check of a data-dependent index: record error `code` (first one wins) and read
- * element 0 instead, so a bad index never touches memory outside the tensor. */
+ * element 0 instead, so a bad index never touches memory outside the tensor (a tensor with no
+ * elements is never read: see _Emitter.access). */
 static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int code, int64_t *info) {
     if (TCPY_LIKELY(i >= 0 && i < n)) return i;
     int expected = 0;
@@ -169,6 +170,9 @@ class _Emitter:
         self.tile = None
         self.in_index = 0  # > 0 while emitting the value of a computed index expression
         self.helpers = []  # file-scope C the contraction engine adds before the kernel
+        self.in_simd = 0  # > 0 inside an `omp simd` loop
+        self.loops = 0  # loops around the node being emitted
+        self.collapsed = 0  # loops still to come that a collapse clause needs perfectly nested
 
     # -- error table -------------------------------------------------------------------------
 
@@ -216,8 +220,9 @@ class _Emitter:
         finally:
             self.in_index -= 1
 
-    def access(self, tensor, indices):
-        """C lvalue of ``tensor(indices)``, bounds-checked where range inference cannot prove it."""
+    def access(self, tensor, indices, read=False):
+        """C lvalue of ``tensor(indices)``, bounds-checked where range inference cannot prove it
+        (an rvalue for a ``read`` of a tensor without elements)."""
         shape = self.shapes[tensor]
         if not indices:
             return f"{c_name(tensor)}[0]"
@@ -233,6 +238,8 @@ class _Emitter:
         flat = terms[0][0]
         for text, extent in terms[1:]:
             flat = f"({flat}) * INT64_C({extent}) + {text}"
+        if read and 0 in shape:  # no element to fall back to: evaluate the checks, read nothing
+            return f"((void)({flat}), ({self.types[tensor].c_type})0)"
         return f"{c_name(tensor)}[{flat}]"
 
     def value(self, expr):
@@ -249,7 +256,7 @@ class _Emitter:
         if isinstance(expr, ast.DimRef):
             return _literal(self.shapes[expr.tensor][expr.dim], t)
         if isinstance(expr, ast.Access):
-            return self.access(expr.tensor, expr.indices)
+            return self.access(expr.tensor, expr.indices, read=True)
         if isinstance(expr, ast.Cast):
             return convert(self.value(expr.operand), expr.operand.type, expr.to)
         if isinstance(expr, ast.Unary):
@@ -471,7 +478,19 @@ class _Emitter:
         step = f"{node.var} += {node.step}" if node.step != 1 else f"{node.var}++"
         self.emit(f"for (int64_t {node.var} = {index_c(node.lo, top=True)}; {index_c(node.cond, top=True)}; "
                   f"{step}) {{", depth)
+        # Ctrl-C is polled in the outermost loop of a nest and in loops with two or more levels
+        # of loops inside (never right around a short innermost loop, where it would cost),
+        # outside SIMD loops, and not between the loops a collapse clause needs perfectly nested.
+        outer_collapsed, self.collapsed = self.collapsed, max(self.collapsed - 1, node.parallel - 1, 0)
+        inner = _loop_depth(node.body)
+        if not self.collapsed and not simd and not self.in_simd and (inner >= 2 or inner and not self.loops):
+            self.emit("TCPY_POLL(tcpy_stop);", depth + 1)
+        self.in_simd += bool(simd)
+        self.loops += 1
         self.nodes(node.body, depth + 1)
+        self.loops -= 1
+        self.in_simd -= bool(simd)
+        self.collapsed = outer_collapsed
         self.emit("}", depth)
 
     def nodes(self, nodes, depth):
@@ -526,7 +545,8 @@ class _Emitter:
             f"/* {d.signature()}",
             f" * sizes: {sizes}",
             f" * target: {ir.options.target.describe()} */",
-            f"int {self.symbol}(void *const *tcpy_buffers, int tcpy_num_threads, int64_t *err) {{",
+            f"int {self.symbol}(void *const *tcpy_buffers, int tcpy_num_threads, int64_t *err, "
+            "const volatile int *tcpy_stop) {",
         ]
         for slot, name in enumerate(names):
             ctype = self.types[name].c_type
@@ -556,12 +576,23 @@ class _Emitter:
                 self.emit(f"if (tcpy_divzero) return {code};", 1)
             if len(self.errors) > n_errors:
                 self.emit("if (tcpy_err) return tcpy_err;", 1)
+            self.emit("if (*tcpy_stop) return TCPY_INTERRUPTED;", 1)
         self.emit("return 0;", 1)
         self.lines.append("}")
         if self.helpers:  # before the kernel function (its line starts with `int <symbol>(`)
             at = next(i for i, line in enumerate(self.lines) if line.startswith(f"int {self.symbol}("))
             self.lines[at:at] = self.helpers
         return "\n".join(self.lines) + "\n"
+
+
+def _loop_depth(nodes):
+    """How deeply loops nest under ``nodes`` (through guards, blocks and register tiles)."""
+    depth = 0
+    for node in nodes:
+        below = max((_loop_depth(getattr(node, attr, None) or ()) for attr in ("body", "then", "other", "fast", "slow")),
+                    default=0)
+        depth = max(depth, below + isinstance(node, Loop))
+    return depth
 
 
 def emit_kernel(ir, symbol):

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from ..errors import TCSyntaxError
+from ..errors import TCArgumentError, TCSyntaxError
 from . import ast
 from .builtins import BUILTINS
 from .types import TYPE_NAMES
@@ -55,12 +55,20 @@ def parse_program(source: str, filename: str = "<string>") -> ast.Program:
 
     Raises :class:`~tcpy.errors.TCSyntaxError` (rendered with line, column and a caret).
     """
+    if not isinstance(source, str):
+        hint = " (decode it first: source.decode())" if isinstance(source, (bytes, bytearray)) else ""
+        raise TCArgumentError(f"TC source must be a str, got {type(source).__name__}{hint}")
     try:
         tree = _lark().parse(source)
     except UnexpectedInput as err:
         raise _syntax_error(err, source, filename) from None
     _check_depth(tree, source, filename)
-    return _ToAst(source).transform(tree)
+    try:
+        return _ToAst(source).transform(tree)
+    except VisitError as err:  # lark wraps what a transformer method raises
+        if isinstance(err.orig_exc, TCSyntaxError):
+            raise err.orig_exc.located(source, filename) from None
+        raise
 
 
 # Every later stage walks expressions recursively; real programs nest a few levels deep.
@@ -134,7 +142,7 @@ class _ToAst(Transformer):
         out = []
         for d in _present(dims):
             if d.type == "INT_LIT":
-                out.append(ast.IntLit(int(d.value), span=_token_span(d)))
+                out.append(ast.IntLit(self.integer(d, meta), span=_token_span(d)))
             else:
                 out.append(ast.Name(d.value, span=_token_span(d)))
         return ast.TensorType(scalar, tuple(out), span=_span(meta))
@@ -195,7 +203,7 @@ class _ToAst(Transformer):
         return ast.Unary(op.value, operand, span=_span(meta))
 
     def int_lit(self, meta, children):
-        return ast.IntLit(int(children[0].value), span=_span(meta))
+        return ast.IntLit(self.integer(children[0], meta), span=_span(meta))
 
     def float_lit(self, meta, children):
         return ast.FloatLit(float(children[0].value), span=_span(meta))
@@ -218,7 +226,17 @@ class _ToAst(Transformer):
 
     def dim_ref(self, meta, children):
         name, dim = children
-        return ast.DimRef(name.value, int(dim.value), span=_span(meta))
+        return ast.DimRef(name.value, self.integer(dim, meta), span=_span(meta))
+
+    def integer(self, token: Token, meta) -> int:
+        """The value of an integer token. Python refuses to convert more than 4300 digits, and
+        no TC type holds more than 20, so longer constants are an error here."""
+        digits = token.value.lstrip("0") or "0"
+        if len(digits) > 20:
+            raise TCSyntaxError(
+                f"integer constant of {len(digits)} digits is too large: TC integers have at most 64 bits",
+                _span(meta), self.source)
+        return int(digits)
 
     def name(self, meta, children):
         return ast.Name(children[0].value, span=_span(meta))

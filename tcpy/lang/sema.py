@@ -24,9 +24,11 @@ from . import ast
 from .builtins import BUILTINS, MIN_MAX
 from .types import INDEX_TYPE, ScalarType, promote, promote_all
 
-__all__ = ["check_program", "check_def", "select_def", "BUILTINS"]
+__all__ = ["check_program", "check_def", "caller_accumulations", "select_def", "BUILTINS"]
 
 _INT32_MAX = 2**31 - 1
+# The launcher passes shapes through fixed arrays of this many dimensions (NumPy 1.x's limit too).
+MAX_RANK = 32
 _COMPARISONS = frozenset({"<", ">", "<=", ">=", "==", "!="})
 _LOGICAL = frozenset({"&&", "||"})
 _IDENTITY = {"+": "0", "*": "1", "min": "the largest value", "max": "the smallest value"}
@@ -74,6 +76,18 @@ def select_def(program: ast.Program, name: Optional[str] = None) -> ast.Def:
 def check_def(def_: ast.Def, source: str = "", filename: str = "<string>") -> ast.Def:
     """Check one def (see :func:`check_program`)."""
     return _DefChecker(def_, source, filename).check()
+
+
+def caller_accumulations(def_: ast.Def) -> tuple[ast.Stmt, ...]:
+    """The statements of a checked def that accumulate (``+=``, ``*=``, ``min=``, ``max=``
+    without ``!``) into an output nothing wrote before: as in TC, they start from the output's
+    existing values, which are those of the caller's ``out=`` array (zeros without one)."""
+    found, written = [], set()
+    for s in def_.stmts:
+        if s.target not in written and s.reduction is not None and not s.init:
+            found.append(s)
+        written.add(s.target)
+    return tuple(found)
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -158,6 +172,9 @@ class _DefChecker:
                     self.declare_size_var(dim, role, p.name)
         self.check_new_name(p.name, _tail_span(p.span, p.name), "a tensor")
         info = _Tensor(p.name, role, p.span)
+        if p.type is not None and p.type.rank > MAX_RANK:
+            raise self.error(f"'{p.name}' has {p.type.rank} dimensions; tensors have at most {MAX_RANK}",
+                             _tail_span(p.span, p.name))
         if p.type is not None:
             info.scalar, info.rank, info.declared = p.type.scalar, p.type.rank, True
         info.written = role == "input"
@@ -205,6 +222,9 @@ class _DefChecker:
             lhs.append(ast.IndexVar(index.name, span=index.span, type=INDEX_TYPE))
 
         rank = len(s.lhs)
+        if rank > MAX_RANK:
+            raise self.error(f"'{s.target}' is written with {rank} indices; tensors have at most {MAX_RANK} dimensions",
+                             s.target_span)
         if target.rank is not None and target.rank != rank:
             what = "declared" if target.declared else "first written"
             raise self.error(
@@ -224,10 +244,11 @@ class _DefChecker:
                 f"but the statement uses '='; write a reduction such as '+=!' or 'max=!'",
                 scope.first_use[var],
             )
-        if s.reduction is not None and not s.init and not target.written:
+        if s.reduction is not None and not s.init and not target.written and target.role != "output":
             raise self.error(
-                f"'{s.target}' is accumulated with '{s.op}' but was not written before; "
-                f"write '{s.reduction}=!' to start from {_IDENTITY[s.reduction]}",
+                f"temporary '{s.target}' is accumulated with '{s.op}' but was not written before; "
+                f"write '{s.reduction}=!' to start from {_IDENTITY[s.reduction]} (only outputs "
+                "accumulate into existing values: those of the caller's out= array)",
                 s.target_span,
             )
         self.check_assign_type(s, target, rhs.type)

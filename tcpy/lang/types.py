@@ -82,8 +82,9 @@ TYPE_NAMES: dict[str, ScalarType] = {
 
 _INT_BY_BITS = {8: ScalarType.INT8, 16: ScalarType.INT16, 32: ScalarType.INT32, 64: ScalarType.INT64}
 
-# Index variables, size variables and dimension references are int32 in TC.
-INDEX_TYPE = ScalarType.INT32
+# Index variables, size variables and dimension references: int32 in TC, int64 here, so that
+# index values and arithmetic on them do not wrap at 2**31 (ranges of more than 2**31 elements).
+INDEX_TYPE = ScalarType.INT64
 
 
 def promote(a: ScalarType, b: ScalarType) -> ScalarType:

@@ -1,14 +1,17 @@
 """Compile generated C into shared libraries, with a content-addressed cache in memory and on disk.
 
 ``build_library(c_source)`` returns the path of a ``.so`` built from ``c_source``. The disk
-cache key is the sha256 of the source, the runtime header, the compiler's version line, the
-flags and the :class:`~tcpy.target.Target` (which gives the ``-march`` flags), so a second
-process building the same kernel finds it and does not run the compiler.
+cache key is the sha256 of the source, the runtime header, the compiler command, the flags and
+the :class:`~tcpy.target.Target` (which gives the ``-march`` flags), so a second process
+building the same kernel finds it and runs no subprocess at all (also where no compiler is
+installed: a deployment image with a warm cache).
 
 Safety between processes: a per-key file lock makes one process compile while the others wait
 and then reuse its result; files appear atomically (written under a temporary name in the cache
 directory, then ``os.replace``); each ``.so`` has a sidecar with its sha256, and an entry whose
-bytes do not match (truncated, corrupt, half-copied) is rebuilt, never loaded.
+bytes do not match (truncated, corrupt, half-copied, or another entry's files copied over it:
+the checksum covers the key) is rebuilt, never loaded. The sidecar also names the compiler
+binary (path, size, mtime) that built the entry: a changed compiler rebuilds it.
 
 Environment:
 
@@ -37,7 +40,7 @@ from typing import Optional, Sequence
 import platformdirs
 from filelock import FileLock
 
-from ..errors import TCCompilerError
+from ..errors import TCCompilerError, TCOptionError
 from ..target import Target
 
 DEFAULT_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
@@ -72,39 +75,58 @@ def runtime_include_dir() -> Path:
 
 
 def build_library(c_source: str, *, flags: Optional[Sequence[str]] = None, cc: Optional[str] = None,
-                  target: Optional[Target] = None) -> Path:
+                  target: Optional[Target] = None, user_flags: Sequence[str] = ()) -> Path:
     """Compile ``c_source`` for ``target`` (default: the host) into a shared library and return
     its path, using the caches.
 
-    The target's ``-march`` flags follow :data:`DEFAULT_FLAGS`; ``flags`` are appended (so they
-    can override them, e.g. ``["-ffast-math"]`` or ``["-O1"]``), then come ``$TCPY_CFLAGS`` and,
-    with ``TCPY_SANITIZE=1``, the sanitizer flags. ``cc`` defaults to ``$TCPY_CC`` or ``gcc``.
-    Raises :class:`~tcpy.TCCompilerError` if the compiler rejects the source.
+    The target's ``-march`` flags follow :data:`DEFAULT_FLAGS`; ``flags`` (tcpy's) and then
+    ``user_flags`` (the user's ``Options.cflags``) are appended (so they can override them, e.g.
+    ``["-ffast-math"]`` or ``["-O1"]``), then come ``$TCPY_CFLAGS`` and, with ``TCPY_SANITIZE=1``,
+    the sanitizer flags. ``cc`` defaults to ``$TCPY_CC`` or ``gcc``.
+
+    A cache hit starts no subprocess: the key needs no compiler, and an entry records the
+    compiler binary (path, size, mtime) that built it; when that compiler is installed but
+    changed, the entry is rebuilt, and when none is installed the entry is used as it is.
+    Raises :class:`~tcpy.TCCompilerError` if the compiler rejects the source, or
+    :class:`~tcpy.TCOptionError` if only the user's flags make it fail.
     """
     cc = cc or os.environ.get("TCPY_CC") or "gcc"
     target = target or Target.host()
-    all_flags = _effective_flags(target.compiler_flags(*_compiler_name_version(cc)), flags)
-    key = _cache_key(c_source, cc, all_flags, target)
+    extra = tuple(flags or ()) + tuple(user_flags) + _environment_flags()
+    key = _cache_key(c_source, cc, extra, target)
     path = _memory.get(key)
     if path is not None and path.is_file():
         return path
     kernels = _kernel_dir()
     so_path = kernels / f"{key}.so"
-    if not _entry_is_valid(so_path):
+    compiler = _compiler_file(cc)
+    if not _entry_is_valid(so_path, key, compiler):
         with FileLock(str(kernels / f"{key}.lock")):
-            if not _entry_is_valid(so_path):  # another process may have built it meanwhile
-                _compile(c_source, cc, all_flags, kernels, key)
+            if not _entry_is_valid(so_path, key, compiler):  # another process may have built it meanwhile
+                base = DEFAULT_FLAGS + target.compiler_flags(*_compiler_name_version(cc))
+                user = tuple(user_flags) + _environment_flags(sanitize=False)
+                _compile(c_source, cc, base + extra, user, kernels, key, compiler)
     _memory[key] = so_path
     return so_path
 
 
 def load_symbol(path: os.PathLike, name: str) -> int:
-    """Load the shared library at ``path`` (once per process) and return the address of ``name``."""
+    """Load the shared library at ``path`` (once per process) and return the address of ``name``.
+
+    A library that does not load or lacks ``name`` (a damaged cache entry) is removed from the
+    cache and reported as :class:`~tcpy.TCCompilerError`; building it again replaces it.
+    """
     key = str(path)
-    lib = _handles.get(key)
-    if lib is None:
-        lib = _handles[key] = ctypes.CDLL(key)
-    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    try:
+        lib = _handles.get(key)
+        if lib is None:
+            lib = _handles[key] = ctypes.CDLL(key)
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    except (OSError, AttributeError) as err:
+        _handles.pop(key, None)
+        _forget(Path(path))
+        raise TCCompilerError(f"cannot load {name} from the cached kernel {path} ({err}); "
+                              "the entry was removed and is rebuilt on the next call") from None
 
 
 def cache_dir() -> Path:
@@ -140,18 +162,24 @@ def clear_cache() -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _effective_flags(target_flags: Sequence[str], flags: Optional[Sequence[str]]) -> tuple[str, ...]:
-    result = list(DEFAULT_FLAGS) + list(target_flags)
-    result += list(flags or ())
-    result += shlex.split(os.environ.get("TCPY_CFLAGS", ""))
-    if os.environ.get("TCPY_SANITIZE", "0") not in ("", "0"):
+def _environment_flags(sanitize: bool = True) -> tuple[str, ...]:
+    """``$TCPY_CFLAGS``, then (with ``sanitize``) the sanitizer flags if ``TCPY_SANITIZE`` asks."""
+    try:
+        result = shlex.split(os.environ.get("TCPY_CFLAGS", ""))
+    except ValueError as err:
+        raise TCOptionError(f"TCPY_CFLAGS must be shell-quoted compiler flags, got "
+                            f"{os.environ['TCPY_CFLAGS']!r} ({err})") from None
+    if sanitize and os.environ.get("TCPY_SANITIZE", "0") not in ("", "0"):
         result += SANITIZE_FLAGS
     return tuple(result)
 
 
 def _cache_key(c_source: str, cc: str, flags: tuple[str, ...], target: Target) -> str:
+    """The entry's name. The compiler's version is not in it (finding it would start a
+    subprocess); the entry's sidecar records the compiler binary instead (see _entry_is_valid),
+    and the target gives the -march flags."""
     h = hashlib.sha256()
-    for part in (c_source, _header_digest(), _compiler_id(cc), "\0".join(flags), target.key()):
+    for part in (c_source, _header_digest(), cc, "\0".join(flags), target.key()):
         h.update(part.encode())
         h.update(b"\0\1")  # separator: no two different tuples hash the same text
     return h.hexdigest()
@@ -164,8 +192,22 @@ def _header_digest() -> str:
     return _header_hash
 
 
+def _compiler_file(cc: str) -> Optional[str]:
+    """``path|size|mtime`` of the compiler binary ``cc`` resolves to, or None if it is not
+    installed: what tells a changed compiler apart, without running it."""
+    found = shutil.which(cc)
+    if found is None:
+        return None
+    real = os.path.realpath(found)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    return f"{real}|{st.st_size}|{st.st_mtime_ns}"
+
+
 def _compiler_id(cc: str) -> str:
-    """First line of ``cc --version``, once per process and compiler."""
+    """First line of ``cc --version``, once per process and compiler (only for builds)."""
     ident = _compiler_ids.get(cc)
     if ident is None:
         try:
@@ -221,35 +263,55 @@ def _unusable(directory: Path) -> Optional[str]:
     return None
 
 
-def _entry_is_valid(so_path: Path) -> bool:
-    """The .so exists and its bytes match the sha256 written beside it when it was built."""
+def _entry_digest(key: str, compiler: str, so_bytes: bytes) -> str:
+    """Checksum of an entry, bound to its key and compiler: another kernel's .so and sidecar
+    copied over this entry do not match."""
+    return hashlib.sha256(key.encode() + b"\0" + compiler.encode() + b"\0" + so_bytes).hexdigest()
+
+
+def _entry_is_valid(so_path: Path, key: str, compiler: Optional[str]) -> bool:
+    """The .so exists, its sidecar's checksum matches its bytes and its key, and it was built by
+    ``compiler`` (when one is installed: a missing compiler accepts any compiler's entry)."""
     try:
-        expected = so_path.with_suffix(".sha256").read_text().strip()
-        actual = hashlib.sha256(so_path.read_bytes()).hexdigest()
-    except OSError:
+        digest, built_by = so_path.with_suffix(".sha256").read_text().split("\n")[:2]
+        so_bytes = so_path.read_bytes()
+    except (OSError, ValueError):
         return False
-    return actual == expected
+    if compiler is not None and built_by != compiler:
+        return False
+    return digest == _entry_digest(key, built_by, so_bytes)
 
 
-def _compile(c_source: str, cc: str, flags: tuple[str, ...], kernels: Path, key: str) -> None:
+def _forget(so_path: Path) -> None:
+    """Remove a cache entry (its .so and sidecar) from disk and from memory."""
+    for path in (so_path, so_path.with_suffix(".sha256")):
+        path.unlink(missing_ok=True)
+    for key in [k for k, p in _memory.items() if p == so_path]:
+        del _memory[key]
+
+
+def _compile(c_source: str, cc: str, flags: tuple[str, ...], user_flags: tuple[str, ...], kernels: Path,
+             key: str, compiler: Optional[str]) -> None:
     """Run the compiler (the caller holds the key's lock) and publish .c, .sha256, .so atomically.
 
     The compiler reads ``<key>.c`` and writes a fixed temporary name, so the same input gives
-    the same bytes (the file name ends up in the library's symbol table).
+    the same bytes (the file name ends up in the library's symbol table). If it fails and the
+    build without ``user_flags`` (a subset of ``flags``) succeeds, the user's flags are blamed.
     """
-    global compiler_invocations
     c_path, so_tmp = kernels / f"{key}.c", kernels / f".{key}.so.tmp"
     _write_atomic(c_path, c_source.encode())
-    cmd = [cc, *flags, "-I", str(runtime_include_dir()), str(c_path), "-o", str(so_tmp), "-lm"]
-    if _debug_level() >= 1:
-        print("tcpy: " + shlex.join(cmd), file=sys.stderr)
-    compiler_invocations += 1
-    try:
-        result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
-    except OSError as e:
-        raise TCCompilerError(f"cannot run the C compiler {cc!r}: {e}") from None
+    result = _run_compiler(cc, flags, c_path, so_tmp)
     if result.returncode != 0:
         so_tmp.unlink(missing_ok=True)
+        if user_flags:
+            without = list(flags)
+            for flag in user_flags:
+                without.remove(flag)
+            if _run_compiler(cc, tuple(without), c_path, so_tmp).returncode == 0:
+                so_tmp.unlink(missing_ok=True)
+                raise TCOptionError(
+                    f"{Path(cc).name} fails with your extra flags {shlex.join(user_flags)} (from "
+                    f"Options.cflags or TCPY_CFLAGS) and succeeds without them:\n{result.stderr.strip()}")
         (kernels / "failed").mkdir(exist_ok=True)
         kept = kernels / "failed" / c_path.name
         os.replace(c_path, kept)
@@ -258,8 +320,22 @@ def _compile(c_source: str, cc: str, flags: tuple[str, ...], kernels: Path, key:
             f"with {kept}\n{result.stderr.replace(str(c_path), str(kept)).strip()}"
         )
     so_bytes = so_tmp.read_bytes()
-    _write_atomic(kernels / f"{key}.sha256", (hashlib.sha256(so_bytes).hexdigest() + "\n").encode())
+    built_by = compiler or cc
+    sidecar = f"{_entry_digest(key, built_by, so_bytes)}\n{built_by}\n"
+    _write_atomic(kernels / f"{key}.sha256", sidecar.encode())
     os.replace(so_tmp, kernels / f"{key}.so")
+
+
+def _run_compiler(cc: str, flags: tuple[str, ...], c_path: Path, so_path: Path) -> subprocess.CompletedProcess:
+    global compiler_invocations
+    cmd = [cc, *flags, "-I", str(runtime_include_dir()), str(c_path), "-o", str(so_path), "-lm"]
+    if _debug_level() >= 1:
+        print("tcpy: " + shlex.join(cmd), file=sys.stderr)
+    compiler_invocations += 1
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    except OSError as e:
+        raise TCCompilerError(f"cannot run the C compiler {cc!r}: {e}") from None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

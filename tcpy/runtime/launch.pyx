@@ -9,18 +9,25 @@ build happen there, with every argument check); later calls only look up the tab
 inputs C-contiguous, allocate outputs and temporaries, and call the kernel with the GIL
 released.
 
-Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err)``, buffers = inputs
-in signature order, outputs in return order, then temporaries. A return value k > 0 raises
-``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``. ``num_threads`` 0 lets the kernel
+Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err, const volatile int
+*stop)``, buffers = inputs in signature order, outputs in return order, then temporaries. A
+return value k > 0 raises ``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``; -1 means
+the kernel saw ``*stop`` set by Ctrl-C and stopped early: Python's SIGINT handler then raises
+(KeyboardInterrupt by default). A kernel that never polls may omit ``stop``.
+``num_threads`` 0 lets the kernel
 take OpenMP's ``omp_get_max_threads()``, which follows ``OMP_NUM_THREADS`` and threadpoolctl.
 
 Thread count of a call, first that applies: the entry's own (``Options(num_threads=)``),
 :func:`set_num_threads`, then OpenMP's (this module links the same libgomp as the kernels, so
 ``threadpoolctl.threadpool_limits`` reaches them).
 """
+import threading
+
 import numpy as np
 
 cimport numpy as cnp
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
@@ -28,11 +35,55 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport openmp
 
-from ..errors import TCArgumentError, TCRuntimeError
+from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError
 
 cnp.import_array()
 
-ctypedef int (*kernel_fn)(void **buffers, int num_threads, int64_t *err) noexcept nogil
+cdef extern from *:
+    """
+    #include <signal.h>
+    #include <string.h>
+    /* Ctrl-C during a kernel: a SIGINT handler in front of Python's sets tcpy_sigint, which the
+     * kernel polls, then calls Python's own (which makes Python raise KeyboardInterrupt once the
+     * kernel has returned and the launcher calls PyErr_CheckSignals). */
+    static volatile int tcpy_sigint = 0;
+    static struct sigaction tcpy_chained_sigint;
+    static void tcpy_on_sigint(int sig, siginfo_t *info, void *context) {
+        tcpy_sigint = 1;
+        if (tcpy_chained_sigint.sa_flags & SA_SIGINFO) {
+            tcpy_chained_sigint.sa_sigaction(sig, info, context);
+        } else if (tcpy_chained_sigint.sa_handler != SIG_DFL && tcpy_chained_sigint.sa_handler != SIG_IGN) {
+            tcpy_chained_sigint.sa_handler(sig);
+        }
+    }
+    typedef const volatile int *tcpy_stop_ptr;
+    static const volatile int tcpy_never_stop = 0;
+    /* The flag a kernel polls, cleared. With `watch`, our handler goes in front of the current
+     * one if that is a function (Python's) and not ours already; a flag that is never set
+     * without `watch`, or when SIGINT is ignored or default. */
+    static tcpy_stop_ptr tcpy_stop_flag(int watch) {
+        struct sigaction current, mine;
+        if (!watch || sigaction(SIGINT, NULL, &current) != 0) return &tcpy_never_stop;
+        if (!((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == tcpy_on_sigint)) {
+            if (!(current.sa_flags & SA_SIGINFO)
+                    && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) return &tcpy_never_stop;
+            memset(&mine, 0, sizeof mine);
+            mine.sa_sigaction = tcpy_on_sigint;
+            mine.sa_flags = SA_SIGINFO | (current.sa_flags & SA_RESTART);
+            sigemptyset(&mine.sa_mask);
+            tcpy_chained_sigint = current;
+            if (sigaction(SIGINT, &mine, NULL) != 0) return &tcpy_never_stop;
+        }
+        tcpy_sigint = 0;
+        return &tcpy_sigint;
+    }
+    """
+    ctypedef const int *tcpy_stop_ptr
+    tcpy_stop_ptr tcpy_stop_flag(int watch) nogil
+
+ctypedef int (*kernel_fn)(void **buffers, int num_threads, int64_t *err, tcpy_stop_ptr stop) noexcept nogil
+
+cdef unsigned long _main_thread = threading.main_thread().ident
 
 cdef enum:
     STACK_BUFFERS = 32  # kernels with more buffers than this use malloc for the pointer array
@@ -64,20 +115,24 @@ cdef class _ArraySpec:
     """Shape and dtype of an array the launcher allocates, ready for the NumPy C API.
 
     ``zero``: the kernel may leave elements unwritten, so the array starts zero-filled.
-    Otherwise it is allocated uninitialised, which saves touching every page twice."""
+    Otherwise it is allocated uninitialised, which saves touching every page twice.
+    ``keep``: the kernel accumulates into the output's values (TC's ``+=`` without ``!``), so
+    a caller's ``out=`` array keeps its values; a fresh one starts zero-filled."""
     cdef public tuple shape
     cdef public object dtype
     cdef public bint zero
+    cdef public bint keep
     cdef int nd
     cdef cnp.npy_intp dims[32]
     cdef int typenum
 
-    def __init__(self, shape, dtype, zero=True):
-        self.zero = zero
+    def __init__(self, shape, dtype, zero=True, keep=False):
+        self.zero = zero or keep
+        self.keep = keep
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         if len(self.shape) > 32:
-            raise ValueError(f"rank {len(self.shape)} is above the launcher's limit of 32")
+            raise TCArgumentError(f"rank {len(self.shape)} is above the launcher's limit of 32")
         if not self.dtype.isnative or self.dtype.kind not in "biuf":  # float16 is numeric too
             raise ValueError(f"kernels need a native numeric dtype, not {self.dtype}")
         self.nd = len(self.shape)
@@ -99,9 +154,11 @@ cdef class LaunchEntry:
     """How to call one compiled kernel for one call signature.
 
     ``func_address``: the kernel's address (``tcpy.runtime.build.load_symbol``).
-    ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``
-    or ``(shape, dtype, zero)`` per output (return order) / temporary; ``zero=False`` says the
-    kernel writes every element, so the array need not be zero-filled first. ``error_messages``: ``str.format`` templates, error
+    ``n_inputs``: number of input buffers. ``output_specs`` / ``temp_specs``: ``(shape, dtype)``,
+    ``(shape, dtype, zero)`` or ``(shape, dtype, zero, keep)`` per output (return order) /
+    temporary; ``zero=False`` says the kernel writes every element, so the array need not be
+    zero-filled first; ``keep=True`` that it accumulates into the values of a caller's ``out=``
+    array. ``error_messages``: ``str.format`` templates, error
     code k uses ``error_messages[k - 1]`` with ``err[0..3]`` as positional arguments.
     ``num_threads``: passed to the kernel; 0 or None: :func:`get_num_threads` at each call.
     ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
@@ -195,7 +252,11 @@ cdef class Launcher:
         self.table = {}
         self.miss_handler = miss_handler
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **keywords):
+        if keywords:
+            raise TCArgumentError(f"kernels take their arrays by position, in the order of the signature; "
+                                  f"got keyword argument{'s' if len(keywords) > 1 else ''} "
+                                  f"{', '.join(map(repr, keywords))}")
         key = _signature(args)
         entry = self.table.get(key)
         if entry is None:
@@ -225,6 +286,8 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
             a = <cnp.ndarray>x
             if not cnp.PyArray_ISCARRAY_RO(a):  # strided, reversed or misaligned: copy
                 a = np.array(a, order="C", copy=True)
+            if cnp.PyArray_TYPE(a) == cnp.NPY_BOOL and _has_non_bool_bytes(a):
+                a = a.view(np.uint8) != 0  # C assumes a bool byte is 0 or 1
         else:
             a = _number_to_array(entry, i, x)
         arrays[i] = a
@@ -263,13 +326,14 @@ cdef cnp.ndarray _number_to_array(LaunchEntry entry, Py_ssize_t i, object x):
     try:
         return np.array(x, dtype=dtype)
     except (OverflowError, ValueError, TypeError):
-        raise TCArgumentError(f"argument {i}: {x!r} does not fit the parameter's type {dtype}") from None
+        raise TCOverflowError(f"argument {i}: {x!r} does not fit the parameter's type {dtype}") from None
 
 
 cdef _check_out(LaunchEntry entry, object out, list arrays):
     """Use the caller's output arrays: exact shape and dtype, C-contiguous, writeable, not
-    overlapping an input or each other. Unless the kernel writes every element, they are
-    zero-filled first, because outputs are defined as zero wherever no statement writes them."""
+    overlapping an input or each other. Unless the kernel writes every element, or accumulates
+    into their values, they are zero-filled first, because outputs are defined as zero wherever
+    no statement writes them."""
     cdef Py_ssize_t i, j, n_in = entry.n_inputs, n_out = PyTuple_GET_SIZE(entry._outs)
     cdef _ArraySpec spec
     cdef cnp.ndarray o
@@ -301,9 +365,24 @@ cdef _check_out(LaunchEntry entry, object out, list arrays):
                 raise TCArgumentError(f"{name} shares memory with out[{j}]")
         arrays[n_in + i] = o
     for i in range(n_out):
-        if (<_ArraySpec>entry._outs[i]).zero:
-            o = <cnp.ndarray>arrays[n_in + i]
+        spec = <_ArraySpec>entry._outs[i]
+        o = <cnp.ndarray>arrays[n_in + i]
+        if spec.keep:
+            if cnp.PyArray_TYPE(o) == cnp.NPY_BOOL and _has_non_bool_bytes(o):
+                np.not_equal(o.view(np.uint8), 0, out=o)
+        elif spec.zero:
             memset(cnp.PyArray_DATA(o), 0, cnp.PyArray_NBYTES(o))
+
+
+cdef bint _has_non_bool_bytes(cnp.ndarray a):
+    """A C-contiguous bool array holds a byte other than 0 and 1 (e.g. a uint8 array viewed as bool)."""
+    cdef const unsigned char *p = <const unsigned char *>cnp.PyArray_DATA(a)
+    cdef Py_ssize_t i, n = cnp.PyArray_NBYTES(a)
+    cdef unsigned char acc = 0
+    with nogil:
+        for i in range(n):
+            acc |= p[i]
+    return acc > 1
 
 
 cdef _bad_out(_ArraySpec spec, Py_ssize_t i, Py_ssize_t n_out, str got):
@@ -348,6 +427,7 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef void **buffers = stack
     cdef int64_t err[4]
     cdef int rc, threads = entry.num_threads if entry.num_threads > 0 else _num_threads
+    cdef tcpy_stop_ptr stop
     cdef kernel_fn fn = entry.fn
     cdef Py_ssize_t i
     if n_buf > STACK_BUFFERS:
@@ -358,11 +438,16 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
         for i in range(n_buf):
             buffers[i] = cnp.PyArray_DATA(<cnp.ndarray>arrays[i])
         err[0] = err[1] = err[2] = err[3] = 0
+        # Ctrl-C reaches a kernel only in the main thread, where Python handles signals
+        stop = tcpy_stop_flag(PyThread_get_thread_ident() == _main_thread)
         with nogil:
-            rc = fn(buffers, threads, err)
+            rc = fn(buffers, threads, err, stop)
     finally:
         if buffers != stack:
             free(buffers)
+    if rc == -1:  # TCPY_INTERRUPTED: Python's handler has run in C; let it raise
+        PyErr_CheckSignals()
+        raise TCRuntimeError("the kernel was interrupted (SIGINT) before it finished; its outputs are incomplete")
     if rc != 0:
         _raise_kernel_error(entry, rc, err)
 

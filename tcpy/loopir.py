@@ -187,11 +187,13 @@ class Statement:
 class FusedGroup:
     """Consecutive statements run under shared outer loops over the variables ``shared`` (see
     :mod:`tcpy.transform.fusion`). ``locals`` pairs each temporary the group shrank with the
-    per-iteration buffer that replaced it."""
+    per-iteration buffer that replaced it; ``zeroed`` names the buffers that start at zero each
+    iteration (their first writer does not write every element, and unwritten elements read 0)."""
 
     statements: tuple[int, ...]
     shared: tuple[str, ...]
     locals: tuple[tuple[str, str], ...] = ()
+    zeroed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -254,9 +256,9 @@ Point_ = tuple[tuple[str, IExpr], ...]  # index variable -> its value at a point
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """``body`` with per-iteration buffers declared before it: (tensor, shape, type)."""
+    """``body`` with per-iteration buffers declared before it: (tensor, shape, type, zeroed)."""
 
-    buffers: tuple[tuple[str, tuple[int, ...], ScalarType], ...]
+    buffers: tuple[tuple[str, tuple[int, ...], ScalarType, bool], ...]
     body: tuple["Node", ...]
 
 
@@ -470,8 +472,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
                 lines.append(f"{pad}else")
                 _dump_nodes(node.other, depth + 1, lines)
         elif isinstance(node, Block):
-            for name, shape, type_ in node.buffers:
-                lines.append(f"{pad}buffer {name}{list(shape)} {type_.numpy_name}")
+            for name, shape, type_, zeroed in node.buffers:
+                lines.append(f"{pad}buffer {name}{list(shape)} {type_.numpy_name}{' zeroed' if zeroed else ''}")
             _dump_nodes(node.body, depth, lines)
         elif isinstance(node, Point):
             lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")

@@ -255,7 +255,8 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
     for index in group.statements:
         for nest in _statement_nests(program, index, inner_options, loop_vars, []):
             body.extend(nest.body)
-    buffers = tuple((local, tuple(program.shapes[local]), program.types[local]) for _, local in group.locals)
+    buffers = tuple((local, tuple(program.shapes[local]), program.types[local], local in group.zeroed)
+                    for _, local in group.locals)
     nodes: tuple[Node, ...] = (Block(buffers, tuple(body)),) if buffers else tuple(body)
     extents = [first.ranges[v][1] - first.ranges[v][0] for v in group.shared]
     chunks = 1

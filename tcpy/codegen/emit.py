@@ -507,11 +507,12 @@ class _Emitter:
                 self.tile_update(node, depth)
             elif isinstance(node, Block):
                 self.emit("{", depth)
-                for name, shape, type_ in node.buffers:
+                for name, shape, type_, zeroed in node.buffers:
                     size = 1
                     for d in shape:
                         size *= d
-                    self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}];  /* per iteration */", depth + 1)
+                    init = " = {0}" if zeroed else ""
+                    self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}]{init};  /* per iteration */", depth + 1)
                 self.nodes(node.body, depth + 1)
                 self.emit("}", depth)
             elif isinstance(node, ContractionNest):

@@ -222,9 +222,28 @@ def _shrink_temporaries(program: Program) -> Program:
                 if stmt.target == tensor:
                     new_stmt = dataclasses.replace(new_stmt, target=local, lhs=rest(stmt.lhs))
                 statements[i] = dataclasses.replace(statements[i], stmt=new_stmt)
-        groups.append(dataclasses.replace(group, locals=tuple(locals_)))
+        zeroed = tuple(local for tensor, local in locals_
+                       if not _first_write_covers(program, [program.statements[i] for i in group.statements], tensor))
+        groups.append(dataclasses.replace(group, locals=tuple(locals_), zeroed=zeroed))
     return dataclasses.replace(program, statements=tuple(statements), shapes=shapes, types=types,
                                groups=tuple(groups), shrunk=tuple(shrunk))
+
+
+def _first_write_covers(program: Program, group: list[Statement], tensor: str) -> bool:
+    """Whether the first statement of the group that touches ``tensor`` writes every element of
+    it without reading it: then its buffer needs no zeros (TC: unwritten elements read 0)."""
+    for statement in group:
+        stmt = statement.stmt
+        if not any(a.tensor == tensor for a, _ in _accesses(stmt)):
+            continue
+        reads_itself = (any(a.tensor == tensor for a, w in _accesses(stmt) if not w)
+                        or (stmt.reduction is not None and not stmt.init))
+        if stmt.target != tensor or reads_itself:
+            return False
+        shape = program.shapes[tensor]
+        return all(isinstance(e, ast.IndexVar) and statement.ranges[e.name][0] <= 0
+                   and statement.ranges[e.name][1] >= n for e, n in zip(stmt.lhs, shape))
+    return False
 
 
 def _shared_positions(accesses: list[ast.Access], shared: tuple[str, ...]) -> Optional[frozenset[int]]:

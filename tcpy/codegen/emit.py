@@ -3,7 +3,7 @@
 One C function per (def, dtypes, shapes, options), following the kernel ABI of
 :mod:`tcpy.runtime.launch`::
 
-    int <symbol>(void *const *buffers, int num_threads, int64_t *err);
+    int <symbol>(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop);
 
 Rendering is mechanical: every decision (loop order, tiles, parallel and SIMD loops, register
 tiles, copies) is in the IR. Sizes are baked in as constants. Expressions are emitted in the

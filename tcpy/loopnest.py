@@ -172,7 +172,7 @@ def _identity_needed(stmt: ast.Stmt) -> bool:
 
 
 def schedule_of(program: Program, statement: Statement, options: Options) -> StmtSchedule:
-    """The schedule :func:`lower` gives ``statement`` (passes use it to decide on copies)."""
+    """The schedule :func:`lower` gives ``statement``."""
     return choose_schedule(statement.stmt, statement.extents(), program.shapes,
                            program.types[statement.stmt.target], options)
 

@@ -132,28 +132,38 @@ class _Renderer:
         w(f"for (int64_t r = 0; r < mr; r++) {{ {self.T} *q = cb + {self.p}_off_c_m(i + r) + {self.p}_off_c_n(j); "
           f"__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }}", depth)
 
+    def _whole_tile(self, w: _Writer, depth: int, row, first: str, scale: str):
+        """Vector stores of a whole tile: row r at ``row(r)`` is set (when ``first``) or added to."""
+        p, nv, L = self.p, self.plan.nr_vectors, self.plan.lanes
+        w(f"if ({first}) {{", depth)
+        for r in range(self.plan.mr):
+            w(" ".join(f"*({p}_vu *)({row(r)} + {v * L}) = {scale}c{r}_{v};" for v in range(nv)), depth + 1)
+        w("} else {", depth)
+        for r in range(self.plan.mr):
+            w(" ".join(f"*({p}_vu *)({row(r)} + {v * L}) += {scale}c{r}_{v};" for v in range(nv)), depth + 1)
+        w("}", depth)
+
+    def _spill(self, w: _Writer, depth: int):
+        """The accumulators into ``t[mr][nr]``, for the element-wise store of a partial tile."""
+        mr, nr, nv, L = self.plan.mr, self.plan.nr, self.plan.nr_vectors, self.plan.lanes
+        w(f"{self.T} t[{mr}][{nr}] __attribute__((aligned(64)));", depth)
+        for r in range(mr):
+            w(" ".join(f"*({self.p}_v *)&t[{r}][{v * L}] = c{r}_{v};" for v in range(nv)), depth)
+
     def store_c(self, w: _Writer, overwrite: str, depth: int):
         """Store the accumulators at rows i.., columns j.. of the output (``cb`` is its batch
         base): whole tiles with vector stores when the output's N is contiguous."""
-        mr, nr, nv, L = self.plan.mr, self.plan.nr, self.plan.nr_vectors, self.plan.lanes
+        mr, nr = self.plan.mr, self.plan.nr
         p, T = self.p, self.T
         n = self.single("n")
         if n is not None and n.c == 1:
             w(f"if (mr == {mr} && nr == {nr}) {{", depth)
             for r in range(mr):
                 w(f"{T} *q{r} = cb + {p}_off_c_m(i + {r}) + {p}_off_c_n(j);", depth + 1)
-            w(f"if ({overwrite}) {{", depth + 1)
-            for r in range(mr):
-                w(" ".join(f"*({p}_vu *)(q{r} + {v * L}) = alpha * c{r}_{v};" for v in range(nv)), depth + 2)
-            w("} else {", depth + 1)
-            for r in range(mr):
-                w(" ".join(f"*({p}_vu *)(q{r} + {v * L}) += alpha * c{r}_{v};" for v in range(nv)), depth + 2)
-            w("}", depth + 1)
+            self._whole_tile(w, depth + 1, lambda r: f"q{r}", overwrite, "alpha * ")
             w("return;", depth + 1)
             w("}", depth)
-        w(f"{T} t[{mr}][{nr}] __attribute__((aligned(64)));", depth)
-        for r in range(mr):
-            w(" ".join(f"*({p}_v *)&t[{r}][{v * L}] = c{r}_{v};" for v in range(nv)), depth)
+        self._spill(w, depth)
         w("for (int64_t r = 0; r < mr; r++) {", depth)
         w(f"{T} *q = cb + {p}_off_c_m(i + r);", depth + 1)
         w("for (int64_t c = 0; c < nr; c++) {", depth + 1)
@@ -164,21 +174,12 @@ class _Renderer:
 
     def store_partial(self, w: _Writer, depth: int):
         """Store the accumulators into a dense partial-sum tile ``pp`` (row stride ``ldp``)."""
-        mr, nr, nv, L = self.plan.mr, self.plan.nr, self.plan.nr_vectors, self.plan.lanes
-        p, T = self.p, self.T
+        mr, nr = self.plan.mr, self.plan.nr
         w(f"if (mr == {mr} && nr == {nr}) {{", depth)
-        w("if (first) {", depth + 1)
-        for r in range(mr):
-            w(" ".join(f"*({p}_vu *)(pp + {r} * ldp + {v * L}) = c{r}_{v};" for v in range(nv)), depth + 2)
-        w("} else {", depth + 1)
-        for r in range(mr):
-            w(" ".join(f"*({p}_vu *)(pp + {r} * ldp + {v * L}) += c{r}_{v};" for v in range(nv)), depth + 2)
-        w("}", depth + 1)
+        self._whole_tile(w, depth + 1, lambda r: f"pp + {r} * ldp", "first", "")
         w("return;", depth + 1)
         w("}", depth)
-        w(f"{T} t[{mr}][{nr}] __attribute__((aligned(64)));", depth)
-        for r in range(mr):
-            w(" ".join(f"*({p}_v *)&t[{r}][{v * L}] = c{r}_{v};" for v in range(nv)), depth)
+        self._spill(w, depth)
         w("for (int64_t r = 0; r < mr; r++)", depth)
         w("for (int64_t c = 0; c < nr; c++)", depth + 1)
         w("pp[r * ldp + c] = first ? t[r][c] : pp[r * ldp + c] + t[r][c];", depth + 2)
@@ -458,7 +459,7 @@ class _Renderer:
         tb, tm, tn, tk = plan.grid
         groups = tb * tm * tn
         C = self.names[con.c.tensor]
-        w(f"#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static) if(tcpy_num_threads > 1)", 1)
+        w("#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static) if(tcpy_num_threads > 1)", 1)
         w(f"for (int64_t row = 0; row < {groups * bpart * mpart}; row++) {{", 1)
         w(f"const int64_t g = row / {bpart * mpart}, local = row % {bpart * mpart};", 2)
         w(f"const int64_t cb = g / {tm * tn}, cm = g / {tn} % {tm}, cn = g % {tn};", 2)

@@ -27,7 +27,6 @@ combination). :mod:`tcpy.codegen.contraction` renders the C.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional

@@ -131,6 +131,11 @@ def test_unknown_target_is_an_argument_error():
         tcpy.Options(target="pentium")
 
 
+def test_a_target_that_is_not_a_name_is_an_argument_error():
+    with pytest.raises(tcpy.TCArgumentError, match="target must be a Target or a preset name, got int"):
+        tcpy.Options(target=3)
+
+
 def test_tcpy_target_environment_variable(monkeypatch):
     monkeypatch.setenv("TCPY_TARGET", "x86-64-v3")
     assert tcpy.Options().target.name == "x86-64-v3"

@@ -25,7 +25,7 @@ from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
 from .options import Options
-from .transform import fuse_statements, pack_operands, register_tiles
+from .transform import attach_epilogues, fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
 
@@ -106,7 +106,7 @@ class Kernel(Launcher):
         options = self.options_for(sizes)
         program = pack_operands(build_program(self.def_, bound, self.types), options)
         if options.fuse:
-            program = fuse_statements(program, options)
+            program = fuse_statements(attach_epilogues(program, options), options)
         ir = register_tiles(lower(program, options))
         digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
         symbol = f"tcpy_{self.def_.name}_{digest}"
@@ -141,6 +141,10 @@ class Kernel(Launcher):
                     node = nest.body[0]
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {node.describe()}")
                     lines.extend(f"    why: {reason}" for reason in node.plan.reasons)
+                    if node.epilogue is not None:
+                        lines.extend(f"    epilogue: {spec.ir.stmts[i]}: in the store of the last K block "
+                                     "(reads the output only at the element it writes)"
+                                     for i in node.epilogue.members)
             text = text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
         return Explanation(text)
 

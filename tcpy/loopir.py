@@ -197,11 +197,26 @@ class FusedGroup:
 
 
 @dataclass(frozen=True)
+class Epilogue:
+    """Element-wise statements that consume the output of the engine contraction ``producer``
+    and run in its store (see :mod:`tcpy.transform.epilogue`): each entry is a statement index
+    and its variables paired with the producer's (``(("i", "m"), ("j", "n"))``)."""
+
+    producer: int
+    statements: tuple[tuple[int, tuple[tuple[str, str], ...]], ...]
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        return tuple(index for index, _ in self.statements)
+
+
+@dataclass(frozen=True)
 class Program:
     """Statements with concrete shapes, types and sizes, before loops exist.
 
     ``groups``: fused statement groups; ``shrunk``: the def's temporaries that no longer exist
-    at full size (a fused group's per-iteration buffers replaced them).
+    at full size (a fused group's per-iteration buffers replaced them); ``epilogues``: the
+    statements that run in a contraction's store.
     """
 
     def_: ast.Def
@@ -211,6 +226,7 @@ class Program:
     sizes: Mapping[str, int]
     groups: tuple[FusedGroup, ...] = ()
     shrunk: tuple[str, ...] = ()
+    epilogues: tuple[Epilogue, ...] = ()
 
     def __post_init__(self):
         for name in ("shapes", "types", "sizes"):
@@ -348,9 +364,13 @@ class ContractionNest:
     stmt: int
     contraction: object  # tcpy.transform.contraction.Contraction
     plan: object  # tcpy.transform.contraction.Plan
+    epilogue: Optional[Epilogue] = None
 
     def describe(self) -> str:
-        return f"contraction engine: {self.contraction.describe()}; {self.plan.describe()}"
+        text = f"contraction engine: {self.contraction.describe()}; {self.plan.describe()}"
+        if self.epilogue is not None:
+            text += f"; epilogue S{', S'.join(str(i) for i in self.epilogue.members)} in the store"
+        return text
 
 
 Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest]

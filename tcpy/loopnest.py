@@ -194,6 +194,7 @@ def lower(program: Program, options: Options) -> KernelIR:
     scratch: list[Scratch] = []
     groups = {g.statements[0]: g for g in program.groups}
     fused = {i for g in program.groups for i in g.statements}
+    fused.update(i for e in program.epilogues for i in e.members)  # run in their contraction's store
     for index in range(len(program.statements)):
         if index in groups:
             nests.append(_fused_nest(program, groups[index], options))
@@ -210,7 +211,8 @@ def _statement_nests(program: Program, index: int, options: Options, fixed: Mapp
     stmt, ranges = statement.stmt, statement.ranges
     engine = contraction_of(stmt, ranges, program, options)
     if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
-        return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, *engine),))]
+        epilogue = next((e for e in program.epilogues if e.producer == index), None)
+        return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, *engine, epilogue),))]
     sched = schedule_of(program, statement, options)
     if not _identity_needed(stmt):
         # `=`, or a reduction operator with no reduction variable, which TC treats as `=`

@@ -32,6 +32,8 @@ last valid row and never stored.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from ..lang.types import ScalarType
 from ..transform.contraction import Contraction, Group, Plan
 
@@ -57,18 +59,26 @@ class _Writer:
         return "\n".join(self.lines) + "\n"
 
 
-def render(con: Contraction, plan: Plan, names: dict, prefix: str) -> tuple[str, str]:
+def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
     """``(helpers, body)``: file-scope C and the statement's C inside the kernel function.
 
     ``names`` maps tensor names to their C pointers in the kernel; ``prefix`` makes the
-    helpers' names unique in the file. The body reads ``tcpy_num_threads``.
+    helpers' names unique in the file. The body reads ``tcpy_num_threads``. ``epilogue`` names
+    a function ``void f(void *const *tcpy_buffers, int64_t bi, int64_t m, int64_t j,
+    int64_t cols, const T *v)`` that consumes the final values ``v[0:cols]`` of the output at
+    batch ``bi``, row ``m``, columns ``j..`` (linear indices of the roles); it is called once per
+    output element, after the element's last store.
     """
-    return _Renderer(con, plan, names, prefix).render()
+    return _Renderer(con, plan, names, prefix, epilogue).render()
 
 
 class _Renderer:
-    def __init__(self, con: Contraction, plan: Plan, names: dict, prefix: str):
-        self.con, self.plan, self.names, self.p = con, plan, names, prefix
+    def __init__(self, con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str]):
+        self.con, self.plan, self.names, self.p, self.epi = con, plan, names, prefix, epilogue
+        # what the micro-kernels and cells take and pass on for the epilogue
+        self.epi_params = ", int last, int64_t bi, void *const *tcpy_buffers" if epilogue else ""
+        self.cell_params = ", void *const *tcpy_buffers" if epilogue else ""
+        self.cell_args = ", tcpy_buffers" if epilogue else ""
         self.T = _c(con.dtype)
         self.TA, self.TB = _c(con.a.dtype), _c(con.b.dtype)
         self.s = con.dtype.bits // 8
@@ -161,15 +171,26 @@ class _Renderer:
             for r in range(mr):
                 w(f"{T} *q{r} = cb + {p}_off_c_m(i + {r}) + {p}_off_c_n(j);", depth + 1)
             self._whole_tile(w, depth + 1, lambda r: f"q{r}", overwrite, "alpha * ")
+            if self.epi:  # the rows are contiguous and final: the epilogue reads them in place
+                w("if (last) {", depth + 1)
+                for r in range(mr):
+                    w(f"{self.epi}(tcpy_buffers, bi, i + {r}, j, {nr}, q{r});", depth + 2)
+                w("}", depth + 1)
             w("return;", depth + 1)
             w("}", depth)
         self._spill(w, depth)
         w("for (int64_t r = 0; r < mr; r++) {", depth)
         w(f"{T} *q = cb + {p}_off_c_m(i + r);", depth + 1)
+        if self.epi:
+            w(f"{T} row[{nr}];", depth + 1)
         w("for (int64_t c = 0; c < nr; c++) {", depth + 1)
         w(f"{T} *e = q + {p}_off_c_n(j + c);", depth + 2)
         w(f"*e = {overwrite} ? alpha * t[r][c] : *e + alpha * t[r][c];", depth + 2)
+        if self.epi:
+            w("row[c] = *e;", depth + 2)
         w("}", depth + 1)
+        if self.epi:
+            w(f"if (last) {self.epi}(tcpy_buffers, bi, i + r, j, nr, row);", depth + 1)
         w("}", depth)
 
     def store_partial(self, w: _Writer, depth: int):
@@ -262,7 +283,7 @@ class _Renderer:
         a_load = lambda r: f"a[k * {mr} + {r}]"  # noqa: E731
         w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
           f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, int64_t i, int64_t j, int64_t mr, int64_t nr, "
-          f"int overwrite, {T} alpha) {{")
+          f"int overwrite, {T} alpha{self.epi_params}) {{")
         self.prefetch_c(w, 1)
         self.accumulate_loop(w, "kc", b_load, a_load, 1)
         self.store_c(w, "overwrite", 1)
@@ -279,7 +300,7 @@ class _Renderer:
         con = self.con
         w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" {T} *TCPY_RESTRICT P, int64_t ldp, int64_t prows, int64_t b0, int64_t b1, int64_t m0, int64_t m1,"
-          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop) {{")
+          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop{self.cell_params}) {{")
         w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {MC * KC});", 1)
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
@@ -304,11 +325,16 @@ class _Renderer:
             w(f"if (pb) {{ {p}_ukr_p(kc, ap + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
               f" ldp, mr, nr, pc == k0); continue; }}", 7)
         overwrite = "pc == k0" if con.init else "0"
-        w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);", 7)
+        last = ", pc + kc >= k1, bi, tcpy_buffers" if self.epi else ""
+        w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)
         w("}")
+
+    def _last(self, K: int) -> str:
+        """The epilogue arguments of a call in a ``pc`` loop over all of K."""
+        return f", pc + kc >= {K}, bi, tcpy_buffers" if self.epi else ""
 
     # -- small path -------------------------------------------------------------------------
 
@@ -323,7 +349,7 @@ class _Renderer:
         npart = -(-(-(-self.N // nr)) // tn) * nr
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop) {{")
+          f" const volatile int *stop{self.cell_params}) {{")
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
@@ -337,7 +363,7 @@ class _Renderer:
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
         w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)
         w(f"{p}_small(kc, ab + pc * INT64_C({k.a}), i, m1 - i < {mr} ? m1 - i : {mr}, bp + jr * kc, {nr}, cb, "
-          f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha);", 5)
+          f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha{self._last(K)});", 5)
         w("}", 2)
         w("}", 1)
         w("}")
@@ -349,7 +375,7 @@ class _Renderer:
         L = self.plan.lanes
         w(f"static __attribute__((noinline)) void {p}_small(int64_t kc, const {T} *TCPY_RESTRICT ab, int64_t i, "
           f"int64_t mr, const {T} *TCPY_RESTRICT b, int64_t ldb, {T} *TCPY_RESTRICT cb, int64_t j, int64_t nr, "
-          f"int overwrite, {T} alpha) {{")
+          f"int overwrite, {T} alpha{self.epi_params}) {{")
         for r in range(mr):
             w(f"const {T} *TCPY_RESTRICT a{r} = ab + INT64_C({m.a}) * (i + ({r} < mr ? {r} : mr - 1));", 1)
         self.accumulate_loop(w, "kc" if K > KC else str(K), lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})",
@@ -365,7 +391,7 @@ class _Renderer:
         con = self.con
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop) {{")
+          f" const volatile int *stop{self.cell_params}) {{")
         w(f"{T} *edge = ({T} *)tcpy_scratch(1, sizeof({T}) * {max(1, min(K, KC)) * nr});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
@@ -395,7 +421,8 @@ class _Renderer:
         w("}", 4)
         overwrite = "pc == 0" if con.init else "0"
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 4)
-        w(f"{p}_small(kc, ak, i, m1 - i < {mr} ? m1 - i : {mr}, bs, ldb, cb, j, nr, {overwrite}, alpha);", 5)
+        w(f"{p}_small(kc, ak, i, m1 - i < {mr} ? m1 - i : {mr}, bs, ldb, cb, j, nr, {overwrite}, alpha"
+          f"{self._last(K)});", 5)
         w("}", 3)
         w("}", 2)
         w("}", 1)
@@ -443,10 +470,11 @@ class _Renderer:
         w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
         w("(void)k0; (void)k1;", 3)
         if plan.path in ("small", "stream"):
-            w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop);", 3)
+            w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop{self.cell_args});", 3)
         else:
             P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
-            w(f"{p}_cell({A}, {B}, {C}, {P}, {npart}, {mpart}, b0, b1, m0, m1, n0, n1, k0, k1, alpha, tcpy_stop);", 3)
+            w(f"{p}_cell({A}, {B}, {C}, {P}, {npart}, {mpart}, b0, b1, m0, m1, n0, n1, k0, k1, alpha, tcpy_stop"
+              f"{self.cell_args});", 3)
         w("}", 2)
         w("}", 1)
         if tk > 1:
@@ -477,6 +505,8 @@ class _Renderer:
             w(f"s += src[{ck * part} + n - n0];", 3)
         w(f"{T} *e = q + {p}_off_c_n(n);", 3)
         w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", 3)
+        if self.epi:
+            w(f"{{ const {T} v = *e; {self.epi}(tcpy_buffers, bi, m, n, 1, &v); }}", 3)
         w("}", 2)
         w("}", 1)
 

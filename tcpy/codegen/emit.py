@@ -22,6 +22,7 @@ import cython
 
 from tcpy.lang import ast
 from tcpy.lang.types import ScalarType, accumulator_type, promote
+from tcpy.lang.visit import is_static_index
 from tcpy.loopir import (
     TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, Call, Const, ContractionNest, Guard,
     IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
@@ -137,20 +138,6 @@ def _nan_flagged(op, acc_type):
     return op in ("max", "min") and acc_type.is_float
 
 
-def _is_static_index(expr):
-    """Affine index expressions are proven in bounds by range inference and preconditions;
-    anything else (data-dependent, ternary, calls, division by non-literals) is checked."""
-    if isinstance(expr, (ast.IntLit, ast.IndexVar, ast.SizeVar, ast.DimRef)):
-        return True
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        return _is_static_index(expr.operand)
-    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
-        return _is_static_index(expr.lhs) and _is_static_index(expr.rhs)
-    if isinstance(expr, ast.Binary) and expr.op in ("/", "%"):
-        return _is_static_index(expr.lhs) and isinstance(expr.rhs, ast.IntLit) and expr.rhs.value > 0
-    return False
-
-
 class _Emitter:
     """Emits one kernel; collects the error messages its return codes refer to."""
 
@@ -173,6 +160,7 @@ class _Emitter:
         self.in_simd = 0  # > 0 inside an `omp simd` loop
         self.loops = 0  # loops around the node being emitted
         self.collapsed = 0  # loops still to come that a collapse clause needs perfectly nested
+        self.registers = {}  # tensor -> the C local holding the element an epilogue is at
 
     # -- error table -------------------------------------------------------------------------
 
@@ -229,7 +217,7 @@ class _Emitter:
         terms = []
         for dim, (extent, index) in enumerate(zip(shape, indices)):
             text = self.index(index)
-            if self.ir.options.check_indices and not _is_static_index(index):
+            if self.ir.options.check_indices and not is_static_index(index):
                 code = self.error_code(
                     f"index out of bounds in {self._stmt_label(self.current_stmt)}: "
                     f"dimension {dim} of {tensor} is {{0}}, expected 0 <= index < {{1}}")
@@ -256,6 +244,8 @@ class _Emitter:
         if isinstance(expr, ast.DimRef):
             return _literal(self.shapes[expr.tensor][expr.dim], t)
         if isinstance(expr, ast.Access):
+            if expr.tensor in self.registers:  # an epilogue reads the element it is at
+                return self.registers[expr.tensor]
             return self.access(expr.tensor, expr.indices, read=True)
         if isinstance(expr, ast.Cast):
             return convert(self.value(expr.operand), expr.operand.type, expr.to)
@@ -517,8 +507,12 @@ class _Emitter:
                 self.emit("}", depth)
             elif isinstance(node, ContractionNest):
                 names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
-                helpers, body = contraction_c.render(node.contraction, node.plan, names,
-                                                     f"{self.symbol}_s{node.stmt}")
+                prefix = f"{self.symbol}_s{node.stmt}"
+                epilogue = None
+                if node.epilogue is not None:
+                    epilogue = f"{prefix}_epilogue"
+                    self.helpers.append(self.epilogue(node, epilogue))
+                helpers, body = contraction_c.render(node.contraction, node.plan, names, prefix, epilogue)
                 self.helpers.append(helpers)
                 for line in body.splitlines():
                     self.emit(line, depth)
@@ -532,11 +526,64 @@ class _Emitter:
             else:
                 raise NotImplementedError(type(node).__name__)
 
+    def epilogue(self, node, name):
+        """The C function that runs a contraction's epilogue statements on final output values
+        (see :func:`tcpy.codegen.contraction.render`): one ``omp simd`` loop over the columns,
+        the contraction's and each statement's value kept in a local the later ones read."""
+        con, stmt_index = node.contraction, self.stmt_index
+        ranges = self.program.statements[node.stmt].ranges
+        T = con.dtype.c_type
+        lines = [f"static inline void {name}(void *const *tcpy_buffers, int64_t bi, int64_t m, int64_t j, "
+                 f"int64_t cols, const {T} *v) {{"]
+        used = set()
+        for index in node.epilogue.members:
+            stmt = self.stmts[index]
+            used.add(stmt.target)
+            used.update(a.tensor for a in stmt.rhs.walk() if isinstance(a, ast.Access))
+        for slot, tensor in enumerate(self._buffer_names()):
+            if tensor in used:
+                ctype = self.types[tensor].c_type
+                lines.append(f"    {ctype} *TCPY_RESTRICT {c_name(tensor)} = ({ctype} *)tcpy_buffers[{slot}];")
+        lines += ["    #pragma omp simd", "    for (int64_t c = 0; c < cols; c++) {"]
+        # the producer's index variables, from the linear batch, M and N indices of the engine
+        producer_vars = {}
+        for role, linear in (("batch", "bi"), ("m", "m"), ("n", "(j + c)")):
+            role_vars = con.role_vars(role)
+            inner = 1
+            for var in reversed(role_vars):
+                lo, hi = ranges[var]
+                text = f"{linear} / INT64_C({inner})" if inner > 1 else linear
+                if var != role_vars[0]:
+                    text = f"({text}) % INT64_C({hi - lo})"
+                producer_vars[var] = f"tcpy_v{len(producer_vars)}"
+                lines.append(f"        const int64_t {producer_vars[var]} = INT64_C({lo}) + {text};")
+                inner *= hi - lo
+        self.registers = {con.c.tensor: "tcpy_e0"}
+        lines.append(f"        const {T} tcpy_e0 = v[c];")
+        for k, (index, var_map) in enumerate(node.epilogue.statements, start=1):
+            self.stmt_index = index
+            stmt = self.current_stmt = self.stmts[index]
+            self.env = {var: producer_vars[producer_var] for var, producer_var in var_map}
+            target_type = self.types[stmt.target]
+            rhs = convert(self.value(stmt.rhs), stmt.rhs.type, target_type)
+            lines.append(f"        const {target_type.c_type} tcpy_e{k} = {rhs};")
+            lines.append(f"        {self.access(stmt.target, stmt.lhs)} = tcpy_e{k};")
+            self.registers[stmt.target] = f"tcpy_e{k}"
+        self.registers = {}
+        self.stmt_index = stmt_index
+        lines += ["    }", "}"]
+        return "\n".join(lines) + "\n"
+
+    def _buffer_names(self):
+        """The tensors in the order of the kernel's ``tcpy_buffers``."""
+        d = self.program.def_
+        return ([p.name for p in d.params] + [r.name for r in d.returns] + [t.name for t in d.temporaries]
+                + list(self.program.copies) + [s.name for s in self.ir.scratch])
+
     def kernel(self):
         ir = self.ir
         d = self.program.def_
-        names = ([p.name for p in d.params] + [r.name for r in d.returns] + [t.name for t in d.temporaries]
-                 + list(self.program.copies) + [s.name for s in ir.scratch])
+        names = self._buffer_names()
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(self.program.sizes.items())) or "none"
         self.lines = [
             "/* Generated by tcpy. */",

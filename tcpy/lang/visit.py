@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from . import ast
 
-__all__ = ["index_vars", "inline_lets", "map_expr", "reads_tensor"]
+__all__ = ["index_vars", "inline_lets", "is_static_index", "map_expr", "reads_tensor"]
 
 
 def index_vars(expr: ast.Expr) -> frozenset[str]:
@@ -22,6 +22,21 @@ def index_vars(expr: ast.Expr) -> frozenset[str]:
 def reads_tensor(expr: ast.Expr) -> bool:
     """Whether ``expr`` reads a tensor (its value depends on data, not only on indices and sizes)."""
     return any(isinstance(n, ast.Access) for n in expr.walk())
+
+
+def is_static_index(expr: ast.Expr) -> bool:
+    """Whether an index expression is affine (literals, index and size variables, ``+ - *``,
+    ``/ %`` by positive literals): range inference and preconditions prove those in bounds;
+    anything else (data-dependent, ternary, calls, division by non-literals) is checked."""
+    if isinstance(expr, (ast.IntLit, ast.IndexVar, ast.SizeVar, ast.DimRef)):
+        return True
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        return is_static_index(expr.operand)
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
+        return is_static_index(expr.lhs) and is_static_index(expr.rhs)
+    if isinstance(expr, ast.Binary) and expr.op in ("/", "%"):
+        return is_static_index(expr.lhs) and isinstance(expr.rhs, ast.IntLit) and expr.rhs.value > 0
+    return False
 
 
 # The Expr fields that hold sub-expressions, per node class.

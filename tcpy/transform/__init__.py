@@ -8,11 +8,14 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
 * :mod:`.fusion` — consecutive statements that share outer output loops run under them, legal
   by isl dependence analysis; their private temporaries shrink to per-thread buffers
   (Program -> Program).
+* :mod:`.epilogue` — element-wise consumers of a contraction's output run in the engine's
+  store (Program -> Program).
 * :mod:`.register_tile` — blocks of outputs kept in registers across reductions
   (KernelIR -> KernelIR).
 """
+from .epilogue import attach_epilogues
 from .fusion import fuse_statements
 from .packing import pack_operands
 from .register_tile import register_tiles
 
-__all__ = ["fuse_statements", "pack_operands", "register_tiles"]
+__all__ = ["attach_epilogues", "fuse_statements", "pack_operands", "register_tiles"]

@@ -67,6 +67,8 @@ def _fusable_vars(program: Program, statement: Statement, options: Options) -> t
     stmt = statement.stmt
     if statement.origin < 0 or not stmt.lhs or statement.panel is not None:
         return ()
+    if any(statement is program.statements[i] for e in program.epilogues for i in e.members):
+        return ()  # runs in a contraction's store
     if contraction_of(stmt, statement.ranges, program, options) is not None:
         return ()  # the contraction engine blocks it itself
     sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)

@@ -70,6 +70,7 @@ def torch_fn(name: str):
     fns = {"gemm": torch.matmul, "dgemm": torch.matmul, "bmm": torch.matmul,
            "conv2d": torch.nn.functional.conv2d,
            "attention": lambda q, k, v, s: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=s),
+           "linear": lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)),
            "softmax": lambda x: torch.softmax(x, -1),
            "layernorm": lambda x, g, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, 1e-5)}
     return fns[name]
@@ -97,6 +98,21 @@ def bmm_case(b: int, m: int, n: int, k: int) -> demo.Case:
                      lambda rng: (rng.standard_normal((b, m, k), dtype=np.float32),
                                   rng.standard_normal((b, k, n), dtype=np.float32)),
                      np.matmul, 2.0 * b * m * n * k)
+
+
+LINEAR = """
+def linear(float(M,K) A, float(K,N) B, float(N) bias) -> (Y) {
+    C(m, n) +=! A(m, k) * B(k, n)
+    Y(m, n) = fmax(C(m, n) + bias(n), 0.0)
+}
+"""
+
+
+def linear_case(m: int, n: int, k: int) -> demo.Case:
+    """A fully connected layer: relu(A @ B + bias) in float32 (the contraction and its epilogue)."""
+    return demo.Case("linear", LINEAR, f"relu({m}x{k} @ {k}x{n} + b)",
+                     lambda rng: (demo._f32(rng, m, k), demo._f32(rng, k, n), demo._f32(rng, n)),
+                     lambda a, b, bias: np.maximum(a @ b + bias, 0), 2.0 * m * n * k)
 
 
 SOFTMAX = """
@@ -149,6 +165,7 @@ def cases(quick: bool):
     if not quick:  # tall-skinny M x N x K, and batched
         yield from (demo.gemm_case(m, n, k) for m, n, k in ((1024, 1024, 64), (128, 128, 4096), (4096, 64, 512)))
         yield bmm_case(32, 128, 128, 64)
+        yield from (linear_case(n, n, n) for n in (256, 1024))
     yield from (demo.conv2d_case(n, 64, 64, 56) for n in ([1] if quick else [1, 8]))
     if not quick:
         yield demo.conv2d_case(8, 128, 128, 28)

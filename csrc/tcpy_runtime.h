@@ -235,6 +235,13 @@ TCPY_DEFINE_IMINMAX(bool, bool)
  * glibc has j0f/y0f too). The rest are defined here as tcpy_<name>f (float) and
  * tcpy_<name> (double). Float versions of the hard ones compute in double and round once. */
 
+/* fmax/fmin as C99 defines them (a NaN operand is ignored; NaN only if both are), written as
+ * selects: gcc calls libm's fmaxf per element instead of vectorizing it without -ffast-math. */
+static inline double tcpy_fmax(double a, double b) { return (a > b || b != b) ? a : b; }
+static inline float tcpy_fmaxf(float a, float b) { return (a > b || b != b) ? a : b; }
+static inline double tcpy_fmin(double a, double b) { return (a < b || b != b) ? a : b; }
+static inline float tcpy_fminf(float a, float b) { return (a < b || b != b) ? a : b; }
+
 static inline double tcpy_rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float tcpy_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double tcpy_rcbrt(double x) { return 1.0 / cbrt(x); }

@@ -34,7 +34,7 @@ COMPILED: bool = cython.compiled
 
 # Builtins that csrc/tcpy_runtime.h defines (as tcpy_<name>f / tcpy_<name>); the others are libm's.
 RUNTIME_BUILTINS = frozenset({
-    "rsqrt", "rcbrt", "exp10", "fdivide", "rhypot", "norm3d", "norm4d", "rnorm3d", "rnorm4d",
+    "fmax", "fmin", "rsqrt", "rcbrt", "exp10", "fdivide", "rhypot", "norm3d", "norm4d", "rnorm3d", "rnorm4d",
     "sinpi", "cospi", "erfcx", "erfinv", "erfcinv", "normcdf", "normcdfinv",
     "cyl_bessel_i0", "cyl_bessel_i1",
 })

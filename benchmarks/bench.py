@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import tcpy  # noqa: E402
 from tcpy import demo  # noqa: E402
 
+from peak import fma_peak  # noqa: E402
+
 try:
     import torch
 except ImportError:
@@ -268,6 +270,8 @@ def main(argv=None) -> int:
     for line in blas_info():
         print(f"threadpool: {line}")
     print(f"tcpy threads: {tcpy.get_num_threads()}; target: {options.target.describe()}")
+    print("peak of one core (benchmarks/peak.py): float {:.1f}, double {:.1f} GFLOP/s".format(
+        fma_peak(options.target, "float"), fma_peak(options.target, "double")))
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} (other work on the machine skews timings)"
           .format(*os.getloadavg()))
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):

@@ -79,7 +79,7 @@ class _Renderer:
     def offset_fn(self, w: _Writer, which: str, role: str):
         """``int64_t <p>_off_<which>_<role>(int64_t i)``: element offset of linear index i."""
         groups = [g for g in getattr(self.con, role)]
-        w(f"static inline int64_t {self.p}_off_{which}_{role}(int64_t i) {{")
+        w(f"static inline int64_t {self.p}_off_{which}_{role}(int64_t i) {{")  # g<i>: guard i's value
         if not groups or all(g.stride(which) == 0 for g in groups):
             w("(void)i; return 0;", 1)
         elif len(groups) == 1:
@@ -106,7 +106,9 @@ class _Renderer:
         w(f" * {self.plan.describe()} */")
         w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
         w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({self.s}), __may_alias__));")
-        for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n"))):
+        guards = tuple((f"g{i}", ("batch", "n", "k")) for i in range(len(self.con.guards)))
+        for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n")),
+                             *guards):
             for role in roles:
                 self.offset_fn(w, which, role)
 
@@ -186,8 +188,69 @@ class _Renderer:
 
     # -- packed path ------------------------------------------------------------------------
 
+    def guard_base(self, w: _Writer, depth: int):
+        """``gb``: each guard's constant plus its batch part, for ``<p>_pack_b``."""
+        if self.con.guards:
+            values = ", ".join(f"INT64_C({g.const}) + {self.p}_off_g{i}_batch(bi)" for i, g in enumerate(self.con.guards))
+            w(f"const int64_t gb[{len(self.con.guards)}] = {{{values}}};", depth)
+
+    def packed_b_guarded(self, w: _Writer):
+        """``<p>_pack_b`` of a guarded B: zeros where a guard fails. A sliver's columns split
+        into runs of the innermost N group, along which B's offset and every guard are linear,
+        so per row of k each run's valid columns are one interval (clamped from the guards);
+        a sliver that is one valid run is copied without tests."""
+        p, T, TB, con = self.p, self.T, self.TB, self.con
+        nr, count = self.plan.nr, len(con.guards)
+        inner = con.n[-1] if con.n else Group((), 1, 0, 0, 0, (0,) * count)
+        w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
+          f" {T} *TCPY_RESTRICT bp, const int64_t *TCPY_RESTRICT gb) {{")
+        w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
+        w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
+        w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
+        w("/* runs: first column, length, offset in B and guard values at the first column */", 2)
+        w(f"int64_t r0[{nr}], rn[{nr}], ro[{nr}], rg[{nr}][{count}];", 2)
+        w("int runs = 0;", 2)
+        w("for (int64_t c = 0; c < cols; runs++) {", 2)
+        w(f"const int64_t j = j0 + s + c, left = {inner.extent} - j % {inner.extent};", 3)
+        w("r0[runs] = c; rn[runs] = cols - c < left ? cols - c : left; ro[runs] = " f"{p}_off_b_n(j);", 3)
+        for i in range(count):
+            w(f"rg[runs][{i}] = gb[{i}] + {p}_off_g{i}_n(j);", 3)
+        w("c += rn[runs];", 3)
+        w("}", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 2)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 3)
+        w(f"{T} *TCPY_RESTRICT dk = d + k * {nr};", 3)
+        w("const int64_t " + ", ".join(f"gk{i} = {p}_off_g{i}_k(p0 + k)" for i in range(count)) + ";", 3)
+        # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner N group
+        slopes = [inner.stride(f"g{i}") for i in range(count)]
+        whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (nr - 1))}" for i, d in enumerate(slopes))
+        w(f"if (runs == 1 && cols == {nr} && {whole}) {{", 3)
+        w(f"#pragma GCC unroll {nr}", 4)
+        w(f"for (int64_t c = 0; c < {nr}; c++) dk[c] = ({T})src[ro[0] + INT64_C({inner.b}) * c];", 4)
+        w("continue;", 4)
+        w("}", 3)
+        w(f"for (int64_t c = 0; c < {nr}; c++) dk[c] = ({T})0;", 3)
+        w("for (int r = 0; r < runs; r++) {", 3)
+        w("int64_t lo = 0, hi = rn[r];", 4)
+        for i, d in enumerate(slopes):
+            v = f"gk{i} + rg[r][{i}]"
+            if d == 0:
+                w(f"if ({v} < 0) hi = 0;", 4)
+            elif d > 0:
+                w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-({v}) + {d - 1}) / {d});", 4)
+            else:
+                w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : ({v}) / {-d} + 1);", 4)
+        w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({inner.b}) * c];", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
     def packed_b(self, w: _Writer):
         """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded."""
+        if self.con.guards:
+            self.packed_b_guarded(w)
+            return
         p, T, TB = self.p, self.T, self.TB
         nr = self.plan.nr
         n = self.single("n")
@@ -287,12 +350,14 @@ class _Renderer:
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         w(f"{T} *pb = P ? P + (bi - b0) * prows * ldp : 0;", 2)
+        self.guard_base(w, 2)
+        gb = ", gb" if con.guards else ""
         w(f"for (int64_t jc = n0; jc < n1; jc += {NC}) {{", 2)
         w(f"const int64_t nc = n1 - jc < {NC} ? n1 - jc : {NC};", 3)
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
-        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp);", 4)
+        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp{gb});", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
         w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
         w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap);", 5)
@@ -329,10 +394,12 @@ class _Renderer:
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        self.guard_base(w, 2)
+        gb = ", gb" if con.guards else ""
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 3)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
-        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp);", 3)
+        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp{gb});", 3)
         overwrite = "pc == 0" if con.init else "0"
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
         w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)

@@ -8,6 +8,16 @@ times scalar literals or rank-0 tensors, under casts and negations), summed with
     C(b, i, j) +=! A(b, i, k) * B(b, j, k)      batched, B transposed
     O(n, f)    +=! X(n, c, h, w) * W(f, c, h, w)
     O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)   implicit-GEMM convolution
+    O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H) ? I(n, c, h + kh - 1, w) * Wt(f, c, kh) : 0.0
+
+A product (or one of its factors) under ``cond ? ... : 0`` is *guarded*: ``cond``, a conjunction
+of affine comparisons of index variables and sizes (a padded convolution's window test), becomes
+:class:`Guard` inequalities, and the packing of operand ``b`` writes zeros where they fail, so a
+padded convolution runs as fast as one over a pre-padded input. The guard's variables must all
+index ``b`` (batch, N, K); comparisons that hold on the whole domain are dropped. A
+guarded-off element contributes ``0 * a``: 0 for every finite ``a`` (the loop path skips the
+product, so an infinite or NaN ``a`` there gives a different result, as zero padding in a BLAS
+convolution does).
 
 :func:`recognize` classifies its index variables by role — **batch** (output and both
 operands), **M** (output and operand ``a``), **N** (output and operand ``b``), **K** (both
@@ -65,18 +75,42 @@ class AffineAccess:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """The inequality ``const + sum(coef[v] * (v - lo[v])) >= 0`` (``const`` includes the
+    ranges' lower bounds, so variables count from 0, as in :class:`AffineAccess`)."""
+
+    const: int
+    coefs: tuple[tuple[str, int], ...]
+
+    def stride(self, var: str) -> int:  # named like AffineAccess.stride: groups merge on both
+        return dict(self.coefs).get(var, 0)
+
+    def describe(self) -> str:
+        text = ""
+        for v, c in self.coefs:
+            term = v if abs(c) == 1 else f"{abs(c)}*{v}"
+            text += (" - " if c < 0 else " + ") + term if text else ("-" if c < 0 else "") + term
+        if self.const:
+            text += f" - {-self.const}" if self.const < 0 else f" + {self.const}"
+        return f"{text or 0} >= 0"
+
+
+@dataclass(frozen=True)
 class Group:
     """Index variables of one role merged into one dimension (outermost first): extent is the
-    product, and in each tensor the stride is that of the innermost variable."""
+    product, and in each tensor the stride is that of the innermost variable; ``g`` holds the
+    innermost variable's coefficient in each guard of the contraction."""
 
     vars: tuple[str, ...]
     extent: int
     a: int  # element stride in operand a (0 if the role does not index it)
     b: int
     c: int
+    g: tuple[int, ...] = ()
 
     def stride(self, which: str) -> int:
-        return getattr(self, which)
+        """The stride in ``a``, ``b`` or ``c``, or the coefficient in guard ``g<i>``."""
+        return self.g[int(which[1:])] if which.startswith("g") else getattr(self, which)
 
 
 @dataclass(frozen=True)
@@ -100,6 +134,7 @@ class Contraction:
     alpha: float
     alpha_tensors: tuple[str, ...]
     init: bool
+    guards: tuple[Guard, ...] = ()  # b's packing writes zeros where one fails
 
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
@@ -127,6 +162,9 @@ class Contraction:
                  f"a = {self.a.describe()}", f"b = {self.b.describe()}", f"c = {self.c.describe()}"]
         if scale:
             parts.append("scaled by " + " * ".join(scale))
+        if self.guards:
+            parts.append(f"guarded read of {self.b.tensor}: packed as 0 unless "
+                         + " and ".join(g.describe() for g in self.guards))
         parts.append("overwrites" if self.init else "accumulates into the target")
         return "; ".join(parts)
 
@@ -197,6 +235,11 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
     if isinstance(expr, (ast.IntLit, ast.FloatLit)):
         out["alpha"] *= float(expr.value)
         return True
+    if isinstance(expr, ast.Ternary):  # cond ? x : 0 is x under a guard
+        if expr.type is not dtype or not _is_zero(expr.other):
+            return False
+        out["conds"].append(expr.cond)
+        return _factors(expr.then, dtype, out)
     cast = False
     if isinstance(expr, ast.Cast):
         if expr.to is not dtype:
@@ -219,6 +262,39 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
     return False
 
 
+def _is_zero(expr: ast.Expr) -> bool:
+    while isinstance(expr, ast.Cast):
+        expr = expr.operand
+    return isinstance(expr, (ast.IntLit, ast.FloatLit)) and float(expr.value) == 0.0
+
+
+# a OP b as (sign, shift): sign * (a - b) + shift >= 0
+_COMPARISONS = {">=": (1, 0), ">": (1, -1), "<=": (-1, 0), "<": (-1, -1)}
+
+
+def _guards(cond: ast.Expr, ranges, sizes, shapes) -> Optional[list[Guard]]:
+    """The inequalities of a conjunction of affine comparisons, or None for any other condition."""
+    if isinstance(cond, ast.Binary) and cond.op == "&&":
+        lhs, rhs = _guards(cond.lhs, ranges, sizes, shapes), _guards(cond.rhs, ranges, sizes, shapes)
+        return None if lhs is None or rhs is None else lhs + rhs
+    if not isinstance(cond, ast.Binary) or cond.op not in (*_COMPARISONS, "=="):
+        return None
+    lhs, rhs = _affine(cond.lhs, sizes, shapes), _affine(cond.rhs, sizes, shapes)
+    if lhs is None or rhs is None or any(v not in ranges for v in (*lhs[1], *rhs[1])):
+        return None
+    out = []
+    for sign, shift in ([(1, 0), (-1, 0)] if cond.op == "==" else [_COMPARISONS[cond.op]]):
+        coefs = dict(lhs[1])
+        for v, x in rhs[1].items():
+            coefs[v] = coefs.get(v, 0) - x
+        coefs = {v: sign * x for v, x in coefs.items() if x}
+        const = sign * (lhs[0] - rhs[0]) + shift + sum(x * ranges[v][0] for v, x in coefs.items())
+        lowest = const + sum(min(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coefs.items())
+        if lowest < 0:  # else it holds on the whole domain
+            out.append(Guard(const, tuple(sorted(coefs.items()))))
+    return out
+
+
 def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, types,
               sizes: Mapping[str, int] = {}) -> Optional[Contraction]:
     """The :class:`Contraction` a let-inlined checked statement computes, or None.
@@ -232,7 +308,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
         return None
     if any(isinstance(w, ast.Exists) for w in stmt.where):
         pass  # exists only constrains the ranges, which are given
-    found = {"alpha": 1.0, "scalars": [], "tensors": []}
+    found = {"alpha": 1.0, "scalars": [], "tensors": [], "conds": []}
     if not _factors(stmt.rhs, dtype, found) or len(found["tensors"]) != 2:
         return None
     if not math.isfinite(found["alpha"]):
@@ -243,6 +319,12 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     reads = {first.tensor, second.tensor, *found["scalars"]}
     if stmt.target in reads:
         return None
+    guards = []
+    for cond in found["conds"]:
+        more = _guards(cond, ranges, sizes, shapes)
+        if more is None:
+            return None
+        guards.extend(more)
     accesses = []
     for acc in (first, second):
         affine = _access(acc.tensor, acc.indices, types[acc.tensor], ranges, sizes, shapes)
@@ -271,17 +353,22 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     if c_inner in roles["m"]:
         a, b = b, a
         roles["m"], roles["n"] = roles["n"], roles["m"]
-    accs = {"a": a, "b": b, "c": c}
+    if any(g.stride(v) and v in roles["m"] for g in guards for v in stmt.index_vars):
+        return None  # the guard must be decided while packing b
+    accs = {"a": a, "b": b, "c": c, **{f"g{i}": g for i, g in enumerate(guards)}}
     groups = {}
+    # a guard is one more affine form of the variables: merged groups must keep it affine
+    forms = tuple(f"g{i}" for i in range(len(guards)))
     for role, primary, members in (("batch", "c", "abc"), ("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted(roles[role], key=lambda v: -abs(accs[primary].stride(v)))
-        groups[role] = _merge(vars_, extents, accs, members)
+        groups[role] = _merge(vars_, extents, accs, (*members, *forms), forms)
     return Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
-                       found["alpha"], tuple(found["scalars"]), bool(stmt.init))
+                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards))
 
 
-def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
-    """Groups of neighbouring variables that address every member tensor like one variable."""
+def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
+    """Groups of neighbouring variables that address every member (a tensor or a guard, by its
+    name in ``accs``) like one variable."""
     groups: list[list[str]] = []
     for v in vars_:
         if groups:
@@ -291,7 +378,8 @@ def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
                 continue
         groups.append([v])
     return tuple(Group(tuple(g), math.prod(extents[v] for v in g),
-                       accs["a"].stride(g[-1]), accs["b"].stride(g[-1]), accs["c"].stride(g[-1]))
+                       accs["a"].stride(g[-1]), accs["b"].stride(g[-1]), accs["c"].stride(g[-1]),
+                       tuple(accs[t].stride(g[-1]) for t in guards))
                  for g in groups)
 
 
@@ -445,7 +533,7 @@ def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
     """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
     L2: each packed element would be reused too few times to pay for its copy."""
     _, M, N, K = con.sizes
-    if (M + N) * kc * s > target.l2 // 2:
+    if (M + N) * kc * s > target.l2 // 2 or con.guards:  # a guarded b is only read by packing
         return False
     if con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
         return False

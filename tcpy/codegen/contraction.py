@@ -106,7 +106,8 @@ class _Renderer:
         w(f" * {self.plan.describe()} */")
         w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
         w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({self.s}), __may_alias__));")
-        guards = tuple((f"g{i}", ("batch", "n", "k")) for i in range(len(self.con.guards)))
+        own = "m" if self.con.guarded == "a" else "n"
+        guards = tuple((f"g{i}", ("batch", own, "k")) for i in range(len(self.con.guards)))
         for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n")),
                              *guards):
             for role in roles:
@@ -189,47 +190,55 @@ class _Renderer:
     # -- packed path ------------------------------------------------------------------------
 
     def guard_base(self, w: _Writer, depth: int):
-        """``gb``: each guard's constant plus its batch part, for ``<p>_pack_b``."""
+        """``gb``: each guard's constant plus its batch part, for the guarded operand's packing."""
         if self.con.guards:
             values = ", ".join(f"INT64_C({g.const}) + {self.p}_off_g{i}_batch(bi)" for i, g in enumerate(self.con.guards))
             w(f"const int64_t gb[{len(self.con.guards)}] = {{{values}}};", depth)
 
-    def packed_b_guarded(self, w: _Writer):
-        """``<p>_pack_b`` of a guarded B: zeros where a guard fails. A sliver's columns split
-        into runs of the innermost N group, along which B's offset and every guard are linear,
-        so per row of k each run's valid columns are one interval (clamped from the guards);
-        a sliver that is one valid run is copied without tests."""
-        p, T, TB, con = self.p, self.T, self.TB, self.con
-        nr, count = self.plan.nr, len(con.guards)
-        inner = con.n[-1] if con.n else Group((), 1, 0, 0, 0, (0,) * count)
-        w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
-          f" {T} *TCPY_RESTRICT bp, const int64_t *TCPY_RESTRICT gb) {{")
-        w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
-        w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
-        w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
-        w("/* runs: first column, length, offset in B and guard values at the first column */", 2)
-        w(f"int64_t r0[{nr}], rn[{nr}], ro[{nr}], rg[{nr}][{count}];", 2)
+    def packed_guarded(self, w: _Writer, which: str):
+        """``<p>_pack_a`` or ``<p>_pack_b`` of the guarded operand: zeros where a guard fails.
+        A sliver's rows (A) or columns (B) split into runs of the innermost M or N group, along
+        which the operand's offset and every guard are linear, so per k each run's valid part is
+        one interval (clamped from the guards); a sliver that is one valid run is copied
+        without tests."""
+        p, T, con = self.p, self.T, self.con
+        role, width, src_t = ("m", self.plan.mr, self.TA) if which == "a" else ("n", self.plan.nr, self.TB)
+        count = len(con.guards)
+        groups = getattr(con, role)
+        inner = groups[-1] if groups else Group((), 1, 0, 0, 0, (0,) * count)
+        step = inner.stride(which)
+        if which == "a":
+            w(f"static void {p}_pack_a(const {src_t} *TCPY_RESTRICT ab, int64_t x0, int64_t xc, int64_t p0, "
+              f"int64_t kc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
+        else:
+            w(f"static void {p}_pack_b(const {src_t} *TCPY_RESTRICT ab, int64_t p0, int64_t kc, int64_t x0, "
+              f"int64_t xc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
+        w(f"for (int64_t s = 0; s < xc; s += {width}) {{", 1)
+        w(f"{T} *TCPY_RESTRICT d = dst + s * kc;", 2)
+        w(f"const int64_t len = xc - s < {width} ? xc - s : {width};", 2)
+        w("/* runs: first lane, length, offset in the operand and guard values at the first lane */", 2)
+        w(f"int64_t r0[{width}], rn[{width}], ro[{width}], rg[{width}][{count}];", 2)
         w("int runs = 0;", 2)
-        w("for (int64_t c = 0; c < cols; runs++) {", 2)
-        w(f"const int64_t j = j0 + s + c, left = {inner.extent} - j % {inner.extent};", 3)
-        w("r0[runs] = c; rn[runs] = cols - c < left ? cols - c : left; ro[runs] = " f"{p}_off_b_n(j);", 3)
+        w("for (int64_t c = 0; c < len; runs++) {", 2)
+        w(f"const int64_t x = x0 + s + c, left = {inner.extent} - x % {inner.extent};", 3)
+        w(f"r0[runs] = c; rn[runs] = len - c < left ? len - c : left; ro[runs] = {p}_off_{which}_{role}(x);", 3)
         for i in range(count):
-            w(f"rg[runs][{i}] = gb[{i}] + {p}_off_g{i}_n(j);", 3)
+            w(f"rg[runs][{i}] = gb[{i}] + {p}_off_g{i}_{role}(x);", 3)
         w("c += rn[runs];", 3)
         w("}", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
-        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 3)
-        w(f"{T} *TCPY_RESTRICT dk = d + k * {nr};", 3)
+        w(f"const {src_t} *TCPY_RESTRICT src = ab + {p}_off_{which}_k(p0 + k);", 3)
+        w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
         w("const int64_t " + ", ".join(f"gk{i} = {p}_off_g{i}_k(p0 + k)" for i in range(count)) + ";", 3)
-        # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner N group
+        # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
         slopes = [inner.stride(f"g{i}") for i in range(count)]
-        whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (nr - 1))}" for i, d in enumerate(slopes))
-        w(f"if (runs == 1 && cols == {nr} && {whole}) {{", 3)
-        w(f"#pragma GCC unroll {nr}", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) dk[c] = ({T})src[ro[0] + INT64_C({inner.b}) * c];", 4)
+        whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
+        w(f"if (runs == 1 && len == {width} && {whole}) {{", 3)
+        w(f"#pragma GCC unroll {width}", 4)
+        w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
         w("continue;", 4)
         w("}", 3)
-        w(f"for (int64_t c = 0; c < {nr}; c++) dk[c] = ({T})0;", 3)
+        w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})0;", 3)
         w("for (int r = 0; r < runs; r++) {", 3)
         w("int64_t lo = 0, hi = rn[r];", 4)
         for i, d in enumerate(slopes):
@@ -240,7 +249,7 @@ class _Renderer:
                 w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-({v}) + {d - 1}) / {d});", 4)
             else:
                 w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : ({v}) / {-d} + 1);", 4)
-        w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({inner.b}) * c];", 4)
+        w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({step}) * c];", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
@@ -248,8 +257,8 @@ class _Renderer:
 
     def packed_b(self, w: _Writer):
         """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded."""
-        if self.con.guards:
-            self.packed_b_guarded(w)
+        if self.con.guarded == "b":
+            self.packed_guarded(w, "b")
             return
         p, T, TB = self.p, self.T, self.TB
         nr = self.plan.nr
@@ -293,7 +302,16 @@ class _Renderer:
         p, T, TA, TB = self.p, self.T, self.TA, self.TB
         mr, nr = self.plan.mr, self.plan.nr
         self.packed_b(w)
-        # pack A(i0:i0+mc, p0:p0+kc) into MR-tall slivers, k-major, zero-padded rows
+        self.packed_a(w)
+        self.micro_kernels(w)
+        self.packed_cell(w)
+
+    def packed_a(self, w: _Writer):
+        """``<p>_pack_a``: A(i0:i0+mc, p0:p0+kc) into MR-tall slivers, k-major, zero-padded rows."""
+        if self.con.guarded == "a":
+            self.packed_guarded(w, "a")
+            return
+        p, T, TA, mr = self.p, self.T, self.TA, self.plan.mr
         m = self.single("m")
         w(f"static void {p}_pack_a(const {TA} *TCPY_RESTRICT ab, int64_t i0, int64_t mc, int64_t p0, int64_t kc,"
           f" {T} *TCPY_RESTRICT ap) {{")
@@ -320,7 +338,10 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
-        # micro-kernels: into the output, and into a partial-sum tile
+
+    def micro_kernels(self, w: _Writer):
+        """Into the output, and (split K) into a partial-sum tile."""
+        p, T, mr, nr = self.p, self.T, self.plan.mr, self.plan.nr
         b_load = lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.plan.lanes})"  # noqa: E731
         a_load = lambda r: f"a[k * {mr} + {r}]"  # noqa: E731
         w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
@@ -337,7 +358,11 @@ class _Renderer:
             self.accumulate_loop(w, "kc", b_load, a_load, 1)
             self.store_partial(w, 1)
             w("}")
-        # one cell of the thread grid
+
+    def packed_cell(self, w: _Writer):
+        """One cell of the thread grid: the five loops around the micro-kernel."""
+        p, T, TA, TB = self.p, self.T, self.TA, self.TB
+        mr, nr = self.plan.mr, self.plan.nr
         KC, MC, NC = self.plan.kc, self.plan.mc, self.plan.nc
         con = self.con
         w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
@@ -357,10 +382,11 @@ class _Renderer:
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
-        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp{gb});", 4)
+        gb_a, gb_b = (gb if con.guarded == which else "" for which in "ab")
+        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp{gb_b});", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
         w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
-        w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap);", 5)
+        w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap{gb_a});", 5)
         w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
         w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
         w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)

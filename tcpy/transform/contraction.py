@@ -12,11 +12,12 @@ times scalar literals or rank-0 tensors, under casts and negations), summed with
 
 A product (or one of its factors) under ``cond ? ... : 0`` is *guarded*: ``cond``, a conjunction
 of affine comparisons of index variables and sizes (a padded convolution's window test), becomes
-:class:`Guard` inequalities, and the packing of operand ``b`` writes zeros where they fail, so a
+:class:`Guard` inequalities, and the packing of one operand writes zeros where they fail, so a
 padded convolution runs as fast as one over a pre-padded input. The guard's variables must all
-index ``b`` (batch, N, K); comparisons that hold on the whole domain are dropped. A
-guarded-off element contributes ``0 * a``: 0 for every finite ``a`` (the loop path skips the
-product, so an infinite or NaN ``a`` there gives a different result, as zero padding in a BLAS
+index that operand (``b``: batch, N, K, as in NCHW; else ``a``: batch, M, K, as in NHWC);
+comparisons that hold on the whole domain are dropped. A guarded-off element contributes
+``0 * x`` for the other operand's ``x``: 0 for every finite ``x`` (the loop path skips the
+product, so an infinite or NaN ``x`` there gives a different result, as zero padding in a BLAS
 convolution does).
 
 :func:`recognize` classifies its index variables by role — **batch** (output and both
@@ -134,7 +135,8 @@ class Contraction:
     alpha: float
     alpha_tensors: tuple[str, ...]
     init: bool
-    guards: tuple[Guard, ...] = ()  # b's packing writes zeros where one fails
+    guards: tuple[Guard, ...] = ()
+    guarded: str = ""  # "a" or "b": that operand's packing writes zeros where a guard fails
 
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
@@ -163,7 +165,7 @@ class Contraction:
         if scale:
             parts.append("scaled by " + " * ".join(scale))
         if self.guards:
-            parts.append(f"guarded read of {self.b.tensor}: packed as 0 unless "
+            parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: packed as 0 unless "
                          + " and ".join(g.describe() for g in self.guards))
         parts.append("overwrites" if self.init else "accumulates into the target")
         return "; ".join(parts)
@@ -353,8 +355,11 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     if c_inner in roles["m"]:
         a, b = b, a
         roles["m"], roles["n"] = roles["n"], roles["m"]
-    if any(g.stride(v) and v in roles["m"] for g in guards for v in stmt.index_vars):
-        return None  # the guard must be decided while packing b
+    # the guards are decided while packing one operand: every guard variable must index it
+    guard_vars = {v for g in guards for v, _ in g.coefs}
+    guarded = next((w for w, free in (("b", "m"), ("a", "n")) if not guard_vars & set(roles[free])), None)
+    if guarded is None:
+        return None
     accs = {"a": a, "b": b, "c": c, **{f"g{i}": g for i, g in enumerate(guards)}}
     groups = {}
     # a guard is one more affine form of the variables: merged groups must keep it affine
@@ -363,7 +368,8 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
         vars_ = sorted(roles[role], key=lambda v: -abs(accs[primary].stride(v)))
         groups[role] = _merge(vars_, extents, accs, (*members, *forms), forms)
     return Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
-                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards))
+                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
+                       guarded if guards else "")
 
 
 def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
@@ -525,7 +531,7 @@ def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) ->
     _, M, N, K = con.sizes
     if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
-    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1
+    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1 and con.guarded != "a"
             and (not con.m or con.m[0].a != 0))
 
 
@@ -533,7 +539,7 @@ def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
     """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
     L2: each packed element would be reused too few times to pay for its copy."""
     _, M, N, K = con.sizes
-    if (M + N) * kc * s > target.l2 // 2 or con.guards:  # a guarded b is only read by packing
+    if (M + N) * kc * s > target.l2 // 2 or con.guards:  # a guarded operand is only read by packing
         return False
     if con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
         return False

@@ -368,7 +368,9 @@ class _Renderer:
         w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" {T} *TCPY_RESTRICT P, int64_t ldp, int64_t prows, int64_t b0, int64_t b1, int64_t m0, int64_t m1,"
           f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop) {{")
-        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {MC * KC});", 1)
+        once = self.plan.a_once
+        regions = -(-self.K // KC) if once else 1  # a_once: every K block of A, packed up front
+        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {regions * MC * KC});", 1)
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
@@ -377,25 +379,33 @@ class _Renderer:
         w(f"{T} *pb = P ? P + (bi - b0) * prows * ldp : 0;", 2)
         self.guard_base(w, 2)
         gb = ", gb" if con.guards else ""
+        gb_a, gb_b = (gb if con.guarded == which else "" for which in "ab")
+        if once:  # one M block (mc >= the cell's rows): the K blocks of A, each at its region
+            w(f"for (int64_t pc = k0; pc < k1; pc += {KC})", 2)
+            w(f"{p}_pack_a(ab, m0, m1 - m0, pc, k1 - pc < {KC} ? k1 - pc : {KC}, ap + (pc - k0) / {KC} * {MC * KC}"
+              f"{gb_a});", 3)
         w(f"for (int64_t jc = n0; jc < n1; jc += {NC}) {{", 2)
         w(f"const int64_t nc = n1 - jc < {NC} ? n1 - jc : {NC};", 3)
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
-        gb_a, gb_b = (gb if con.guarded == which else "" for which in "ab")
         w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp{gb_b});", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
         w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
-        w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap{gb_a});", 5)
+        if once:
+            w(f"const {T} *TCPY_RESTRICT ak = ap + (pc - k0) / {KC} * {MC * KC};", 5)
+        else:
+            w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap{gb_a});", 5)
+            w(f"const {T} *TCPY_RESTRICT ak = ap;", 5)
         w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
         w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
         w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
         w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
         if self.plan.grid[3] > 1:
-            w(f"if (pb) {{ {p}_ukr_p(kc, ap + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
+            w(f"if (pb) {{ {p}_ukr_p(kc, ak + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
               f" ldp, mr, nr, pc == k0); continue; }}", 7)
         overwrite = "pc == k0" if con.init else "0"
-        w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);", 7)
+        w(f"{p}_ukr(kc, ak + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);", 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)

@@ -408,6 +408,7 @@ class Plan:
     threads: int
     reasons: tuple[str, ...]
     copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
+    a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
 
     @property
     def nr_vectors(self) -> int:
@@ -418,6 +419,8 @@ class Plan:
         text = (f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})")
         if self.path == "packed":
             text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
+            if self.a_once:
+                text += " (A packed once per cell)"
         text += f"; thread grid batch {tb} x M {tm} x N {tn} x K {tk}"
         if tk > 1:
             text += " (split K: per-thread partial sums added in a fixed order)"
@@ -512,16 +515,28 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
         reasons.append(f"small path copies each B sliver: {COPY_B_MIN_TILES}+ micro-tiles reuse it")
     m_part = -(-(-(-M // mr)) // tm) * mr
     n_part = -(-(-(-N // nr)) // tn) * nr
+    # A cell's whole A (its M rows by all of K) that fits half of L2 with one mc block is packed
+    # once (a convolution's weights, a GEMM with few rows): B panels then need no reuse across
+    # A blocks, so they stay in the other half of L2 between packing and use (not in L3), and
+    # the packing buffers stay small.
+    a_once = path == "packed" and m_part <= mc_max and m_part * -(-K // kc) * kc * s <= target.l2 // 2
+    if a_once:
+        nc_max = _round_down(target.l2 // 2 // (kc * s), nr)
     mc = _balanced(m_part, mc_max, mr)
     nc = _balanced(n_part, nc_max, nr)
-    if path == "packed":
+    if a_once:
+        reasons.append(f"A packed once per cell: its {m_part} rows x K ({m_part * K * s // 1024} KiB) fit half "
+                       f"of L2 ({target.l2 // 1024} KiB)")
+        reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits the other half of "
+                       "L2 (no A block reuses it)")
+    elif path == "packed":
         reasons.append(f"mc {mc}: the packed A block mc x kc ({mc * kc * s // 1024} KiB) fits half of L2 "
                        f"({target.l2 // 1024} KiB)")
         reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits half of "
                        f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
     reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
                    "compute + packing + split-K combination")
-    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b)
+    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once)
 
 
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:

@@ -70,6 +70,20 @@ def test_other_guards_keep_the_loop_path(cond):
                       " where h in 1:H-1, k in 0:3 }", (1, 2, 6), (3, 2, 3)) is None
 
 
+def test_depthwise_convolutions_take_the_direct_path():
+    src = ("def dw(float(N,C,H,W) I, float(C,3,3) Wt) -> (O) {"
+           " O(n, c, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)"
+           " ? I(n, c, h + kh - 1, w + kw - 1) * Wt(c, kh, kw) : 0.0 where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3 }")
+    rng = np.random.default_rng(2)
+    for threads, shape in ((1, (2, 5, 9, 23)), (2, (1, 3, 1, 40)), (7, (3, 4, 6, 2))):
+        kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads))
+        I, Wt = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal((shape[1], 3, 3), dtype=np.float32)
+        (node,) = _engine(kernel, I, Wt)
+        assert node.plan.path == "direct" and "direct path" in str(kernel.explain(I, Wt))
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))
@@ -90,7 +104,6 @@ class Conv:
     k_len: int
     options: dict
     dtype: str
-    engine: bool
 
     def __repr__(self):
         shapes = [a.shape for a in self.args]
@@ -146,7 +159,7 @@ def convolutions(draw):
     target = draw(st.sampled_from(RUNNABLE))
     options = {"num_threads": draw(st.sampled_from([1, 2, 7])),
                "target": tiny_caches(Target.preset(target)) if draw(st.booleans()) else target}
-    return Conv(source, args, c * kh * kw, options, dtype, kind != "depthwise")
+    return Conv(source, args, c * kh * kw, options, dtype)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -154,8 +167,7 @@ def convolutions(draw):
 @given(case=convolutions())
 def test_random_convolutions_match_the_reference(case):
     kernel = tcpy.define(case.source, options=tcpy.Options(**case.options))
-    if case.engine:
-        assert _engine(kernel, *case.args), kernel.loop_ir(*case.args)
+    assert _engine(kernel, *case.args), kernel.loop_ir(*case.args)
     got = kernel(*case.args)
     want = tcpy.define(case.source, backend="reference")(*case.args)
     assert got.dtype == want.dtype and got.shape == want.shape

@@ -504,6 +504,79 @@ class _Renderer:
         w("}", 1)
         w("}")
 
+    # -- direct path ------------------------------------------------------------------------
+
+    def direct(self, w: _Writer):
+        """M = 1: the output along each run of its inner N group (a row, at most nc long) is
+        the sum over K of one A value times B's row shifted by the tap: in the interior, where
+        every guard holds, vectorised over the row with all K taps in registers; at the
+        row's ends (padding) each tap is tested."""
+        p, T, TA, TB, con = self.p, self.T, self.TA, self.TB, self.con
+        NC, K = self.plan.nc, self.K
+        count = len(con.guards)
+        inner = con.n[-1]
+        step, extent = inner.stride("b"), inner.extent
+        w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
+          f" const volatile int *stop) {{")
+        w("(void)m0; (void)m1;", 1)
+        # the taps' offsets and guard parts, and per batch index the A values, in small tables
+        w(f"int64_t ko[{K}], gk[{max(1, count)}][{K}], klo[{K}], khi[{K}];", 1)
+        w(f"{T} av[{K}];", 1)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
+        w(f"ko[k] = {p}_off_b_k(k);", 2)
+        for i in range(count):
+            w(f"gk[{i}][k] = {p}_off_g{i}_k(k);", 2)
+        w("}", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 2)
+        w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
+        w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        w(f"for (int64_t k = 0; k < {K}; k++) av[k] = ({T})ab[{p}_off_a_k(k)];", 2)
+        self.guard_base(w, 2)
+        w("for (int64_t x = n0; x < n1; ) {", 2)
+        w(f"int64_t len = tcpy_min_int64(n1 - x, {extent} - x % {extent});", 3)
+        w(f"if (len > {NC}) len = {NC};", 3)
+        w(f"const {TB} *TCPY_RESTRICT row = bb + {p}_off_b_n(x);", 3)
+        w(f"{T} *TCPY_RESTRICT q = cb + {p}_off_c_n(x);", 3)
+        for i in range(count):
+            w(f"const int64_t rg{i} = gb[{i}] + {p}_off_g{i}_n(x);", 3)
+        w("int64_t lo_all = 0, hi_all = len;", 3)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 3)
+        w("int64_t lo = 0, hi = len;", 4)
+        for i in range(count):  # as in packed_guarded: guard i is linear along the run
+            d = inner.stride(f"g{i}")
+            v = f"(gk[{i}][k] + rg{i})"
+            if d == 0:
+                w(f"if ({v} < 0) hi = 0;", 4)
+            elif d > 0:
+                w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-{v} + {d - 1}) / {d});", 4)
+            else:
+                w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : {v} / {-d} + 1);", 4)
+        w("klo[k] = lo; khi[k] = hi;", 4)
+        w("lo_all = tcpy_max_int64(lo_all, lo); hi_all = tcpy_min_int64(hi_all, hi);", 4)
+        w("}", 3)
+        w("if (hi_all < lo_all) hi_all = lo_all;", 3)
+        store = "alpha * s" if con.init else "q[c] + alpha * s"
+        w("for (int64_t c = 0; c < len; c++) {", 3)
+        w("if (c == lo_all) { c = hi_all; if (c >= len) break; }  /* the interior follows */", 4)
+        w(f"{T} s = 0;", 4)
+        w(f"for (int64_t k = 0; k < {K}; k++)", 4)
+        w(f"if (c >= klo[k] && c < khi[k]) s += av[k] * ({T})row[ko[k] + INT64_C({step}) * c];", 5)
+        w(f"q[c] = {store};", 4)
+        w("}", 3)
+        w("for (int64_t c = lo_all; c < hi_all; c++) {", 3)
+        w(f"{T} s = 0;", 4)
+        w(f"#pragma GCC unroll {K}", 4)
+        w(f"for (int64_t k = 0; k < {K}; k++) s += av[k] * ({T})row[ko[k] + INT64_C({step}) * c];", 4)
+        w(f"q[c] = {store};", 4)
+        w("}", 3)
+        w("x += len;", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
     # -- driver -----------------------------------------------------------------------------
 
     def body(self, w: _Writer):
@@ -545,7 +618,7 @@ class _Renderer:
         w(f"const int64_t k0 = ck * {self.K} / {tk}, k1 = (ck + 1) * {self.K} / {tk};", 3)
         w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
         w("(void)k0; (void)k1;", 3)
-        if plan.path in ("small", "stream"):
+        if plan.path in ("small", "stream", "direct"):
             w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop);", 3)
         else:
             P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
@@ -590,6 +663,8 @@ class _Renderer:
             self.small(helpers)
         elif self.plan.path == "stream":
             self.stream(helpers)
+        elif self.plan.path == "direct":
+            self.direct(helpers)
         else:
             self.packed(helpers)
         body = _Writer()

@@ -396,7 +396,7 @@ def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
 
-    path: str  # "packed", "small" or "stream"
+    path: str  # "packed", "small", "stream" or "direct"
     mr: int
     nr: int
     lanes: int
@@ -491,6 +491,15 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
+    if _direct_ok(con):
+        # one output row of M = 1: no micro-tile rows to fill; the accumulator row stays in L1
+        nc = _round_down(target.l1d // 4 // s, lanes)
+        reasons.append(f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): per run of "
+                       f"up to {nc} outputs along N, K vector multiply-adds of a B row into a row of "
+                       f"accumulators ({nc * s // 1024} KiB, a quarter of L1)")
+        grid = _grid(con, "direct", mr, nr, K, 1, nc, lanes, threads)
+        reasons.append(f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
+        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, tuple(reasons))
     small = _small_ok(con, target, kc, s)
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K
@@ -537,6 +546,17 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
                    "compute + packing + split-K combination")
     return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once)
+
+
+DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, a GEMM's reuse wins)
+
+
+def _direct_ok(con: Contraction) -> bool:
+    """M = 1 (no M variables) with a short K: a micro-tile would fill one of its MR rows, so each
+    output row is computed directly (depthwise convolution, pooling-like windows). The output's
+    inner N variable must be contiguous (vector stores)."""
+    return (not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
+            and con.guarded != "a")
 
 
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:

@@ -265,36 +265,31 @@ class _Renderer:
         n = self.single("n")
         w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
           f" {T} *TCPY_RESTRICT bp) {{")
-        w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
-        w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
-        w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
+        # row by row of K: B's rows are read along N (few streams, prefetched), not sliver by
+        # sliver (kc streams at once)
         if n is not None:
-            col = f"INT64_C({n.b}) * (j0 + s + c)"
+            col = lambda c: f"INT64_C({n.b}) * (j0 + s + {c})"  # noqa: E731
         else:
-            w(f"int64_t co[{nr}];", 2)
-            w(f"for (int64_t c = 0; c < {nr}; c++) co[c] = {p}_off_b_n(j0 + s + (c < cols ? c : cols - 1));", 2)
-            col = "co[c]"
+            w("int64_t *co = (int64_t *)tcpy_scratch(3, sizeof(int64_t) * nc);", 1)
+            w(f"for (int64_t c = 0; c < nc; c++) co[c] = {p}_off_b_n(j0 + c);", 1)
+            col = lambda c: f"co[s + {c}]"  # noqa: E731
+        w("for (int64_t k = 0; k < kc; k++) {", 1)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 2)
+        w(f"{T} *TCPY_RESTRICT d = bp + k * {nr};", 2)
+        w("int64_t s = 0;", 2)
+        w(f"for (; s + {nr} <= nc; s += {nr}, d += {nr} * kc) {{", 2)
         if n is None and self.con.n[-1].b == 1:
             # a sliver that does not cross a boundary of the inner N variable is contiguous in B
-            w(f"if (cols == {nr} && co[{nr - 1}] - co[0] == {nr - 1}) {{", 2)
-            w("for (int64_t k = 0; k < kc; k++) {", 3)
-            w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k) + co[0];", 4)
+            w(f"if (co[s + {nr - 1}] - co[s] == {nr - 1}) {{", 3)
+            w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 4)
             w(f"#pragma GCC unroll {nr}", 4)
-            w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[c];", 4)
+            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[c];", 4)
+            w("continue;", 4)
             w("}", 3)
-            w("} else", 2)
-        w(f"if (cols == {nr}) {{", 2)
-        w("for (int64_t k = 0; k < kc; k++) {", 3)
-        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)
-        w(f"#pragma GCC unroll {nr}", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[{col}];", 4)
-        w("}", 3)
-        w("} else {", 2)
-        w("for (int64_t k = 0; k < kc; k++) {", 3)
-        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = c < cols ? ({T})src[{col}] : ({T})0;", 4)
-        w("}", 3)
+        w(f"#pragma GCC unroll {nr}", 3)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})src[{col('c')}];", 3)
         w("}", 2)
+        w(f"for (int64_t c = 0; s < nc && c < {nr}; c++) d[c] = s + c < nc ? ({T})src[{col('c')}] : ({T})0;", 2)
         w("}", 1)
         w("}")
 

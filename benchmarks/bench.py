@@ -1,8 +1,9 @@
-"""tcpy vs NumPy (and PyTorch, if installed): GEMM, a ResNet 3x3 convolution, attention, call overhead.
+"""tcpy vs NumPy (and PyTorch, if installed): GEMM, convolutions, attention, call overhead.
 
 Run it as (see BENCHMARKS.md for why the environment variables go)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py [--threads N] [--target NAME]
+        [--suite resnet] [--only TEXT]
 
 Prints the machine, NumPy's BLAS and threads, then one line per case::
 

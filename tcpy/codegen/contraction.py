@@ -26,9 +26,17 @@ store only their valid part. Packing buffers are per-thread scratch reused acros
 into a buffer of its own and the partials are added in a fixed order, so results do not depend
 on the thread count at run time.
 
+A guarded operand (a padded convolution's input) is packed by one routine for A or B: a
+sliver's lanes split into runs of the innermost M or N group, along which the offset and every
+guard are linear, so each run's valid part per k is one clamped interval; zeros elsewhere. With
+``a_once`` the whole of a cell's A is packed before its N loop and B panels are sized for L2.
+
 **Small path**: operands read in place (B rows as unaligned vectors, A elements broadcast), no
 packing except a zero-padded copy of the last, partial B sliver; rows past M are clamped to the
 last valid row and never stored.
+
+**Direct path** (M = 1, a short K: depthwise convolution): each output row is the sum over the
+K taps of one A value times B's shifted row, vectorised along the row where every guard holds.
 """
 from __future__ import annotations
 

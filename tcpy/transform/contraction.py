@@ -492,11 +492,11 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
     if _direct_ok(con):
-        # one output row of M = 1: no micro-tile rows to fill; the accumulator row stays in L1
-        nc = _round_down(target.l1d // 4 // s, lanes)
-        reasons.append(f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): per run of "
-                       f"up to {nc} outputs along N, K vector multiply-adds of a B row into a row of "
-                       f"accumulators ({nc * s // 1024} KiB, a quarter of L1)")
+        # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
+        # the K rows of B a run reads stay in L1.
+        nc = _round_down(target.l1d // 2 // (K * s), lanes)
+        reasons.append(f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): each run "
+                       f"of up to {nc} outputs along N sums its K taps in registers, vectorised along the run")
         grid = _grid(con, "direct", mr, nr, K, 1, nc, lanes, threads)
         reasons.append(f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
         return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, tuple(reasons))
@@ -555,8 +555,7 @@ def _direct_ok(con: Contraction) -> bool:
     """M = 1 (no M variables) with a short K: a micro-tile would fill one of its MR rows, so each
     output row is computed directly (depthwise convolution, pooling-like windows). The output's
     inner N variable must be contiguous (vector stores)."""
-    return (not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
-            and con.guarded != "a")
+    return not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
 
 
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:

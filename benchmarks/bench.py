@@ -1,8 +1,9 @@
-"""tcpy vs NumPy (and PyTorch, if installed): GEMM, a ResNet 3x3 convolution, attention, call overhead.
+"""tcpy vs NumPy (and PyTorch, if installed): GEMM, convolutions, attention, call overhead.
 
 Run it as (see BENCHMARKS.md for why the environment variables go)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py [--threads N] [--target NAME]
+        [--suite resnet] [--only TEXT]
 
 Prints the machine, NumPy's BLAS and threads, then one line per case::
 
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 import tcpy  # noqa: E402
 from tcpy import demo  # noqa: E402
+from tcpy.target import PRESETS  # noqa: E402
 
 from peak import fma_peak  # noqa: E402
 
@@ -179,6 +181,32 @@ def cases(quick: bool):
         yield layernorm_case(4096, 4096)
 
 
+# The ResNet-50 convolution layers (batch, c, f, input hw, kernel, stride) and a depthwise 3x3.
+RESNET = ((64, 64, 56, 3, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1), (512, 512, 7, 3, 1),
+          (64, 256, 56, 1, 1), (256, 64, 56, 1, 1), (128, 128, 56, 3, 2), (256, 512, 56, 1, 2), (3, 64, 224, 7, 2))
+
+
+def resnet_cases():
+    for n in (1, 8):
+        yield from (demo.resnet_conv_case(n, c, f, hw, k, s) for c, f, hw, k, s in RESNET)
+    yield from (demo.resnet_conv_case(n, 256, 256, 56, 3, 1, depthwise=True) for n in (1, 8))
+
+
+def torch_conv(case):
+    """PyTorch's convolution of a resnet case, NCHW and channels_last (the faster one counts)."""
+    stride = int(case.shapes.rsplit("s", 1)[1])
+    depthwise = case.shapes.startswith("depthwise")
+
+    def conv(memory_format):
+        def fn(I, Wt):
+            weight = Wt[:, None] if depthwise else Wt
+            return torch.nn.functional.conv2d(I.contiguous(memory_format=memory_format),
+                                              weight.contiguous(memory_format=memory_format), stride=stride,
+                                              padding=Wt.shape[-1] // 2, groups=I.shape[1] if depthwise else 1)
+        return fn
+    return {"torch": conv(torch.contiguous_format), "torch-cl": conv(torch.channels_last)}
+
+
 def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
     kernel = tcpy.define(case.source, options=options)
     args = case.make_args(rng)
@@ -188,9 +216,13 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
     want = case.reference(*args)
     ok = demo.close(got, want, want.dtype)
     contenders = {"tcpy": (kernel, args), "numpy": (case.reference, args)}
-    fn = torch_fn(case.name)
-    if fn is not None:
-        contenders["torch"] = (fn, [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args])
+    t_args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args] if torch else None
+    if torch is not None and case.name == "conv":  # input converted outside the timed call
+        for name, fn in torch_conv(case).items():
+            layout = torch.channels_last if name == "torch-cl" else torch.contiguous_format
+            contenders[name] = (fn, [a.contiguous(memory_format=layout) if a.dim() == 4 else a for a in t_args])
+    elif torch is not None:
+        contenders["torch"] = (torch_fn(case.name), t_args)
     # Rounds in turn, best of all: a burst of other work on the machine hits every contender.
     best = dict.fromkeys(contenders, float("inf"))
     for _ in range(ROUNDS):
@@ -201,8 +233,40 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
     line = (f"{case.name:<10} {case.shapes:<28} tcpy {t_tc * 1e3:9.3f} ms {gflops(t_tc):6.1f} GFLOP/s"
             f" | numpy {t_np * 1e3:9.3f} ms {gflops(t_np):6.1f} GFLOP/s | numpy/tcpy {t_np / t_tc:5.2f}x")
     if "torch" in best:
-        line += f" | torch {best['torch'] * 1e3:9.3f} ms torch/tcpy {best['torch'] / t_tc:5.2f}x"
+        t_torch = min(t for name, t in best.items() if name.startswith("torch"))
+        line += f" | torch {t_torch * 1e3:9.3f} ms torch/tcpy {t_torch / t_tc:5.2f}x"
     return line + f" | compile {compile_s:5.2f} s | correct {'yes' if ok else 'NO'}"
+
+
+MEMORY_PROBE = """
+import sys, numpy as np, tcpy
+from tcpy import demo
+case = demo.resnet_conv_case(*map(int, sys.argv[1].split(",")))
+args = case.make_args(np.random.default_rng(0))
+kernel = tcpy.define(case.source, options=tcpy.Options(target=sys.argv[2]))
+rss = lambda key: int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1])  # KiB
+before = rss("VmRSS:")
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current size
+out = kernel(*args)
+print(rss("VmHWM:") - before - out.nbytes // 1024)
+"""
+
+
+def memory_line(layer: tuple, options: "tcpy.Options") -> str:
+    """The resident memory a call of the resnet ``layer`` (n, c, f, hw, k, stride) adds beyond
+    its inputs and output, in a fresh process with the kernel in the disk cache: packing
+    buffers, thread stacks, the loaded kernel. An im2col copy would hold c*k*k values per
+    output pixel."""
+    n, c, f, hw, k, stride = layer
+    target = options.target.name if options.target.name in PRESETS else "host"
+    probe = subprocess.run([sys.executable, "-c", MEMORY_PROBE, ",".join(map(str, layer)), target],
+                           capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    grown = int(probe.stdout.split()[-1]) / 1024
+    out = (hw + 2 * (k // 2) - k) // stride + 1
+    im2col = n * c * k * k * out * out * 4 / 2**20
+    return (f"{'memory':<10} {demo.resnet_conv_case(*layer).shapes:<28} one call needs {grown:6.1f} MiB beyond "
+            f"its inputs and output (an im2col buffer: {im2col:.0f} MiB)")
 
 
 def overhead_line(n: int = 4, number: int = 20000) -> str:
@@ -253,6 +317,9 @@ def main(argv=None) -> int:
                         help="tcpy target preset (x86-64, x86-64-v3, x86-64-v4) instead of this machine; "
                              "for x86-64-v3 compare with OPENBLAS_CORETYPE=Haswell")
     parser.add_argument("--only", default=None, help="run only cases whose name or shapes contain this text")
+    parser.add_argument("--suite", choices=("default", "resnet"), default="default",
+                        help="resnet: the ResNet-50 convolution layers (padded by guarded reads) at N=1 and 8, "
+                             "a depthwise 3x3, and the memory the N=8 56x56 layer needs beyond its arrays")
     args = parser.parse_args(argv)
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
@@ -279,11 +346,13 @@ def main(argv=None) -> int:
             print(f"WARNING: {var} is set; it slows numpy's GEMM here. "
                   "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py")
     rng = np.random.default_rng(0)
-    for case in cases(args.quick):
+    for case in resnet_cases() if args.suite == "resnet" else cases(args.quick):
         if args.only and args.only not in f"{case.name} {case.shapes}":
             continue
         print(run_case(case, rng, args.budget, options), flush=True)
-    if args.only:
+    if args.suite == "resnet":
+        print(memory_line((8, 64, 64, 56, 3, 1), options), flush=True)
+    if args.only or args.suite != "default":
         return 0
     print(overhead_line(), flush=True)
     print(threads_line(256 if args.quick else 1024, options), flush=True)

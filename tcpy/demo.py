@@ -56,6 +56,58 @@ def im2col_conv2d(I, Wt):
     return out.reshape(n, oh, ow, f).transpose(0, 3, 1, 2)
 
 
+def padded_conv2d_source(k: int, stride: int = 1, pad: int = 0, depthwise: bool = False) -> str:
+    """A k x k NCHW convolution with zero padding written as a guarded read (no padded copy of
+    the input); ``depthwise``: one channel per group (weights ``Wt(c, kh, kw)``)."""
+    y, x = f"{stride}*h + kh", f"{stride}*w + kw"
+    weight = "Wt(c, kh, kw)" if depthwise else "Wt(f, c, kh, kw)"
+    out = "O(n, c, h, w)" if depthwise else "O(n, f, h, w)"
+    weights = "float(C,KH,KW) Wt" if depthwise else "float(F,C,KH,KW) Wt"
+    read = f"I(n, c, {y} - {pad}, {x} - {pad}) * {weight}" if pad else f"I(n, c, {y}, {x}) * {weight}"
+    if pad:
+        read = (f"({y} >= {pad} && {y} < H + {pad} && {x} >= {pad} && {x} < W + {pad})\n"
+                f"                      ? {read} : 0.0")
+    grow = 2 * pad - k
+    extent = lambda size: (f"({size} + {grow}) / {stride} + 1" if grow >= 0  # noqa: E731
+                           else f"({size} - {-grow}) / {stride} + 1")
+    return (f"def conv2d(float(N,C,H,W) I, {weights}) -> (O) {{\n"
+            f"    {out} +=! {read}\n"
+            f"        where h in 0:{extent('H')}, w in 0:{extent('W')}, kh in 0:KH, kw in 0:KW\n}}\n")
+
+
+def im2col_padded_conv2d(stride: int, pad: int):
+    """NCHW convolution with zero padding as NumPy users write it fast: pad, copy the windows
+    into columns along contiguous rows (one strided copy per kernel tap), one batched matmul."""
+    def conv(I, Wt):
+        n, c, h, w = I.shape
+        f, _, kh, kw = Wt.shape
+        oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+        if kh == kw == 1 and stride == 1 and pad == 0:  # a 1x1 convolution: a plain GEMM per image
+            return np.matmul(Wt.reshape(f, c), I.reshape(n, c, h * w)).reshape(n, f, oh, ow)
+        xp = np.pad(I, ((0, 0), (0, 0), (pad, pad), (pad, pad))) if pad else I
+        cols = np.empty((n, c, kh, kw, oh, ow), I.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, :, i, j] = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+        return np.matmul(Wt.reshape(f, c * kh * kw), cols.reshape(n, c * kh * kw, oh * ow)).reshape(n, f, oh, ow)
+    return conv
+
+
+def depthwise_conv2d(pad: int):
+    """Depthwise 3x3 (stride 1) in NumPy: one shifted multiply-add per kernel tap."""
+    def conv(I, Wt):
+        n, c, h, w = I.shape
+        _, kh, kw = Wt.shape
+        oh, ow = h + 2 * pad - kh + 1, w + 2 * pad - kw + 1
+        xp = np.pad(I, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        out = np.zeros((n, c, oh, ow), I.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                out += xp[:, :, i:i + oh, j:j + ow] * Wt[None, :, i, j, None, None]
+        return out
+    return conv
+
+
 def numpy_attention(Q, K, V, scale):
     """softmax(scale * Q K^T) V over the last two axes, with the usual max subtraction."""
     scores = scale * (Q @ K.swapaxes(-1, -2))
@@ -94,6 +146,20 @@ def conv2d_case(n: int, c: int, f: int, hw: int, k: int = 3) -> Case:
     return Case("conv2d", CONV2D, f"N={n} C={c} F={f} {hw}x{hw} {k}x{k}",
                 lambda rng: (_f32(rng, n, c, pad, pad), _f32(rng, f, c, k, k)),
                 im2col_conv2d, 2.0 * n * f * hw * hw * c * k * k)
+
+
+def resnet_conv_case(n: int, c: int, f: int, hw: int, k: int, stride: int = 1, depthwise: bool = False) -> Case:
+    """A ResNet layer: k x k, c -> f channels, an hw x hw input, "same" zero padding (k // 2)
+    written as a guarded read, NCHW float32; ``depthwise``: f = c, one channel per group."""
+    pad = k // 2
+    out = (hw + 2 * pad - k) // stride + 1
+    reference = depthwise_conv2d(pad) if depthwise else im2col_padded_conv2d(stride, pad)
+    w_shape = (c, k, k) if depthwise else (f, c, k, k)
+    kind = "depthwise " if depthwise else ""
+    return Case("conv", padded_conv2d_source(k, stride, pad, depthwise),
+                f"{kind}N={n} {c}->{f} {hw}x{hw} {k}x{k} s{stride}",
+                lambda rng: (_f32(rng, n, c, hw, hw), _f32(rng, *w_shape)),
+                reference, 2.0 * n * f * out * out * (1 if depthwise else c) * k * k)
 
 
 def attention_case(b: int, h: int, length: int, d: int) -> Case:

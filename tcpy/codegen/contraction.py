@@ -26,9 +26,17 @@ store only their valid part. Packing buffers are per-thread scratch reused acros
 into a buffer of its own and the partials are added in a fixed order, so results do not depend
 on the thread count at run time.
 
+A guarded operand (a padded convolution's input) is packed by one routine for A or B: a
+sliver's lanes split into runs of the innermost M or N group, along which the offset and every
+guard are linear, so each run's valid part per k is one clamped interval; zeros elsewhere. With
+``a_once`` the whole of a cell's A is packed before its N loop and B panels are sized for L2.
+
 **Small path**: operands read in place (B rows as unaligned vectors, A elements broadcast), no
 packing except a zero-padded copy of the last, partial B sliver; rows past M are clamped to the
 last valid row and never stored.
+
+**Direct path** (M = 1, a short K: depthwise convolution): each output row is the sum over the
+K taps of one A value times B's shifted row, vectorised along the row where every guard holds.
 """
 from __future__ import annotations
 
@@ -89,7 +97,7 @@ class _Renderer:
     def offset_fn(self, w: _Writer, which: str, role: str):
         """``int64_t <p>_off_<which>_<role>(int64_t i)``: element offset of linear index i."""
         groups = [g for g in getattr(self.con, role)]
-        w(f"static inline int64_t {self.p}_off_{which}_{role}(int64_t i) {{")
+        w(f"static inline int64_t {self.p}_off_{which}_{role}(int64_t i) {{")  # g<i>: guard i's value
         if not groups or all(g.stride(which) == 0 for g in groups):
             w("(void)i; return 0;", 1)
         elif len(groups) == 1:
@@ -116,7 +124,10 @@ class _Renderer:
         w(f" * {self.plan.describe()} */")
         w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
         w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({self.s}), __may_alias__));")
-        for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n"))):
+        own = "m" if self.con.guarded == "a" else "n"
+        guards = tuple((f"g{i}", ("batch", own, "k")) for i in range(len(self.con.guards)))
+        for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n")),
+                             *guards):
             for role in roles:
                 self.offset_fn(w, which, role)
 
@@ -207,43 +218,107 @@ class _Renderer:
 
     # -- packed path ------------------------------------------------------------------------
 
+    def guard_base(self, w: _Writer, depth: int):
+        """``gb``: each guard's constant plus its batch part, for the guarded operand's packing."""
+        if self.con.guards:
+            values = ", ".join(f"INT64_C({g.const}) + {self.p}_off_g{i}_batch(bi)" for i, g in enumerate(self.con.guards))
+            w(f"const int64_t gb[{len(self.con.guards)}] = {{{values}}};", depth)
+
+    def packed_guarded(self, w: _Writer, which: str):
+        """``<p>_pack_a`` or ``<p>_pack_b`` of the guarded operand: zeros where a guard fails.
+        A sliver's rows (A) or columns (B) split into runs of the innermost M or N group, along
+        which the operand's offset and every guard are linear, so per k each run's valid part is
+        one interval (clamped from the guards); a sliver that is one valid run is copied
+        without tests."""
+        p, T, con = self.p, self.T, self.con
+        role, width, src_t = ("m", self.plan.mr, self.TA) if which == "a" else ("n", self.plan.nr, self.TB)
+        count = len(con.guards)
+        groups = getattr(con, role)
+        inner = groups[-1] if groups else Group((), 1, 0, 0, 0, (0,) * count)
+        step = inner.stride(which)
+        if which == "a":
+            w(f"static void {p}_pack_a(const {src_t} *TCPY_RESTRICT ab, int64_t x0, int64_t xc, int64_t p0, "
+              f"int64_t kc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
+        else:
+            w(f"static void {p}_pack_b(const {src_t} *TCPY_RESTRICT ab, int64_t p0, int64_t kc, int64_t x0, "
+              f"int64_t xc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
+        w(f"for (int64_t s = 0; s < xc; s += {width}) {{", 1)
+        w(f"{T} *TCPY_RESTRICT d = dst + s * kc;", 2)
+        w(f"const int64_t len = xc - s < {width} ? xc - s : {width};", 2)
+        w("/* runs: first lane, length, offset in the operand and guard values at the first lane */", 2)
+        w(f"int64_t r0[{width}], rn[{width}], ro[{width}], rg[{width}][{count}];", 2)
+        w("int runs = 0;", 2)
+        w("for (int64_t c = 0; c < len; runs++) {", 2)
+        w(f"const int64_t x = x0 + s + c, left = {inner.extent} - x % {inner.extent};", 3)
+        w(f"r0[runs] = c; rn[runs] = len - c < left ? len - c : left; ro[runs] = {p}_off_{which}_{role}(x);", 3)
+        for i in range(count):
+            w(f"rg[runs][{i}] = gb[{i}] + {p}_off_g{i}_{role}(x);", 3)
+        w("c += rn[runs];", 3)
+        w("}", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 2)
+        w(f"const {src_t} *TCPY_RESTRICT src = ab + {p}_off_{which}_k(p0 + k);", 3)
+        w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
+        w("const int64_t " + ", ".join(f"gk{i} = {p}_off_g{i}_k(p0 + k)" for i in range(count)) + ";", 3)
+        # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
+        slopes = [inner.stride(f"g{i}") for i in range(count)]
+        whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
+        w(f"if (runs == 1 && len == {width} && {whole}) {{", 3)
+        w(f"#pragma GCC unroll {width}", 4)
+        w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
+        w("continue;", 4)
+        w("}", 3)
+        w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})0;", 3)
+        w("for (int r = 0; r < runs; r++) {", 3)
+        w("int64_t lo = 0, hi = rn[r];", 4)
+        for i, d in enumerate(slopes):
+            v = f"gk{i} + rg[r][{i}]"
+            if d == 0:
+                w(f"if ({v} < 0) hi = 0;", 4)
+            elif d > 0:
+                w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-({v}) + {d - 1}) / {d});", 4)
+            else:
+                w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : ({v}) / {-d} + 1);", 4)
+        w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({step}) * c];", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
     def packed_b(self, w: _Writer):
         """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded."""
+        if self.con.guarded == "b":
+            self.packed_guarded(w, "b")
+            return
         p, T, TB = self.p, self.T, self.TB
         nr = self.plan.nr
         n = self.single("n")
         w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
           f" {T} *TCPY_RESTRICT bp) {{")
-        w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
-        w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
-        w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
+        # row by row of K: B's rows are read along N (few streams, prefetched), not sliver by
+        # sliver (kc streams at once)
         if n is not None:
-            col = f"INT64_C({n.b}) * (j0 + s + c)"
+            col = lambda c: f"INT64_C({n.b}) * (j0 + s + {c})"  # noqa: E731
         else:
-            w(f"int64_t co[{nr}];", 2)
-            w(f"for (int64_t c = 0; c < {nr}; c++) co[c] = {p}_off_b_n(j0 + s + (c < cols ? c : cols - 1));", 2)
-            col = "co[c]"
+            w("int64_t *co = (int64_t *)tcpy_scratch(3, sizeof(int64_t) * nc);", 1)
+            w(f"for (int64_t c = 0; c < nc; c++) co[c] = {p}_off_b_n(j0 + c);", 1)
+            col = lambda c: f"co[s + {c}]"  # noqa: E731
+        w("for (int64_t k = 0; k < kc; k++) {", 1)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 2)
+        w(f"{T} *TCPY_RESTRICT d = bp + k * {nr};", 2)
+        w("int64_t s = 0;", 2)
+        w(f"for (; s + {nr} <= nc; s += {nr}, d += {nr} * kc) {{", 2)
         if n is None and self.con.n[-1].b == 1:
             # a sliver that does not cross a boundary of the inner N variable is contiguous in B
-            w(f"if (cols == {nr} && co[{nr - 1}] - co[0] == {nr - 1}) {{", 2)
-            w("for (int64_t k = 0; k < kc; k++) {", 3)
-            w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k) + co[0];", 4)
+            w(f"if (co[s + {nr - 1}] - co[s] == {nr - 1}) {{", 3)
+            w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 4)
             w(f"#pragma GCC unroll {nr}", 4)
-            w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[c];", 4)
+            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[c];", 4)
+            w("continue;", 4)
             w("}", 3)
-            w("} else", 2)
-        w(f"if (cols == {nr}) {{", 2)
-        w("for (int64_t k = 0; k < kc; k++) {", 3)
-        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)
-        w(f"#pragma GCC unroll {nr}", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = ({T})src[{col}];", 4)
-        w("}", 3)
-        w("} else {", 2)
-        w("for (int64_t k = 0; k < kc; k++) {", 3)
-        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = c < cols ? ({T})src[{col}] : ({T})0;", 4)
-        w("}", 3)
+        w(f"#pragma GCC unroll {nr}", 3)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})src[{col('c')}];", 3)
         w("}", 2)
+        w(f"for (int64_t c = 0; s < nc && c < {nr}; c++) d[c] = s + c < nc ? ({T})src[{col('c')}] : ({T})0;", 2)
         w("}", 1)
         w("}")
 
@@ -251,7 +326,16 @@ class _Renderer:
         p, T, TA, TB = self.p, self.T, self.TA, self.TB
         mr, nr = self.plan.mr, self.plan.nr
         self.packed_b(w)
-        # pack A(i0:i0+mc, p0:p0+kc) into MR-tall slivers, k-major, zero-padded rows
+        self.packed_a(w)
+        self.micro_kernels(w)
+        self.packed_cell(w)
+
+    def packed_a(self, w: _Writer):
+        """``<p>_pack_a``: A(i0:i0+mc, p0:p0+kc) into MR-tall slivers, k-major, zero-padded rows."""
+        if self.con.guarded == "a":
+            self.packed_guarded(w, "a")
+            return
+        p, T, TA, mr = self.p, self.T, self.TA, self.plan.mr
         m = self.single("m")
         w(f"static void {p}_pack_a(const {TA} *TCPY_RESTRICT ab, int64_t i0, int64_t mc, int64_t p0, int64_t kc,"
           f" {T} *TCPY_RESTRICT ap) {{")
@@ -278,7 +362,10 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
-        # micro-kernels: into the output, and into a partial-sum tile
+
+    def micro_kernels(self, w: _Writer):
+        """Into the output, and (split K) into a partial-sum tile."""
+        p, T, mr, nr = self.p, self.T, self.plan.mr, self.plan.nr
         b_load = lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.plan.lanes})"  # noqa: E731
         a_load = lambda r: f"a[k * {mr} + {r}]"  # noqa: E731
         w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
@@ -295,38 +382,55 @@ class _Renderer:
             self.accumulate_loop(w, "kc", b_load, a_load, 1)
             self.store_partial(w, 1)
             w("}")
-        # one cell of the thread grid
+
+    def packed_cell(self, w: _Writer):
+        """One cell of the thread grid: the five loops around the micro-kernel."""
+        p, T, TA, TB = self.p, self.T, self.TA, self.TB
+        mr, nr = self.plan.mr, self.plan.nr
         KC, MC, NC = self.plan.kc, self.plan.mc, self.plan.nc
         con = self.con
         w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" {T} *TCPY_RESTRICT P, int64_t ldp, int64_t prows, int64_t b0, int64_t b1, int64_t m0, int64_t m1,"
           f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop{self.cell_params}) {{")
-        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {MC * KC});", 1)
+        once = self.plan.a_once
+        regions = -(-self.K // KC) if once else 1  # a_once: every K block of A, packed up front
+        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {regions * MC * KC});", 1)
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         w(f"{T} *pb = P ? P + (bi - b0) * prows * ldp : 0;", 2)
+        self.guard_base(w, 2)
+        gb = ", gb" if con.guards else ""
+        gb_a, gb_b = (gb if con.guarded == which else "" for which in "ab")
+        if once:  # one M block (mc >= the cell's rows): the K blocks of A, each at its region
+            w(f"for (int64_t pc = k0; pc < k1; pc += {KC})", 2)
+            w(f"{p}_pack_a(ab, m0, m1 - m0, pc, k1 - pc < {KC} ? k1 - pc : {KC}, ap + (pc - k0) / {KC} * {MC * KC}"
+              f"{gb_a});", 3)
         w(f"for (int64_t jc = n0; jc < n1; jc += {NC}) {{", 2)
         w(f"const int64_t nc = n1 - jc < {NC} ? n1 - jc : {NC};", 3)
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
-        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp);", 4)
+        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp{gb_b});", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
         w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
-        w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap);", 5)
+        if once:
+            w(f"const {T} *TCPY_RESTRICT ak = ap + (pc - k0) / {KC} * {MC * KC};", 5)
+        else:
+            w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap{gb_a});", 5)
+            w(f"const {T} *TCPY_RESTRICT ak = ap;", 5)
         w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
         w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
         w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
         w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
         if self.plan.grid[3] > 1:
-            w(f"if (pb) {{ {p}_ukr_p(kc, ap + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
+            w(f"if (pb) {{ {p}_ukr_p(kc, ak + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
               f" ldp, mr, nr, pc == k0); continue; }}", 7)
         overwrite = "pc == k0" if con.init else "0"
         last = ", pc + kc >= k1, bi, tcpy_buffers" if self.epi else ""
-        w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
+        w(f"{p}_ukr(kc, ak + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)
@@ -355,10 +459,12 @@ class _Renderer:
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        self.guard_base(w, 2)
+        gb = ", gb" if con.guards else ""
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 3)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
-        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp);", 3)
+        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp{gb});", 3)
         overwrite = "pc == 0" if con.init else "0"
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
         w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)
@@ -428,6 +534,81 @@ class _Renderer:
         w("}", 1)
         w("}")
 
+    # -- direct path ------------------------------------------------------------------------
+
+    def direct(self, w: _Writer):
+        """M = 1: the output along each run of its inner N group (a row, at most nc long) is
+        the sum over K of one A value times B's row shifted by the tap: in the interior, where
+        every guard holds, vectorised over the row with all K taps in registers; at the
+        row's ends (padding) each tap is tested."""
+        p, T, TA, TB, con = self.p, self.T, self.TA, self.TB, self.con
+        NC, K = self.plan.nc, self.K
+        count = len(con.guards)
+        inner = con.n[-1]
+        step, extent = inner.stride("b"), inner.extent
+        w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
+          f" const volatile int *stop{self.cell_params}) {{")
+        w("(void)m0; (void)m1;", 1)
+        # the taps' offsets and guard parts, and per batch index the A values, in small tables
+        w(f"int64_t ko[{K}], gk[{max(1, count)}][{K}], klo[{K}], khi[{K}];", 1)
+        w(f"{T} av[{K}];", 1)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
+        w(f"ko[k] = {p}_off_b_k(k);", 2)
+        for i in range(count):
+            w(f"gk[{i}][k] = {p}_off_g{i}_k(k);", 2)
+        w("}", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 2)
+        w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
+        w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
+        w(f"for (int64_t k = 0; k < {K}; k++) av[k] = ({T})ab[{p}_off_a_k(k)];", 2)
+        self.guard_base(w, 2)
+        w("for (int64_t x = n0; x < n1; ) {", 2)
+        w(f"int64_t len = tcpy_min_int64(n1 - x, {extent} - x % {extent});", 3)
+        w(f"if (len > {NC}) len = {NC};", 3)
+        w(f"const {TB} *TCPY_RESTRICT row = bb + {p}_off_b_n(x);", 3)
+        w(f"{T} *TCPY_RESTRICT q = cb + {p}_off_c_n(x);", 3)
+        for i in range(count):
+            w(f"const int64_t rg{i} = gb[{i}] + {p}_off_g{i}_n(x);", 3)
+        w("int64_t lo_all = 0, hi_all = len;", 3)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 3)
+        w("int64_t lo = 0, hi = len;", 4)
+        for i in range(count):  # as in packed_guarded: guard i is linear along the run
+            d = inner.stride(f"g{i}")
+            v = f"(gk[{i}][k] + rg{i})"
+            if d == 0:
+                w(f"if ({v} < 0) hi = 0;", 4)
+            elif d > 0:
+                w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-{v} + {d - 1}) / {d});", 4)
+            else:
+                w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : {v} / {-d} + 1);", 4)
+        w("klo[k] = lo; khi[k] = hi;", 4)
+        w("lo_all = tcpy_max_int64(lo_all, lo); hi_all = tcpy_min_int64(hi_all, hi);", 4)
+        w("}", 3)
+        w("if (hi_all < lo_all) hi_all = lo_all;", 3)
+        store = "alpha * s" if con.init else "q[c] + alpha * s"
+        w("for (int64_t c = 0; c < len; c++) {", 3)
+        w("if (c == lo_all) { c = hi_all; if (c >= len) break; }  /* the interior follows */", 4)
+        w(f"{T} s = 0;", 4)
+        w(f"for (int64_t k = 0; k < {K}; k++)", 4)
+        w(f"if (c >= klo[k] && c < khi[k]) s += av[k] * ({T})row[ko[k] + INT64_C({step}) * c];", 5)
+        w(f"q[c] = {store};", 4)
+        w("}", 3)
+        w("for (int64_t c = lo_all; c < hi_all; c++) {", 3)
+        w(f"{T} s = 0;", 4)
+        w(f"#pragma GCC unroll {K}", 4)
+        w(f"for (int64_t k = 0; k < {K}; k++) s += av[k] * ({T})row[ko[k] + INT64_C({step}) * c];", 4)
+        w(f"q[c] = {store};", 4)
+        w("}", 3)
+        if self.epi:  # the run is final and contiguous (M = 1: row 0)
+            w(f"{self.epi}(tcpy_buffers, bi, 0, x, len, q);", 3)
+        w("x += len;", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
     # -- driver -----------------------------------------------------------------------------
 
     def body(self, w: _Writer):
@@ -469,7 +650,7 @@ class _Renderer:
         w(f"const int64_t k0 = ck * {self.K} / {tk}, k1 = (ck + 1) * {self.K} / {tk};", 3)
         w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
         w("(void)k0; (void)k1;", 3)
-        if plan.path in ("small", "stream"):
+        if plan.path in ("small", "stream", "direct"):
             w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop{self.cell_args});", 3)
         else:
             P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
@@ -517,6 +698,8 @@ class _Renderer:
             self.small(helpers)
         elif self.plan.path == "stream":
             self.stream(helpers)
+        elif self.plan.path == "direct":
+            self.direct(helpers)
         else:
             self.packed(helpers)
         body = _Writer()

@@ -8,6 +8,17 @@ times scalar literals or rank-0 tensors, under casts and negations), summed with
     C(b, i, j) +=! A(b, i, k) * B(b, j, k)      batched, B transposed
     O(n, f)    +=! X(n, c, h, w) * W(f, c, h, w)
     O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)   implicit-GEMM convolution
+    O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H) ? I(n, c, h + kh - 1, w) * Wt(f, c, kh) : 0.0
+
+A product (or one of its factors) under ``cond ? ... : 0`` is *guarded*: ``cond``, a conjunction
+of affine comparisons of index variables and sizes (a padded convolution's window test), becomes
+:class:`Guard` inequalities, and the packing of one operand writes zeros where they fail, so a
+padded convolution runs as fast as one over a pre-padded input. The guard's variables must all
+index that operand (``b``: batch, N, K, as in NCHW; else ``a``: batch, M, K, as in NHWC);
+comparisons that hold on the whole domain are dropped. A guarded-off element contributes
+``0 * x`` for the other operand's ``x``: 0 for every finite ``x`` (the loop path skips the
+product, so an infinite or NaN ``x`` there gives a different result, as zero padding in a BLAS
+convolution does).
 
 :func:`recognize` classifies its index variables by role — **batch** (output and both
 operands), **M** (output and operand ``a``), **N** (output and operand ``b``), **K** (both
@@ -65,18 +76,42 @@ class AffineAccess:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """The inequality ``const + sum(coef[v] * (v - lo[v])) >= 0`` (``const`` includes the
+    ranges' lower bounds, so variables count from 0, as in :class:`AffineAccess`)."""
+
+    const: int
+    coefs: tuple[tuple[str, int], ...]
+
+    def stride(self, var: str) -> int:  # named like AffineAccess.stride: groups merge on both
+        return dict(self.coefs).get(var, 0)
+
+    def describe(self) -> str:
+        text = ""
+        for v, c in self.coefs:
+            term = v if abs(c) == 1 else f"{abs(c)}*{v}"
+            text += (" - " if c < 0 else " + ") + term if text else ("-" if c < 0 else "") + term
+        if self.const:
+            text += f" - {-self.const}" if self.const < 0 else f" + {self.const}"
+        return f"{text or 0} >= 0"
+
+
+@dataclass(frozen=True)
 class Group:
     """Index variables of one role merged into one dimension (outermost first): extent is the
-    product, and in each tensor the stride is that of the innermost variable."""
+    product, and in each tensor the stride is that of the innermost variable; ``g`` holds the
+    innermost variable's coefficient in each guard of the contraction."""
 
     vars: tuple[str, ...]
     extent: int
     a: int  # element stride in operand a (0 if the role does not index it)
     b: int
     c: int
+    g: tuple[int, ...] = ()
 
     def stride(self, which: str) -> int:
-        return getattr(self, which)
+        """The stride in ``a``, ``b`` or ``c``, or the coefficient in guard ``g<i>``."""
+        return self.g[int(which[1:])] if which.startswith("g") else getattr(self, which)
 
 
 @dataclass(frozen=True)
@@ -100,6 +135,8 @@ class Contraction:
     alpha: float
     alpha_tensors: tuple[str, ...]
     init: bool
+    guards: tuple[Guard, ...] = ()
+    guarded: str = ""  # "a" or "b": that operand's packing writes zeros where a guard fails
 
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
@@ -127,6 +164,9 @@ class Contraction:
                  f"a = {self.a.describe()}", f"b = {self.b.describe()}", f"c = {self.c.describe()}"]
         if scale:
             parts.append("scaled by " + " * ".join(scale))
+        if self.guards:
+            parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: packed as 0 unless "
+                         + " and ".join(g.describe() for g in self.guards))
         parts.append("overwrites" if self.init else "accumulates into the target")
         return "; ".join(parts)
 
@@ -197,6 +237,11 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
     if isinstance(expr, (ast.IntLit, ast.FloatLit)):
         out["alpha"] *= float(expr.value)
         return True
+    if isinstance(expr, ast.Ternary):  # cond ? x : 0 is x under a guard
+        if expr.type is not dtype or not _is_zero(expr.other):
+            return False
+        out["conds"].append(expr.cond)
+        return _factors(expr.then, dtype, out)
     cast = False
     if isinstance(expr, ast.Cast):
         if expr.to is not dtype:
@@ -219,6 +264,39 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
     return False
 
 
+def _is_zero(expr: ast.Expr) -> bool:
+    while isinstance(expr, ast.Cast):
+        expr = expr.operand
+    return isinstance(expr, (ast.IntLit, ast.FloatLit)) and float(expr.value) == 0.0
+
+
+# a OP b as (sign, shift): sign * (a - b) + shift >= 0
+_COMPARISONS = {">=": (1, 0), ">": (1, -1), "<=": (-1, 0), "<": (-1, -1)}
+
+
+def _guards(cond: ast.Expr, ranges, sizes, shapes) -> Optional[list[Guard]]:
+    """The inequalities of a conjunction of affine comparisons, or None for any other condition."""
+    if isinstance(cond, ast.Binary) and cond.op == "&&":
+        lhs, rhs = _guards(cond.lhs, ranges, sizes, shapes), _guards(cond.rhs, ranges, sizes, shapes)
+        return None if lhs is None or rhs is None else lhs + rhs
+    if not isinstance(cond, ast.Binary) or cond.op not in (*_COMPARISONS, "=="):
+        return None
+    lhs, rhs = _affine(cond.lhs, sizes, shapes), _affine(cond.rhs, sizes, shapes)
+    if lhs is None or rhs is None or any(v not in ranges for v in (*lhs[1], *rhs[1])):
+        return None
+    out = []
+    for sign, shift in ([(1, 0), (-1, 0)] if cond.op == "==" else [_COMPARISONS[cond.op]]):
+        coefs = dict(lhs[1])
+        for v, x in rhs[1].items():
+            coefs[v] = coefs.get(v, 0) - x
+        coefs = {v: sign * x for v, x in coefs.items() if x}
+        const = sign * (lhs[0] - rhs[0]) + shift + sum(x * ranges[v][0] for v, x in coefs.items())
+        lowest = const + sum(min(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coefs.items())
+        if lowest < 0:  # else it holds on the whole domain
+            out.append(Guard(const, tuple(sorted(coefs.items()))))
+    return out
+
+
 def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, types,
               sizes: Mapping[str, int] = {}) -> Optional[Contraction]:
     """The :class:`Contraction` a let-inlined checked statement computes, or None.
@@ -232,7 +310,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
         return None
     if any(isinstance(w, ast.Exists) for w in stmt.where):
         pass  # exists only constrains the ranges, which are given
-    found = {"alpha": 1.0, "scalars": [], "tensors": []}
+    found = {"alpha": 1.0, "scalars": [], "tensors": [], "conds": []}
     if not _factors(stmt.rhs, dtype, found) or len(found["tensors"]) != 2:
         return None
     if not math.isfinite(found["alpha"]):
@@ -243,6 +321,12 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     reads = {first.tensor, second.tensor, *found["scalars"]}
     if stmt.target in reads:
         return None
+    guards = []
+    for cond in found["conds"]:
+        more = _guards(cond, ranges, sizes, shapes)
+        if more is None:
+            return None
+        guards.extend(more)
     accesses = []
     for acc in (first, second):
         affine = _access(acc.tensor, acc.indices, types[acc.tensor], ranges, sizes, shapes)
@@ -271,17 +355,26 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     if c_inner in roles["m"]:
         a, b = b, a
         roles["m"], roles["n"] = roles["n"], roles["m"]
-    accs = {"a": a, "b": b, "c": c}
+    # the guards are decided while packing one operand: every guard variable must index it
+    guard_vars = {v for g in guards for v, _ in g.coefs}
+    guarded = next((w for w, free in (("b", "m"), ("a", "n")) if not guard_vars & set(roles[free])), None)
+    if guarded is None:
+        return None
+    accs = {"a": a, "b": b, "c": c, **{f"g{i}": g for i, g in enumerate(guards)}}
     groups = {}
+    # a guard is one more affine form of the variables: merged groups must keep it affine
+    forms = tuple(f"g{i}" for i in range(len(guards)))
     for role, primary, members in (("batch", "c", "abc"), ("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted(roles[role], key=lambda v: -abs(accs[primary].stride(v)))
-        groups[role] = _merge(vars_, extents, accs, members)
+        groups[role] = _merge(vars_, extents, accs, (*members, *forms), forms)
     return Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
-                       found["alpha"], tuple(found["scalars"]), bool(stmt.init))
+                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
+                       guarded if guards else "")
 
 
-def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
-    """Groups of neighbouring variables that address every member tensor like one variable."""
+def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
+    """Groups of neighbouring variables that address every member (a tensor or a guard, by its
+    name in ``accs``) like one variable."""
     groups: list[list[str]] = []
     for v in vars_:
         if groups:
@@ -291,7 +384,8 @@ def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
                 continue
         groups.append([v])
     return tuple(Group(tuple(g), math.prod(extents[v] for v in g),
-                       accs["a"].stride(g[-1]), accs["b"].stride(g[-1]), accs["c"].stride(g[-1]))
+                       accs["a"].stride(g[-1]), accs["b"].stride(g[-1]), accs["c"].stride(g[-1]),
+                       tuple(accs[t].stride(g[-1]) for t in guards))
                  for g in groups)
 
 
@@ -302,7 +396,7 @@ def _merge(vars_, extents, accs, members) -> tuple[Group, ...]:
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
 
-    path: str  # "packed", "small" or "stream"
+    path: str  # "packed", "small", "stream" or "direct"
     mr: int
     nr: int
     lanes: int
@@ -314,6 +408,7 @@ class Plan:
     threads: int
     reasons: tuple[str, ...]
     copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
+    a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
 
     @property
     def nr_vectors(self) -> int:
@@ -324,6 +419,8 @@ class Plan:
         text = (f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})")
         if self.path == "packed":
             text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
+            if self.a_once:
+                text += " (A packed once per cell)"
         text += f"; thread grid batch {tb} x M {tm} x N {tn} x K {tk}"
         if tk > 1:
             text += " (split K: per-thread partial sums added in a fixed order)"
@@ -394,6 +491,15 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
+    if _direct_ok(con):
+        # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
+        # the K rows of B a run reads stay in L1.
+        nc = _round_down(target.l1d // 2 // (K * s), lanes)
+        reasons.append(f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): each run "
+                       f"of up to {nc} outputs along N sums its K taps in registers, vectorised along the run")
+        grid = _grid(con, "direct", mr, nr, K, 1, nc, lanes, threads)
+        reasons.append(f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
+        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, tuple(reasons))
     small = _small_ok(con, target, kc, s)
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K
@@ -418,16 +524,38 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
         reasons.append(f"small path copies each B sliver: {COPY_B_MIN_TILES}+ micro-tiles reuse it")
     m_part = -(-(-(-M // mr)) // tm) * mr
     n_part = -(-(-(-N // nr)) // tn) * nr
+    # A cell's whole A (its M rows by all of K) that fits half of L2 with one mc block is packed
+    # once (a convolution's weights, a GEMM with few rows): B panels then need no reuse across
+    # A blocks, so they stay in the other half of L2 between packing and use (not in L3), and
+    # the packing buffers stay small.
+    a_once = path == "packed" and m_part <= mc_max and m_part * -(-K // kc) * kc * s <= target.l2 // 2
+    if a_once:
+        nc_max = _round_down(target.l2 // 2 // (kc * s), nr)
     mc = _balanced(m_part, mc_max, mr)
     nc = _balanced(n_part, nc_max, nr)
-    if path == "packed":
+    if a_once:
+        reasons.append(f"A packed once per cell: its {m_part} rows x K ({m_part * K * s // 1024} KiB) fit half "
+                       f"of L2 ({target.l2 // 1024} KiB)")
+        reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits the other half of "
+                       "L2 (no A block reuses it)")
+    elif path == "packed":
         reasons.append(f"mc {mc}: the packed A block mc x kc ({mc * kc * s // 1024} KiB) fits half of L2 "
                        f"({target.l2 // 1024} KiB)")
         reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits half of "
                        f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
     reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
                    "compute + packing + split-K combination")
-    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b)
+    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once)
+
+
+DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, a GEMM's reuse wins)
+
+
+def _direct_ok(con: Contraction) -> bool:
+    """M = 1 (no M variables) with a short K: a micro-tile would fill one of its MR rows, so each
+    output row is computed directly (depthwise convolution, pooling-like windows). The output's
+    inner N variable must be contiguous (vector stores)."""
+    return not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
 
 
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:
@@ -437,7 +565,7 @@ def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) ->
     _, M, N, K = con.sizes
     if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
-    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1
+    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1 and con.guarded != "a"
             and (not con.m or con.m[0].a != 0))
 
 
@@ -445,7 +573,7 @@ def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
     """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
     L2: each packed element would be reused too few times to pay for its copy."""
     _, M, N, K = con.sizes
-    if (M + N) * kc * s > target.l2 // 2:
+    if (M + N) * kc * s > target.l2 // 2 or con.guards:  # a guarded operand is only read by packing
         return False
     if con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
         return False

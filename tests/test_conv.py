@@ -1,0 +1,176 @@
+"""Convolutions through the contraction engine: padding by guarded reads, 1x1 convolutions,
+and differential tests of random convolutions against the reference evaluator.
+
+The random convolutions draw the layout (NCHW or NHWC), groups (one, several, or depthwise),
+kernel sizes 1-7, strides 1-3, dilations 1-2, padding by a guarded read (or none), odd and prime
+image sizes, a batch of 1-3, float32 or float64, every preset this CPU runs (half of them with
+tiny caches, so small images run many blocks and edge slivers) and 1, 2 or 7 threads.
+"""
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+from tcpy.loopir import ContractionNest
+from tcpy.target import Target
+from test_contraction import EPS, RUNNABLE, recognized, tiny_caches
+
+EXAMPLES = int(os.environ.get("TCPY_CONV_EXAMPLES", "25"))
+
+PADDED = """
+def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
+    O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                      ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+        where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+}
+"""
+
+
+def _engine(kernel, *args):
+    return [n.body[0] for n in kernel.specialize(*args).ir.nests if n.body and isinstance(n.body[0], ContractionNest)]
+
+
+def test_padded_convolution_packs_zeros_for_the_guard():
+    con = recognized(PADDED, (2, 3, 9, 7), (4, 3, 3, 3))
+    assert con.b.tensor == "I" and len(con.guards) == 4
+    assert [g.vars for g in con.n] == [("n",), ("h",), ("w",)]  # the guard keeps h and w apart
+    assert "guarded read of I" in con.describe() and "h + kh - 1 >= 0" in con.describe()
+    kernel = tcpy.define(PADDED)
+    rng = np.random.default_rng(0)
+    I, Wt = rng.standard_normal((2, 3, 9, 7), dtype=np.float32), rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    assert _engine(kernel, I, Wt)
+    assert "guarded read of I" in str(kernel.explain(I, Wt))
+    want = tcpy.define(PADDED, backend="reference")(I, Wt)
+    np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
+
+
+def test_guards_that_always_hold_are_dropped():
+    con = recognized("def f(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {"
+                     " O(n, f, h, w) +=! (h + kh >= 0 && w + kw < W + 5) ? I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)"
+                     " : 0.0 where h in 0:H-2, w in 0:W-2, kh in 0:3, kw in 0:3 }", (1, 2, 6, 6), (3, 2, 3, 3))
+    assert con.guards == ()
+
+
+def test_a_guarded_factor_is_a_guarded_contraction():
+    con = recognized("def f(float(N,C,H) I, float(F,C,3) Wt) -> (O) {"
+                     " O(n, f, h) +=! Wt(f, c, k) * (h + k >= 1 && h + k <= H ? I(n, c, h + k - 1) : 0.0)"
+                     " where h in 0:H, k in 0:3 }", (1, 2, 6), (3, 2, 3))
+    assert con is not None and con.b.tensor == "I" and len(con.guards) == 2
+
+
+@pytest.mark.parametrize("cond", ["h + k >= 1 || h + k <= H", "f + h >= 2", "c * c >= 1", "!(h + k >= 1)"])
+def test_other_guards_keep_the_loop_path(cond):
+    """A disjunction, a guard on variables of both operands, a non-affine one: not the engine."""
+    assert recognized("def f(float(N,C,H) I, float(F,C,3) Wt) -> (O) {"
+                      f" O(n, f, h) +=! ({cond}) ? I(n, c, h + k - 1) * Wt(f, c, k) : 0.0"
+                      " where h in 1:H-1, k in 0:3 }", (1, 2, 6), (3, 2, 3)) is None
+
+
+def test_depthwise_convolutions_take_the_direct_path():
+    src = ("def dw(float(N,C,H,W) I, float(C,3,3) Wt) -> (O) {"
+           " O(n, c, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)"
+           " ? I(n, c, h + kh - 1, w + kw - 1) * Wt(c, kh, kw) : 0.0 where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3 }")
+    rng = np.random.default_rng(2)
+    for threads, shape in ((1, (2, 5, 9, 23)), (2, (1, 3, 1, 40)), (7, (3, 4, 6, 2))):
+        kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads))
+        I, Wt = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal((shape[1], 3, 3), dtype=np.float32)
+        (node,) = _engine(kernel, I, Wt)
+        assert node.plan.path == "direct" and "direct path" in str(kernel.explain(I, Wt))
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
+
+
+def test_1x1_convolutions_are_plain_contractions():
+    con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
+                     (2, 8, 5, 5), (16, 8))
+    assert [g.vars for g in con.n] == [("n",), ("h", "w")] and [g.vars for g in con.k] == [("c",)]
+    assert con.guards == ()
+    strided = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, 2*h, 2*w) * "
+                         "Wt(f, c) where h in 0:3, w in 0:3 }", (1, 4, 6, 6), (8, 4))
+    assert strided.b.stride("w") == 2 and strided.guards == ()
+
+
+# ----------------------------------------------------------------------------- differential
+
+
+@dataclass(frozen=True)
+class Conv:
+    source: str
+    args: tuple
+    k_len: int
+    options: dict
+    dtype: str
+
+    def __repr__(self):
+        shapes = [a.shape for a in self.args]
+        return f"Conv({self.source!r}, shapes={shapes}, options={self.options})"
+
+
+@st.composite
+def convolutions(draw):
+    dtype = draw(st.sampled_from(["float", "float", "double"]))
+    layout = draw(st.sampled_from(["nchw", "nhwc"]))
+    kind = draw(st.sampled_from(["dense", "dense", "grouped", "depthwise"]))
+    n = draw(st.sampled_from([1, 1, 2, 3]))
+    g = {"dense": 1, "grouped": draw(st.integers(2, 3)), "depthwise": draw(st.sampled_from([1, 3, 8, 17]))}[kind]
+    c = 1 if kind == "depthwise" else draw(st.sampled_from([1, 2, 3, 5, 8]))
+    f = 1 if kind == "depthwise" else draw(st.sampled_from([1, 3, 7, 16, 17]))
+    kh, kw = draw(st.integers(1, 7)), draw(st.sampled_from([1, 3, 5, 7, draw(st.integers(1, 7))]))
+    s, d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    ph, pw = (draw(st.integers(0, k - 1)) if draw(st.booleans()) else 0 for k in (kh, kw))
+    h = draw(st.integers(max(1, d * (kh - 1) + 1 - 2 * ph), 13))
+    w = draw(st.integers(max(1, d * (kw - 1) + 1 - 2 * pw), 19))
+    oh, ow = (h + 2 * ph - d * (kh - 1) - 1) // s + 1, (w + 2 * pw - d * (kw - 1) - 1) // s + 1
+    y, x = f"{s}*h + {d}*kh - {ph}", f"{s}*w + {d}*kw - {pw}"
+    guard = []
+    if ph:
+        guard += [f"{s}*h + {d}*kh >= {ph}", f"{s}*h + {d}*kh < H + {ph}"]
+    if pw:
+        guard += [f"{s}*w + {d}*kw >= {pw}", f"{s}*w + {d}*kw < W + {pw}"]
+    # the channel indices of each tensor: (g, c) or g alone (depthwise) or c alone (dense)
+    gs = ["g"] if kind != "dense" else []
+    cs = ["c"] if kind != "depthwise" else []
+    fs = ["f"] if kind != "depthwise" else []
+    if layout == "nchw":
+        i_idx, i_shape = ["n", *gs, *cs, y, x], [n, *([g] if gs else []), *([c] if cs else []), h, w]
+        w_idx = [*gs, *fs, *cs, "kh", "kw"]
+        o_idx = ["n", *gs, *fs, "h", "w"]
+        sizes = ["N", *(["G"] if gs else []), *(["C"] if cs else []), "H", "W"]
+    else:
+        i_idx, i_shape = ["n", y, x, *gs, *cs], [n, h, w, *([g] if gs else []), *([c] if cs else [])]
+        w_idx = ["kh", "kw", *gs, *cs, *fs]
+        o_idx = ["n", "h", "w", *gs, *fs]
+        sizes = ["N", "H", "W", *(["G"] if gs else []), *(["C"] if cs else [])]
+    extent = {"g": g, "c": c, "f": f, "kh": kh, "kw": kw}
+    w_shape = [extent[v] for v in w_idx]
+    read = f"I({', '.join(i_idx)}) * Wt({', '.join(w_idx)})"
+    rhs = f"({' && '.join(guard)}) ? {read} : 0.0" if guard else read
+    w_sizes = ", ".join(f"W{i}" for i in range(len(w_shape)))
+    source = (f"def conv({dtype}({', '.join(sizes)}) I, {dtype}({w_sizes}) Wt) -> (O) {{\n"
+              f"    O({', '.join(o_idx)}) +=! {rhs}\n"
+              f"        where h in 0:{oh}, w in 0:{ow}, kh in 0:{kh}, kw in 0:{kw}\n}}\n")
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    np_dtype = np.float32 if dtype == "float" else np.float64
+    args = (rng.uniform(-1, 1, i_shape).astype(np_dtype), rng.uniform(-1, 1, w_shape).astype(np_dtype))
+    target = draw(st.sampled_from(RUNNABLE))
+    options = {"num_threads": draw(st.sampled_from([1, 2, 7])),
+               "target": tiny_caches(Target.preset(target)) if draw(st.booleans()) else target}
+    return Conv(source, args, c * kh * kw, options, dtype)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=convolutions())
+def test_random_convolutions_match_the_reference(case):
+    kernel = tcpy.define(case.source, options=tcpy.Options(**case.options))
+    assert _engine(kernel, *case.args), kernel.loop_ir(*case.args)
+    got = kernel(*case.args)
+    want = tcpy.define(case.source, backend="reference")(*case.args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    eps = EPS[case.dtype]
+    bound = 8 * eps * (case.k_len + 1) * case.k_len
+    np.testing.assert_allclose(got, want, rtol=8 * eps * (case.k_len + 1), atol=bound)

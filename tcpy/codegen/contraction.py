@@ -124,6 +124,7 @@ class _Renderer:
         w(f" * {self.plan.describe()} */")
         w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
         w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({self.s}), __may_alias__));")
+        w(f"typedef int{self.s * 8}_t {p}_m __attribute__((vector_size({vb})));  /* shuffle masks */")
         own = "m" if self.con.guarded == "a" else "n"
         guards = tuple((f"g{i}", ("batch", own, "k")) for i in range(len(self.con.guards)))
         for which, roles in (("a", ("batch", "m", "k")), ("b", ("batch", "n", "k")), ("c", ("batch", "m", "n")),
@@ -349,11 +350,16 @@ class _Renderer:
             w(f"for (int64_t r = 0; r < {mr}; r++) ro[r] = {p}_off_a_m(i0 + s + (r < rows ? r : rows - 1));", 2)
             row = "ro[r]"
         w(f"if (rows == {mr}) {{", 2)
-        w("for (int64_t k = 0; k < kc; k++) {", 3)
-        w(f"const {TA} *TCPY_RESTRICT src = ab + {p}_off_a_k(p0 + k);", 4)
-        w(f"#pragma GCC unroll {mr}", 4)
-        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = ({T})src[{row}];", 4)
-        w("}", 3)
+        k = self.single("k")
+        L = self.plan.lanes
+        if m is not None and k is not None and k.a == 1 and TA == T and mr <= L <= 2 * mr:
+            self.transposed_rows(w, 3, m.a)
+        else:
+            w("for (int64_t k = 0; k < kc; k++) {", 3)
+            w(f"const {TA} *TCPY_RESTRICT src = ab + {p}_off_a_k(p0 + k);", 4)
+            w(f"#pragma GCC unroll {mr}", 4)
+            w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = ({T})src[{row}];", 4)
+            w("}", 3)
         w("} else {", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 3)
         w(f"const {TA} *TCPY_RESTRICT src = ab + {p}_off_a_k(p0 + k);", 4)
@@ -362,6 +368,42 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def transposed_rows(self, w: _Writer, depth: int, row_stride: int):
+        """The whole-sliver case of packing A when its rows are contiguous along K: blocks of
+        ``lanes`` K steps are loaded as one vector per row, transposed in registers (log2(lanes)
+        stages, each swapping the off-diagonal blocks of half the size) and written one vector
+        per K step. A store writes ``lanes - MR`` lanes past its K step; the next step's store
+        (or the remainder loop, the next sliver, the buffer's slack) overwrites them. Leaves
+        the remaining K steps to a scalar loop."""
+        p, T, mr, L = self.p, self.T, self.plan.mr, self.plan.lanes
+        w(f"const {T} *TCPY_RESTRICT s0 = ab + {p}_off_a_k(p0) + INT64_C({row_stride}) * (i0 + s);", depth)
+        w("int64_t k = 0;", depth)
+        w(f"for (; k + {L} <= kc; k += {L}) {{", depth)
+        rows = [f"*(const {p}_vu *)(s0 + {r * row_stride} + k)" for r in range(mr)]
+        names = []
+        for r in range(L):
+            names.append(f"x{r}")
+            w(f"const {p}_v x{r} = {rows[r] if r < mr else 'x0'};", depth + 1)
+        b, stage = L // 2, 0
+        while b >= 1:
+            stage += 1
+            lo = ", ".join(str(j if not j & b else L + j - b) for j in range(L))
+            hi = ", ".join(str(j + b if not j & b else L + j) for j in range(L))
+            out = list(names)
+            for i in range(L):
+                if i & b:
+                    continue
+                x, y = names[i], names[i + b]
+                out[i], out[i + b] = f"t{stage}_{i}", f"t{stage}_{i + b}"
+                w(f"const {p}_v {out[i]} = __builtin_shuffle({x}, {y}, ({p}_m){{{lo}}});", depth + 1)
+                w(f"const {p}_v {out[i + b]} = __builtin_shuffle({x}, {y}, ({p}_m){{{hi}}});", depth + 1)
+            names, b = out, b // 2
+        for l in range(L):
+            w(f"*({p}_vu *)(d + (k + {l}) * {mr}) = {names[l]};", depth + 1)
+        w("}", depth)
+        w("for (; k < kc; k++)", depth)
+        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = s0[{row_stride} * r + k];", depth + 1)
 
     def micro_kernels(self, w: _Writer):
         """Into the output, and (split K) into a partial-sum tile."""
@@ -394,7 +436,8 @@ class _Renderer:
           f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop{self.cell_params}) {{")
         once = self.plan.a_once
         regions = -(-self.K // KC) if once else 1  # a_once: every K block of A, packed up front
-        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {regions * MC * KC});", 1)
+        # (+ lanes: the transposing pack's last store may write past the last sliver)
+        w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {regions * MC * KC + self.plan.lanes});", 1)
         w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)

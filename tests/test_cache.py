@@ -18,7 +18,7 @@ def kernel_source(tag=None):
     return textwrap.dedent(f"""\
         #include "tcpy_runtime.h"
         /* {tag} */
-        int k(void *const *buffers, int num_threads, int64_t *err) {{
+        int k(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {{
             (void)num_threads; (void)err;
             float *out = buffers[0];
             out[0] = 42.0f;

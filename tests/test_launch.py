@@ -14,7 +14,7 @@ KERNELS = r"""
 #include <unistd.h>
 
 /* C(3,4) = A(3,4) + B(3,4), float32 */
-int add2d(void *const *buffers, int num_threads, int64_t *err) {
+int add2d(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     const float *A = buffers[0], *B = buffers[1];
     float *C = buffers[2];
     (void)num_threads; (void)err;
@@ -24,7 +24,7 @@ int add2d(void *const *buffers, int num_threads, int64_t *err) {
 }
 
 /* O(5) = A(5) * s, float64, s rank 0 */
-int scale(void *const *buffers, int num_threads, int64_t *err) {
+int scale(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     const double *A = buffers[0], *s = buffers[1];
     double *O = buffers[2];
     (void)num_threads; (void)err;
@@ -33,7 +33,7 @@ int scale(void *const *buffers, int num_threads, int64_t *err) {
 }
 
 /* O(i) = A(i - 1) for i in 1:5: O(0) is never written */
-int shifted(void *const *buffers, int num_threads, int64_t *err) {
+int shifted(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     const float *A = buffers[0];
     float *O = buffers[1];
     (void)num_threads; (void)err;
@@ -41,13 +41,13 @@ int shifted(void *const *buffers, int num_threads, int64_t *err) {
     return 0;
 }
 
-int noop(void *const *buffers, int num_threads, int64_t *err) {
+int noop(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     (void)buffers; (void)num_threads; (void)err;
     return 0;
 }
 
 /* error 2 of the entry's table, with two details */
-int fail(void *const *buffers, int num_threads, int64_t *err) {
+int fail(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     (void)buffers; (void)num_threads;
     err[0] = 7;
     err[1] = 3;
@@ -55,7 +55,7 @@ int fail(void *const *buffers, int num_threads, int64_t *err) {
 }
 
 /* T = 2 A (temporary); S = T + B, D = T - B; int32 of shape (4,) */
-int two_outputs(void *const *buffers, int num_threads, int64_t *err) {
+int two_outputs(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     const int32_t *A = buffers[0], *B = buffers[1];
     int32_t *S = buffers[2], *D = buffers[3], *T = buffers[4];
     (void)num_threads; (void)err;
@@ -65,21 +65,21 @@ int two_outputs(void *const *buffers, int num_threads, int64_t *err) {
 }
 
 /* sleeps 200 ms: shows whether the GIL is held */
-int nap(void *const *buffers, int num_threads, int64_t *err) {
+int nap(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     (void)buffers; (void)num_threads; (void)err;
     usleep(200000);
     return 0;
 }
 
 /* O() = num_threads */
-int threads(void *const *buffers, int num_threads, int64_t *err) {
+int threads(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     (void)err;
     *(int32_t *)buffers[0] = num_threads;
     return 0;
 }
 
 /* O() = sum of 40 rank-0 int64 inputs: more buffers than the launcher keeps on its stack */
-int many(void *const *buffers, int num_threads, int64_t *err) {
+int many(void *const *buffers, int num_threads, int64_t *err, const volatile int *stop) {
     (void)num_threads; (void)err;
     int64_t s = 0;
     for (int i = 0; i < 40; i++) s += *(const int64_t *)buffers[i];

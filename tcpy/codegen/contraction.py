@@ -46,6 +46,9 @@ from ..lang.types import ScalarType
 from ..transform.contraction import Contraction, Group, Plan
 
 
+PACK_B_SLIVERS = 16  # slivers pack_b fills row by row at a time (their writes touch 16 pages)
+
+
 def _c(stype: ScalarType) -> str:
     return stype.c_type
 
@@ -295,31 +298,36 @@ class _Renderer:
         n = self.single("n")
         w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
           f" {T} *TCPY_RESTRICT bp) {{")
-        # row by row of K: B's rows are read along N (few streams, prefetched), not sliver by
-        # sliver (kc streams at once)
+        # row by row of K within chunks of PACK_B_SLIVERS slivers: B's rows are read along N (a
+        # few streams, prefetched), not sliver by sliver (kc streams at once), and a chunk's
+        # writes touch few pages
         if n is not None:
             col = lambda c: f"INT64_C({n.b}) * (j0 + s + {c})"  # noqa: E731
         else:
             w("int64_t *co = (int64_t *)tcpy_scratch(3, sizeof(int64_t) * nc);", 1)
             w(f"for (int64_t c = 0; c < nc; c++) co[c] = {p}_off_b_n(j0 + c);", 1)
             col = lambda c: f"co[s + {c}]"  # noqa: E731
-        w("for (int64_t k = 0; k < kc; k++) {", 1)
-        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 2)
-        w(f"{T} *TCPY_RESTRICT d = bp + k * {nr};", 2)
-        w("int64_t s = 0;", 2)
-        w(f"for (; s + {nr} <= nc; s += {nr}, d += {nr} * kc) {{", 2)
+        chunk = PACK_B_SLIVERS * nr
+        w(f"for (int64_t s0 = 0; s0 < nc; s0 += {chunk}) {{", 1)
+        w(f"const int64_t s1 = nc - s0 < {chunk} ? nc : s0 + {chunk};", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 2)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 3)
+        w(f"{T} *TCPY_RESTRICT d = bp + s0 * kc + k * {nr};", 3)
+        w("int64_t s = s0;", 3)
+        w(f"for (; s + {nr} <= s1; s += {nr}, d += {nr} * kc) {{", 3)
         if n is None and self.con.n[-1].b == 1:
             # a sliver that does not cross a boundary of the inner N variable is contiguous in B
-            w(f"if (co[s + {nr - 1}] - co[s] == {nr - 1}) {{", 3)
-            w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 4)
-            w(f"#pragma GCC unroll {nr}", 4)
-            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[c];", 4)
-            w("continue;", 4)
-            w("}", 3)
-        w(f"#pragma GCC unroll {nr}", 3)
-        w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})src[{col('c')}];", 3)
+            w(f"if (co[s + {nr - 1}] - co[s] == {nr - 1}) {{", 4)
+            w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 5)
+            w(f"#pragma GCC unroll {nr}", 5)
+            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[c];", 5)
+            w("continue;", 5)
+            w("}", 4)
+        w(f"#pragma GCC unroll {nr}", 4)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})src[{col('c')}];", 4)
+        w("}", 3)
+        w(f"for (int64_t c = 0; s < s1 && c < {nr}; c++) d[c] = s + c < s1 ? ({T})src[{col('c')}] : ({T})0;", 3)
         w("}", 2)
-        w(f"for (int64_t c = 0; s < nc && c < {nr}; c++) d[c] = s + c < nc ? ({T})src[{col('c')}] : ({T})0;", 2)
         w("}", 1)
         w("}")
 

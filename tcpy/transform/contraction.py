@@ -165,7 +165,7 @@ class Contraction:
         if scale:
             parts.append("scaled by " + " * ".join(scale))
         if self.guards:
-            parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: packed as 0 unless "
+            parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: 0 unless "
                          + " and ".join(g.describe() for g in self.guards))
         parts.append("overwrites" if self.init else "accumulates into the target")
         return "; ".join(parts)
@@ -416,7 +416,10 @@ class Plan:
 
     def describe(self) -> str:
         tb, tm, tn, tk = self.grid
-        text = (f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})")
+        if self.path == "direct":
+            text = f"direct path; runs of up to {self.nc} outputs, the {self.kc} taps summed in registers"
+        else:
+            text = f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})"
         if self.path == "packed":
             text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
             if self.a_once:
@@ -475,6 +478,15 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     nr = nv * lanes
     batch, M, N, K = con.sizes
     unroll = 4
+    if _direct_ok(con):
+        # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
+        # the K rows of B a run reads stay in L1.
+        nc = _round_down(target.l1d // 2 // (K * s), lanes)
+        grid = _grid(con, "direct", mr, nr, K, 1, nc, lanes, threads)
+        reasons = (f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): each run of up "
+                   f"to {nc} outputs along N sums its K taps in registers, vectorised along the run",
+                   f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
+        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
     # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers (MR x kc)
@@ -491,15 +503,6 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
-    if _direct_ok(con):
-        # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
-        # the K rows of B a run reads stay in L1.
-        nc = _round_down(target.l1d // 2 // (K * s), lanes)
-        reasons.append(f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): each run "
-                       f"of up to {nc} outputs along N sums its K taps in registers, vectorised along the run")
-        grid = _grid(con, "direct", mr, nr, K, 1, nc, lanes, threads)
-        reasons.append(f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
-        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, tuple(reasons))
     small = _small_ok(con, target, kc, s)
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K

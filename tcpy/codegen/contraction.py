@@ -315,12 +315,13 @@ class _Renderer:
         w(f"{T} *TCPY_RESTRICT d = bp + s0 * kc + k * {nr};", 3)
         w("int64_t s = s0;", 3)
         w(f"for (; s + {nr} <= s1; s += {nr}, d += {nr} * kc) {{", 3)
-        if n is None and self.con.n[-1].b == 1:
-            # a sliver that does not cross a boundary of the inner N variable is contiguous in B
-            w(f"if (co[s + {nr - 1}] - co[s] == {nr - 1}) {{", 4)
+        if n is None:
+            # a sliver inside one run of the inner N group is read at that group's stride in B
+            inner = self.con.n[-1]
+            w(f"if ((j0 + s) % {inner.extent} + {nr} <= {inner.extent}) {{", 4)
             w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 5)
             w(f"#pragma GCC unroll {nr}", 5)
-            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[c];", 5)
+            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[INT64_C({inner.b}) * c];", 5)
             w("continue;", 5)
             w("}", 4)
         w(f"#pragma GCC unroll {nr}", 4)

@@ -194,6 +194,21 @@ class FusedGroup:
     shared: tuple[str, ...]
     locals: tuple[tuple[str, str], ...] = ()
     zeroed: tuple[str, ...] = ()
+    chain: Optional["Chain"] = None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A fused group that starts and ends with a contraction (scores, softmax, times V): the
+    last shared variable ``block_var`` runs in blocks of ``rows``; the first and last statements
+    run on a block of rows through the contraction engine's micro-kernel, the ones between row
+    by row. ``blocked`` pairs each temporary the products share with the rows in between with
+    its per-thread block buffer (``rows`` rows of ``row`` elements); ``reasons`` say why."""
+
+    block_var: str
+    rows: int
+    blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, row elements)
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -272,10 +287,12 @@ Point_ = tuple[tuple[str, IExpr], ...]  # index variable -> its value at a point
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """``body`` with per-iteration buffers declared before it: (tensor, shape, type, zeroed)."""
+    """``body`` with per-iteration buffers declared before it: (tensor, shape, type, zeroed),
+    and ``views``: (tensor, block buffer, element offset) names for a row of a block buffer."""
 
     buffers: tuple[tuple[str, tuple[int, ...], ScalarType, bool], ...]
     body: tuple["Node", ...]
+    views: tuple[tuple[str, str, "IExpr"], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,7 +390,44 @@ class ContractionNest:
         return text
 
 
-Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest]
+@dataclass(frozen=True)
+class BlockProduct:
+    """A contraction on one block of rows (:func:`tcpy.transform.contraction.block_contraction`):
+    operands ``a``, ``b``, ``c`` start at ``bases`` (tensor, element offset in the loops'
+    variables); ``rows`` is the block's row count; ``prepacked`` names the buffer holding b
+    packed once per batch (None: the plan packs or reads b itself)."""
+
+    stmt: int
+    contraction: object  # tcpy.transform.contraction.Contraction
+    plan: object  # tcpy.transform.contraction.Plan
+    bases: tuple[tuple[str, "IExpr"], ...]
+    rows: "IExpr"
+    prepacked: Optional[str] = None
+
+    def describe(self) -> str:
+        return f"S{self.stmt} on a block of rows: {self.contraction.describe()}; {self.plan.describe()}"
+
+
+@dataclass(frozen=True)
+class BlockChain:
+    """The loops of a fused :class:`Chain`: ``loops`` (variable, lo, hi) over the shared
+    variables, the last one stepping by ``rows`` (parallel over all, ``chunks`` iterations);
+    per-thread ``buffers`` (name, elements, type); per block: ``head``, then ``body`` for each
+    row (``row_var`` from the block's first row), then ``tail``. Prepacked operands are packed
+    again when the loops before the last change."""
+
+    loops: tuple[tuple[str, int, int], ...]
+    rows: int
+    row_var: str
+    buffers: tuple[tuple[str, int, ScalarType], ...]
+    head: BlockProduct
+    body: tuple["Node", ...]
+    tail: BlockProduct
+    parallel: bool
+    chunks: int
+
+
+Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest, BlockChain]
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +521,13 @@ def describe_group(program: Program, group: FusedGroup) -> str:
                 size *= d
             parts.append(f"{tensor} -> {local}{list(shape)} ({size} bytes)")
         text += "; per-thread buffers " + ", ".join(parts)
+    if group.chain is not None:
+        chain = group.chain
+        for tensor, buffer, row in chain.blocked:
+            size = chain.rows * row * program.types[tensor].bits // 8
+            text += (f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): the rows of one block, "
+                     f"written and read by the micro-kernel; its rows seen by the statements between")
+        text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
     return text
 
 
@@ -494,6 +555,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
         elif isinstance(node, Block):
             for name, shape, type_, zeroed in node.buffers:
                 lines.append(f"{pad}buffer {name}{list(shape)} {type_.numpy_name}{' zeroed' if zeroed else ''}")
+            for name, buffer, offset in node.views:
+                lines.append(f"{pad}view {name} = {buffer} + {offset}")
             _dump_nodes(node.body, depth, lines)
         elif isinstance(node, Point):
             lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")
@@ -510,6 +573,20 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
             _dump_nodes(node.slow, depth + 1, lines)
         elif isinstance(node, ContractionNest):
             lines.append(f"{pad}{node.describe()}")
+        elif isinstance(node, BlockChain):
+            for name, elements, type_ in node.buffers:
+                lines.append(f"{pad}per-thread buffer {name}[{elements}] {type_.numpy_name}")
+            for depth_, (var, lo, hi) in enumerate(node.loops):
+                step = node.rows if depth_ == len(node.loops) - 1 else 1
+                tag = f"  [parallel({len(node.loops)}, {node.chunks} chunks)]" if node.parallel and not depth_ else ""
+                lines.append(f"{'  ' * (depth + depth_)}for {var} = {lo}; {var} < {hi}; +{step}{tag}")
+            inner = "  " * (depth + len(node.loops))
+            for product in (node.head, node.tail):
+                prepacked = f"; b prepacked in {product.prepacked} per batch" if product.prepacked else ""
+                lines.append(f"{inner}{product.describe()}{prepacked}")
+                if product is node.head:
+                    lines.append(f"{inner}for {node.row_var} in the block's rows")
+                    _dump_nodes(node.body, depth + len(node.loops) + 1, lines)
         elif isinstance(node, TileUpdate):
             lets = f" with {_point_text(node.lets)}" if node.lets else ""
             lines.append(f"{pad}tile update S{node.stmt} ({_point_text(node.point)}){lets}: {node.rhs}")

@@ -632,6 +632,69 @@ def _grids(limits, threads):
     return rec(0, max(1, threads))
 
 
+# ----------------------------------------------------------------------------- blocks of rows
+
+
+@dataclass(frozen=True)
+class Base:
+    """Where a block contraction's operand starts in ``tensor``: ``offset`` elements plus
+    ``stride * (var - lo)`` for each variable of the loops around it (the blocked variable at
+    the block's first row)."""
+
+    tensor: str
+    offset: int
+    strides: tuple[tuple[str, int], ...]
+
+
+def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str, ...], block_var: str,
+                      rows: int, buffers: Mapping[str, str], program
+                      ) -> Optional[tuple[Contraction, tuple[Base, Base, Base]]]:
+    """``con`` restricted to one block of ``rows`` rows of ``block_var`` (an M variable) inside
+    loops over ``fixed`` (the batch and other M variables): those variables leave the roles and
+    move into the operands' bases, so the same micro-kernel runs on each block. A tensor in
+    ``buffers`` lives in the named per-thread block buffer, one row (its dimensions not indexed
+    by ``fixed``) per value of ``block_var``. None when the roles do not allow it."""
+    fixed_set = set(fixed)
+    if (not {v for v in con.role_vars("batch")} <= fixed_set or block_var not in con.role_vars("m")
+            or not set(con.role_vars("m")) <= fixed_set | {block_var}
+            or fixed_set & set(con.role_vars("n") + con.role_vars("k"))):
+        return None
+    extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
+    extents[block_var] = rows
+    accesses = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
+    accesses[stmt.target] = ast.Access(stmt.target, stmt.lhs)
+    local_ranges = {**ranges, block_var: (0, rows)}
+    accs, bases = {}, []
+    for which in "abc":
+        acc = getattr(con, which)
+        if acc.tensor in buffers:
+            indices = accesses[acc.tensor].indices
+            shared = fixed_set | {block_var}
+            row = [(e, n) for e, n in zip(indices, program.shapes[acc.tensor])
+                   if not (isinstance(e, ast.IndexVar) and e.name in shared)]
+            if len(row) != len(indices) - len(shared):
+                return None
+            kept, shape = [e for e, _ in row], [n for _, n in row]
+            local = _access(acc.tensor, (ast.IndexVar(block_var),) + tuple(kept), acc.dtype, local_ranges,
+                            program.sizes, {acc.tensor: (rows, *shape)})
+            if local is None:
+                return None
+            accs[which] = local
+            bases.append(Base(buffers[acc.tensor], 0, ()))
+        else:
+            accs[which] = AffineAccess(acc.tensor, acc.dtype, 0,
+                                       tuple((v, s) for v, s in acc.strides if v not in fixed_set))
+            bases.append(Base(acc.tensor, acc.offset,
+                              tuple((v, s) for v, s in acc.strides if v in fixed_set or v == block_var)))
+    groups = {}
+    for role, primary, members in (("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
+        vars_ = sorted((v for v in con.role_vars(role) if v not in fixed_set),
+                       key=lambda v: -abs(accs[primary].stride(v)))
+        groups[role] = _merge(vars_, extents, accs, members)
+    return (Contraction(con.stmt, con.dtype, accs["a"], accs["b"], accs["c"], (), groups["m"], groups["n"],
+                        groups["k"], con.alpha, con.alpha_tensors, con.init), tuple(bases))
+
+
 def contraction_of(stmt: ast.Stmt, ranges, program, options) -> Optional[tuple[Contraction, Plan]]:
     """``(contraction, plan)`` when the engine takes this statement, else None: ``options``
     keep the engine on (``contraction``, ``vectorize``) and give no tile sizes or loop order for

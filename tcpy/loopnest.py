@@ -312,9 +312,9 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
         con, _ = contraction_of(statement.stmt, statement.ranges, program, options)
         block, bases = block_contraction(con, statement.stmt, statement.ranges, fixed, chain.block_var, chain.rows,
                                          buffers, program)
-        block_plan = plan(block, options.target, 1)
+        block_plan = plan(block, options.target, 1, b_packed_once=reuse)
         prepacked = None
-        if reuse and block_plan.path in ("packed", "stream"):
+        if reuse:
             prepacked = f"prepack.{k}"
             npad = -(-block.size("n") // block_plan.nr) * block_plan.nr
             scratch.append((prepacked, block.size("k") * npad, block.dtype))

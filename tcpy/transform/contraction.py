@@ -470,8 +470,12 @@ def _balanced(total: int, block: int, multiple: int) -> int:
     return -(-(-(-total // count)) // multiple) * multiple
 
 
-def plan(con: Contraction, target: Target, threads: int) -> Plan:
-    """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``."""
+def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False) -> Plan:
+    """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
+
+    ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so its
+    packing costs nothing here: the path is ``stream`` when A can be read in place and a K block
+    of B fits half of L2, else ``packed``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s)
@@ -503,7 +507,7 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
-    small = _small_ok(con, target, kc, s)
+    small = _small_ok(con, target, kc, s) and not b_packed_once
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K
         reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
@@ -511,6 +515,10 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
                        f"fits half of L2: packing cannot pay")
+    elif b_packed_once and _stream_shape_ok(con) and kc * N * s <= target.l2 // 2:
+        path = "stream"
+        reasons.append(f"stream path: B is packed once per batch outside; A is read in place against a K block "
+                       f"of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
     elif _stream_ok(con, target, kc, s, lanes) and batch * -(-M // mr) >= threads:
         path = "stream"
         reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
@@ -568,6 +576,11 @@ def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) ->
     _, M, N, K = con.sizes
     if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
+    return _stream_shape_ok(con)
+
+
+def _stream_shape_ok(con: Contraction) -> bool:
+    """A can be read in place by rows: one M and one K dimension, of A's own type."""
     return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1 and con.guarded != "a"
             and (not con.m or con.m[0].a != 0))
 

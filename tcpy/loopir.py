@@ -414,12 +414,15 @@ class BlockChain:
     variables, the last one stepping by ``rows`` (parallel over all, ``chunks`` iterations);
     per-thread ``buffers`` (name, elements, type); per block: ``head``, then ``body`` for each
     row (``row_var`` from the block's first row), then ``tail``. Prepacked operands are packed
-    again when the loops before the last change."""
+    again when the loops before the last change: by each thread into its own buffer, or, with
+    ``shared`` buffers (fewer batches than threads), once by one thread for all, the batch loops
+    then running in every thread and only the blocks of a batch split between threads."""
 
     loops: tuple[tuple[str, int, int], ...]
     rows: int
     row_var: str
     buffers: tuple[tuple[str, int, ScalarType], ...]
+    shared: tuple[tuple[str, int, ScalarType], ...]
     head: BlockProduct
     body: tuple["Node", ...]
     tail: BlockProduct
@@ -576,9 +579,13 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
         elif isinstance(node, BlockChain):
             for name, elements, type_ in node.buffers:
                 lines.append(f"{pad}per-thread buffer {name}[{elements}] {type_.numpy_name}")
+            for name, elements, type_ in node.shared:
+                lines.append(f"{pad}buffer {name}[{elements}] {type_.numpy_name} shared by the threads")
             for depth_, (var, lo, hi) in enumerate(node.loops):
                 step = node.rows if depth_ == len(node.loops) - 1 else 1
-                tag = f"  [parallel({len(node.loops)}, {node.chunks} chunks)]" if node.parallel and not depth_ else ""
+                parallel_at = len(node.loops) - 1 if node.shared else 0
+                tag = (f"  [parallel({len(node.loops) - parallel_at}, {node.chunks} chunks)]"
+                       if node.parallel and depth_ == parallel_at else "")
                 lines.append(f"{'  ' * (depth + depth_)}for {var} = {lo}; {var} < {hi}; +{step}{tag}")
             inner = "  " * (depth + len(node.loops))
             for product in (node.head, node.tail):

@@ -299,13 +299,17 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
     lo, hi = ranges[chain.block_var]
     loops += ((BLOCK_START, lo, hi),)
     blocks = -(-(hi - lo) // chain.rows)
-    chunks = _product(hi_ - lo_ for _, lo_, hi_ in loops[:-1]) * blocks
+    batches = _product(hi_ - lo_ for _, lo_, hi_ in loops[:-1])
     threads = options.threads if parallel else 1
     # b depends on the batch loops only: packed once per batch when a thread runs several of
-    # its blocks in a row (static schedule: consecutive iterations), else by the cell per block
-    reuse = blocks >= 2 and chunks >= 2 * threads
+    # its blocks in a row (static schedule: consecutive iterations), else by the cell per block;
+    # with fewer batches than threads, once for all threads (one copy, not one per thread)
+    shared = parallel and batches < threads and blocks >= 2
+    reuse = shared or (blocks >= 2 and batches * blocks >= 2 * threads)
+    chunks = blocks if shared else batches * blocks
     buffers = {tensor: buffer for tensor, buffer, _ in chain.blocked}
     scratch = [(buffer, chain.rows * row, program.types[tensor]) for tensor, buffer, row in chain.blocked]
+    packed = []
     products = []
     for k, index in enumerate((group.statements[0], group.statements[-1])):
         statement = program.statements[index]
@@ -317,7 +321,7 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
         if reuse:
             prepacked = f"prepack.{k}"
             npad = -(-block.size("n") // block_plan.nr) * block_plan.nr
-            scratch.append((prepacked, block.size("k") * npad, block.dtype))
+            packed.append((prepacked, block.size("k") * npad, block.dtype))
         exprs = []
         for base in bases:
             offset: IExpr = Const(base.offset)
@@ -326,8 +330,10 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
                 offset = BinOp("+", offset, BinOp("*", Const(stride), BinOp("-", at, Const(statement.ranges[v][0]))))
             exprs.append((base.tensor, offset))
         products.append(BlockProduct(index, block, block_plan, tuple(exprs), Var(BLOCK_ROWS), prepacked))
-    return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), products[0], row_body,
-                      products[1], parallel, chunks)
+    if not shared:
+        scratch, packed = scratch + packed, []
+    return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), products[0],
+                      row_body, products[1], parallel, chunks)
 
 
 def _product(values) -> int:

@@ -112,6 +112,7 @@ def test_random_chains_do_form_chains():
         options = {"num_threads": threads, "target": tiny_caches(Target.host())}
         (chain,) = chains_of(tcpy.define(source, options=tcpy.Options(**options)), *args)
         assert chain.head.prepacked and chain.tail.prepacked  # many small blocks: packed once per batch
+        assert bool(chain.shared) == chain.parallel  # one batch for several threads: one shared copy
         check(source, args, options, 2e-4)
 
 

@@ -485,7 +485,9 @@ class _Emitter:
 
     def block_chain(self, node, depth):
         """A fused chain: per-thread block buffers (scratch slot 3), a parallel loop over the
-        batch loops and blocks of rows; per block the head product, the rows, the tail product."""
+        batch loops and blocks of rows; per block the head product, the rows, the tail product.
+        With shared packed operands (slot 4), every thread runs the batch loops, one packs, and
+        the blocks of the batch are split between the threads."""
         names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
         calls = []
         for product in (node.head, node.tail):
@@ -495,50 +497,63 @@ class _Emitter:
                 index_c(product.rows), c_name(product.prepacked) if product.prepacked else None)
             self.helpers.append(helpers)
             calls.append((prepack, call))
-        offsets, total = [], 0
-        for name, elements, type_ in node.buffers:
-            offsets.append((name, type_, total))
-            total += -(-elements * (type_.bits // 8) // 64) * 64  # each buffer on a cache line
+        prepacks = " ".join(p for p, _ in calls if p)
         self.emit("{", depth)
+        if node.shared:
+            self._carve("tcpy_shared", 4, node.shared, depth + 1)
         if node.parallel:
             self.emit(f"const int tcpy_nt = tcpy_num_threads < {node.chunks} ? tcpy_num_threads : {node.chunks};",
                       depth + 1)
             self.emit("#pragma omp parallel num_threads(tcpy_nt) if(tcpy_nt > 1)", depth + 1)
         self.emit("{", depth + 1)
-        self.emit(f"char *tcpy_mem = (char *)tcpy_scratch(3, {max(total, 1)});", depth + 2)
-        for name, type_, offset in offsets:
-            self.emit(f"{type_.c_type} *TCPY_RESTRICT {c_name(name)} = ({type_.c_type} *)(tcpy_mem + {offset});",
-                      depth + 2)
-        self.emit("int64_t tcpy_batch = -1;  /* the batch whose operands are prepacked */", depth + 2)
+        self._carve("tcpy_mem", 3, node.buffers, depth + 2)
+        self.emit("int64_t tcpy_batch = -1;  /* the batch whose operands this thread packed */", depth + 2)
         self.emit("(void)tcpy_batch;", depth + 2)
-        if node.parallel:
-            collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
-            self.emit(f"#pragma omp for schedule(static){collapse}", depth + 2)
         d = depth + 2
-        for k, (var, lo, hi) in enumerate(node.loops):
-            step = f"{var} += {node.rows}" if k == len(node.loops) - 1 else f"{var}++"
-            self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {step})" + (" {" if k == len(node.loops) - 1 else ""),
-                      d)
+        *batch_loops, (var, lo, hi) = node.loops
+        if node.parallel and not node.shared:
+            collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
+            self.emit(f"#pragma omp for schedule(static){collapse}", d)
+        for loop_var, lo_, hi_ in batch_loops:
+            self.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
             d += 1
-        var, lo, hi = node.loops[-1]
-        self.emit(f"const int64_t tcpy_rows = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d)
-        batch = "0"
-        for loop_var, lo_, hi_ in node.loops[:-1]:
-            batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
-        prepacks = " ".join(p for p, _ in calls if p)
-        if prepacks:
-            self.emit(f"if ({batch} != tcpy_batch) {{ tcpy_batch = {batch}; {prepacks} }}", d)
-        self.emit(calls[0][1], d)
+        if node.shared:
+            self.emit("{", d)
+            self.emit("#pragma omp single", d + 1)
+            self.emit(f"{{ {prepacks} }}", d + 1)
+            if node.parallel:
+                self.emit("#pragma omp for schedule(static)", d + 1)
+            d += 1
+        self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
+        self.emit(f"const int64_t tcpy_rows = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
+        if prepacks and not node.shared:
+            batch = "0"
+            for loop_var, lo_, hi_ in batch_loops:
+                batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
+            self.emit(f"if ({batch} != tcpy_batch) {{ tcpy_batch = {batch}; {prepacks} }}", d + 1)
+        self.emit(calls[0][1], d + 1)
         self.emit(f"for (int64_t {node.row_var} = {var}; {node.row_var} < {var} + tcpy_rows; {node.row_var}++) {{",
-                  d)
+                  d + 1)
         self.loops += 1
-        self.nodes(node.body, d + 1)
+        self.nodes(node.body, d + 2)
         self.loops -= 1
+        self.emit("}", d + 1)
+        self.emit(calls[1][1], d + 1)
         self.emit("}", d)
-        self.emit(calls[1][1], d)
-        self.emit("}", d - 1)
+        if node.shared:
+            self.emit("}", d - 1)
         self.emit("}", depth + 1)
         self.emit("}", depth)
+
+    def _carve(self, base, slot, buffers, depth):
+        """Declare ``buffers`` (name, elements, type) in scratch ``slot``, each on a cache line."""
+        offsets, total = [], 0
+        for name, elements, type_ in buffers:
+            offsets.append((name, type_, total))
+            total += -(-elements * (type_.bits // 8) // 64) * 64
+        self.emit(f"char *{base} = (char *)tcpy_scratch({slot}, {max(total, 1)});", depth)
+        for name, type_, offset in offsets:
+            self.emit(f"{type_.c_type} *TCPY_RESTRICT {c_name(name)} = ({type_.c_type} *)({base} + {offset});", depth)
 
     def nodes(self, nodes, depth):
         for node in nodes:

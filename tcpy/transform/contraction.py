@@ -666,9 +666,10 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
     loops over ``fixed`` (the batch and other M variables): those variables leave the roles and
     move into the operands' bases, so the same micro-kernel runs on each block. A tensor in
     ``buffers`` lives in the named per-thread block buffer, one row (its dimensions not indexed
-    by ``fixed``) per value of ``block_var``. None when the roles do not allow it."""
+    by ``fixed``) per value of ``block_var``. None when the roles do not allow it, or when the
+    contraction has guards (padding)."""
     fixed_set = set(fixed)
-    if (not {v for v in con.role_vars("batch")} <= fixed_set or block_var not in con.role_vars("m")
+    if (con.guards or not {v for v in con.role_vars("batch")} <= fixed_set or block_var not in con.role_vars("m")
             or not set(con.role_vars("m")) <= fixed_set | {block_var}
             or fixed_set & set(con.role_vars("n") + con.role_vars("k"))):
         return None
@@ -703,7 +704,7 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
     for role, primary, members in (("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted((v for v in con.role_vars(role) if v not in fixed_set),
                        key=lambda v: -abs(accs[primary].stride(v)))
-        groups[role] = _merge(vars_, extents, accs, members)
+        groups[role] = _merge(vars_, extents, accs, members, ())
     return (Contraction(con.stmt, con.dtype, accs["a"], accs["b"], accs["c"], (), groups["m"], groups["n"],
                         groups["k"], con.alpha, con.alpha_tensors, con.init), tuple(bases))
 

@@ -101,8 +101,9 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     statements = program.statements
     head, tail = statements[first], statements[last]
     engines = [contraction_of(s.stmt, s.ranges, program, options) for s in (head, tail)]
-    if None in engines or head.origin < 0 or tail.origin < 0:
-        return None
+    if (None in engines or head.origin < 0 or tail.origin < 0
+            or any(e.producer in (first, last) for e in program.epilogues)):
+        return None  # (a product with an epilogue runs it in its own store)
     shared = group.shared
     block_var, fixed = shared[-1], shared[:-1]
     ranges = statements[group.statements[0]].ranges

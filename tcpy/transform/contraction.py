@@ -473,9 +473,8 @@ def _balanced(total: int, block: int, multiple: int) -> int:
 def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
-    ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so its
-    packing costs nothing here: the path is ``stream`` when A can be read in place and a K block
-    of B fits half of L2, else ``packed``."""
+    ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
+    small path (B read in place) never pays: ``stream`` or ``packed``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s)
@@ -515,11 +514,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
                        f"fits half of L2: packing cannot pay")
-    elif b_packed_once and _stream_shape_ok(con) and kc * N * s <= target.l2 // 2:
-        path = "stream"
-        reasons.append(f"stream path: B is packed once per batch outside; A is read in place against a K block "
-                       f"of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
-    elif _stream_ok(con, target, kc, s, lanes) and batch * -(-M // mr) >= threads:
+    elif _stream_ok(con, target, kc, s, lanes) and (b_packed_once or batch * -(-M // mr) >= threads):
         path = "stream"
         reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
                        f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
@@ -576,11 +571,6 @@ def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) ->
     _, M, N, K = con.sizes
     if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
-    return _stream_shape_ok(con)
-
-
-def _stream_shape_ok(con: Contraction) -> bool:
-    """A can be read in place by rows: one M and one K dimension, of A's own type."""
     return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1 and con.guarded != "a"
             and (not con.m or con.m[0].a != 0))
 

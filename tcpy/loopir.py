@@ -333,6 +333,8 @@ class Scratch:
 # Variables a register tile binds for the code inside it: the block's first row and column,
 # and the row and column within the block.
 TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "tcpy_c"
+# Variables a fused chain's loops bind: the first row of the block and its number of rows.
+BLOCK_START, BLOCK_ROWS = "tcpy_blk", "tcpy_rows"
 # Index variables of a panel copy (block, lane within it). Names that passes generate for tensors
 # and index variables contain a ".", which no TC identifier does, so they never meet the user's.
 PANEL_BLOCK, PANEL_LANE = "panel.nb", "panel.cc"
@@ -515,21 +517,27 @@ def describe_group(program: Program, group: FusedGroup) -> str:
     """``S2-S5 over b, h, l; per-thread buffers E -> local.0[512] (2048 bytes)`` for explain()."""
     first, last = group.statements[0], group.statements[-1]
     text = f"S{first}-S{last} over {', '.join(group.shared)}"
-    if group.locals:
-        parts = []
-        for tensor, local in group.locals:
-            shape = program.shapes[local]
-            size = program.types[local].bits // 8
-            for d in shape:
-                size *= d
-            parts.append(f"{tensor} -> {local}{list(shape)} ({size} bytes)")
+    blocked = {tensor for tensor, _, _ in group.chain.blocked} if group.chain else set()
+    parts = []
+    for tensor, local in group.locals:
+        if tensor in blocked:  # a chain's block buffer: described below
+            continue
+        shape = program.shapes[local]
+        size = program.types[local].bits // 8
+        for d in shape:
+            size *= d
+        parts.append(f"{tensor} -> {local}{list(shape)} ({size} bytes)")
+    if parts:
         text += "; per-thread buffers " + ", ".join(parts)
     if group.chain is not None:
         chain = group.chain
+        if parts:
+            text += ("\n    why: each per-thread buffer is produced and consumed within one row (its "
+                     "dependences keep the shared loops equal)")
         for tensor, buffer, row in chain.blocked:
             size = chain.rows * row * program.types[tensor].bits // 8
-            text += (f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): the rows of one block, "
-                     f"written and read by the micro-kernel; its rows seen by the statements between")
+            text += (f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): one block of rows, "
+                     "written or read by a product's micro-kernel, so it spans the block (per thread)")
         text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
     return text
 

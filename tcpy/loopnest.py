@@ -24,8 +24,9 @@ from .lang import ast
 from .lang.types import ScalarType, accumulator_type
 from .lang.visit import inline_lets
 from .loopir import (
-    Accumulate, BinOp, Block, BlockChain, BlockProduct, Const, ContractionNest, FusedGroup, Guard, KernelIR,
-    IExpr, Loop, Mode, Nest, NestKind, Node, Point, Program, Scratch, Statement, Var, first_point, from_isl,
+    BLOCK_ROWS, BLOCK_START, Accumulate, BinOp, Block, BlockChain, BlockProduct, Const, ContractionNest,
+    FusedGroup, Guard, IExpr, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Scratch, Statement, Var,
+    first_point, from_isl,
 )
 from .options import Options
 from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
@@ -282,10 +283,6 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
         nodes = (Loop(loop_vars[v], Const(lo), BinOp("<", Var(loop_vars[v]), Const(hi)), 1, nodes,
                       parallel=collapse, chunks=chunks if collapse else 0),)
     return Nest(group.statements[0], NestKind.COMPUTE, nodes, None, group)
-
-
-# Variables of a chain's loops: the block's first row and its number of rows (C names).
-BLOCK_START, BLOCK_ROWS = "tcpy_blk", "tcpy_rows"
 
 
 def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Mapping[str, str],

@@ -24,8 +24,8 @@ from tcpy.lang import ast
 from tcpy.lang.types import ScalarType, accumulator_type, promote
 from tcpy.lang.visit import is_static_index
 from tcpy.loopir import (
-    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, BlockChain, Call, Const, ContractionNest,
-    Guard, IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
+    BLOCK_ROWS, TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, BlockChain, Call, Const,
+    ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
 )
 from tcpy.codegen import contraction as contraction_c
 
@@ -525,15 +525,15 @@ class _Emitter:
                 self.emit("#pragma omp for schedule(static)", d + 1)
             d += 1
         self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
-        self.emit(f"const int64_t tcpy_rows = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
+        self.emit(f"const int64_t {BLOCK_ROWS} = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
         if prepacks and not node.shared:
             batch = "0"
             for loop_var, lo_, hi_ in batch_loops:
                 batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
             self.emit(f"if ({batch} != tcpy_batch) {{ tcpy_batch = {batch}; {prepacks} }}", d + 1)
         self.emit(calls[0][1], d + 1)
-        self.emit(f"for (int64_t {node.row_var} = {var}; {node.row_var} < {var} + tcpy_rows; {node.row_var}++) {{",
-                  d + 1)
+        self.emit(f"for (int64_t {node.row_var} = {var}; {node.row_var} < {var} + {BLOCK_ROWS}; "
+                  f"{node.row_var}++) {{", d + 1)
         self.loops += 1
         self.nodes(node.body, d + 2)
         self.loops -= 1

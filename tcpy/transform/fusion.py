@@ -17,6 +17,17 @@ indices are not affine, stays out.
 A temporary that only the group touches, always at the shared point (the same dimensions
 indexed by the shared variables in every access), **shrinks** to a buffer of one iteration (a
 row): it lives in the parallel loop's body, one per thread, and is never allocated at full size.
+
+**Chains.** When the statement right before a group is an engine contraction producing the rows
+the group reads (attention's scores ``Sc(b,h,l,s)``) and the statement right after is one
+consuming rows the group writes (``O(b,h,l,d) +=! P(b,h,l,s) * V(b,h,s,d)``), all three are one
+group (legal by the same dependence test, with the shared variables output variables of both
+products). The last shared variable then runs in blocks of rows sized so that the two row
+tensors' blocks fit half of L2: per block the first product writes its rows into a per-thread
+block buffer through the micro-kernel, the statements between run row by row on views of those
+buffers, and the second product reads its block of rows as its A operand. The products'
+other operands depend only on the batch loops, so they are packed once per batch
+(:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`).
 """
 from __future__ import annotations
 
@@ -138,8 +149,7 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
     rows, reasons = _row_block(program, blocked, ranges, shared, head_plan, options)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
-    for s in (head, tail):
-        con, _ = contraction_of(s.stmt, s.ranges, program, options)
+    for s, (con, _) in zip((head, tail), engines):
         if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program) is None:
             return None
     return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons))

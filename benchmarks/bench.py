@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -239,17 +240,27 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
 
 
 MEMORY_PROBE = """
-import sys, numpy as np, tcpy
+import json, sys, numpy as np, tcpy
 from tcpy import demo
-case = demo.resnet_conv_case(*map(int, sys.argv[1].split(",")))
+case = getattr(demo, sys.argv[1])(*json.loads(sys.argv[2]))
 args = case.make_args(np.random.default_rng(0))
-kernel = tcpy.define(case.source, options=tcpy.Options(target=sys.argv[2]))
+kernel = tcpy.define(case.source, options=tcpy.Options(**json.loads(sys.argv[3])))
 rss = lambda key: int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1])  # KiB
 before = rss("VmRSS:")
 open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current size
 out = kernel(*args)
 print(rss("VmHWM:") - before - out.nbytes // 1024)
 """
+
+
+def probe_memory(make: str, sizes, **options) -> float:
+    """MiB that one call of ``demo.<make>(*sizes)`` adds beyond its inputs and output, in a
+    fresh process with the kernel in the disk cache: packing buffers, thread stacks, the loaded
+    kernel."""
+    probe = subprocess.run([sys.executable, "-c", MEMORY_PROBE, make, json.dumps(list(sizes)), json.dumps(options)],
+                           capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    return int(probe.stdout.split()[-1]) / 1024
 
 
 def memory_line(layer: tuple, options: "tcpy.Options") -> str:
@@ -259,10 +270,7 @@ def memory_line(layer: tuple, options: "tcpy.Options") -> str:
     output pixel."""
     n, c, f, hw, k, stride = layer
     target = options.target.name if options.target.name in PRESETS else "host"
-    probe = subprocess.run([sys.executable, "-c", MEMORY_PROBE, ",".join(map(str, layer)), target],
-                           capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-    grown = int(probe.stdout.split()[-1]) / 1024
+    grown = probe_memory("resnet_conv_case", layer, target=target)
     out = (hw + 2 * (k // 2) - k) // stride + 1
     im2col = n * c * k * k * out * out * 4 / 2**20
     return (f"{'memory':<10} {demo.resnet_conv_case(*layer).shapes:<28} one call needs {grown:6.1f} MiB beyond "
@@ -285,6 +293,20 @@ def overhead_line(n: int = 4, number: int = 20000) -> str:
     t_np_out = per_call(lambda: np.add(a, b, out=out))
     return (f"{'overhead':<10} {f'add N={n}':<28} tcpy {t_tc:7.2f} us/call | numpy.add {t_np:7.2f} us/call"
             f" | with out=: tcpy {t_tc_out:7.2f} us, numpy {t_np_out:7.2f} us")
+
+
+def attention_memory_line(b: int, h: int, s: int, d: int, threads: int) -> str:
+    """Peak memory of attention beyond inputs and output, fused and unfused (fresh processes)."""
+    case = demo.attention_case(b, h, s, d)
+    args = case.make_args(np.random.default_rng(0))
+    peaks = []
+    for fuse in (True, False):
+        tcpy.define(case.source, options=tcpy.Options(num_threads=threads, fuse=fuse))(*args)  # into the cache
+        peaks.append(probe_memory("attention_case", (b, h, s, d), num_threads=threads, fuse=fuse))
+    scores = b * h * s * s * 4 / 2**20
+    return (f"{'memory':<10} {case.shapes:<28} peak beyond inputs and output {peaks[0]:7.2f} MiB "
+            f"({peaks[0] / scores:.3f} of the {scores:.0f} MiB score matrix) | unfused {peaks[1]:7.2f} MiB"
+            f" | threads {threads}")
 
 
 def threads_line(n: int, options: "tcpy.Options", repeat: int = 5) -> str:
@@ -352,6 +374,9 @@ def main(argv=None) -> int:
         print(run_case(case, rng, args.budget, options), flush=True)
     if args.suite == "resnet":
         print(memory_line((8, 64, 64, 56, 3, 1), options), flush=True)
+    long_attention = "attention B=1 H=1 L=S=4096 D=128"
+    if args.suite == "default" and not args.quick and (not args.only or args.only in long_attention):
+        print(attention_memory_line(1, 1, 4096, 128, tcpy.get_num_threads()), flush=True)
     if args.only or args.suite != "default":
         return 0
     print(overhead_line(), flush=True)

@@ -465,7 +465,10 @@ TCPY_SIMD_DECLARE(tanh)
  * thread, one per slot (0..TCPY_SCRATCH_SLOTS-1). It only grows and is reused by later calls,
  * so packing buffers cost no allocation once warm. Each kernel library has its own copy; the
  * buffers live as long as the thread. Contents are not preserved when a buffer grows. */
-#define TCPY_SCRATCH_SLOTS 4
+/* slots: 0 packed A, 1 packed B, 2 split-K partials, 3 a fused chain's per-thread block buffers
+ * and operands packed per thread, 4 a fused chain's operands packed once for all threads
+ * (the calling thread's buffer, shared through a pointer) */
+#define TCPY_SCRATCH_SLOTS 5
 static inline void *tcpy_scratch(int slot, size_t bytes) {
     static __thread void *buffers[TCPY_SCRATCH_SLOTS];
     static __thread size_t capacity[TCPY_SCRATCH_SLOTS];

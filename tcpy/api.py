@@ -20,7 +20,7 @@ from .errors import (TCArgumentError, TCCompilerError, TCLookupError, TCOptionEr
 from .lang import ast, parse
 from .lang.sema import caller_accumulations, select_def
 from .lang.types import ScalarType
-from .loopir import ContractionNest, KernelIR, NestKind, describe_group, dump
+from .loopir import BlockChain, ContractionNest, KernelIR, NestKind, describe_group, dump
 from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
 from .runtime.launch import LaunchEntry, Launcher
@@ -135,6 +135,11 @@ class Kernel(Launcher):
             for nest in spec.ir.nests:
                 if nest.group is not None:
                     lines.append(f"  fused {describe_group(spec.ir.program, nest.group)}")
+                    for node in nest.body:
+                        if isinstance(node, BlockChain):
+                            for product in (node.head, node.tail):
+                                packed = f"; b packed once per batch ({product.prepacked})" if product.prepacked else ""
+                                lines.append(f"    {product.describe()}{packed}")
                 elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
                 elif nest.body and isinstance(nest.body[0], ContractionNest):

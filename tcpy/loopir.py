@@ -194,6 +194,21 @@ class FusedGroup:
     shared: tuple[str, ...]
     locals: tuple[tuple[str, str], ...] = ()
     zeroed: tuple[str, ...] = ()
+    chain: Optional["Chain"] = None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A fused group that starts and ends with a contraction (scores, softmax, times V): the
+    last shared variable ``block_var`` runs in blocks of ``rows``; the first and last statements
+    run on a block of rows through the contraction engine's micro-kernel, the ones between row
+    by row. ``blocked`` pairs each temporary the products share with the rows in between with
+    its per-thread block buffer (``rows`` rows of ``row`` elements); ``reasons`` say why."""
+
+    block_var: str
+    rows: int
+    blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, row elements)
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -272,10 +287,12 @@ Point_ = tuple[tuple[str, IExpr], ...]  # index variable -> its value at a point
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """``body`` with per-iteration buffers declared before it: (tensor, shape, type, zeroed)."""
+    """``body`` with per-iteration buffers declared before it: (tensor, shape, type, zeroed),
+    and ``views``: (tensor, block buffer, element offset) names for a row of a block buffer."""
 
     buffers: tuple[tuple[str, tuple[int, ...], ScalarType, bool], ...]
     body: tuple["Node", ...]
+    views: tuple[tuple[str, str, "IExpr"], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +333,8 @@ class Scratch:
 # Variables a register tile binds for the code inside it: the block's first row and column,
 # and the row and column within the block.
 TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "tcpy_c"
+# Variables a fused chain's loops bind: the first row of the block and its number of rows.
+BLOCK_START, BLOCK_ROWS = "tcpy_blk", "tcpy_rows"
 # Index variables of a panel copy (block, lane within it). Names that passes generate for tensors
 # and index variables contain a ".", which no TC identifier does, so they never meet the user's.
 PANEL_BLOCK, PANEL_LANE = "panel.nb", "panel.cc"
@@ -373,7 +392,47 @@ class ContractionNest:
         return text
 
 
-Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest]
+@dataclass(frozen=True)
+class BlockProduct:
+    """A contraction on one block of rows (:func:`tcpy.transform.contraction.block_contraction`):
+    operands ``a``, ``b``, ``c`` start at ``bases`` (tensor, element offset in the loops'
+    variables); ``rows`` is the block's row count; ``prepacked`` names the buffer holding b
+    packed once per batch (None: the plan packs or reads b itself)."""
+
+    stmt: int
+    contraction: object  # tcpy.transform.contraction.Contraction
+    plan: object  # tcpy.transform.contraction.Plan
+    bases: tuple[tuple[str, "IExpr"], ...]
+    rows: "IExpr"
+    prepacked: Optional[str] = None
+
+    def describe(self) -> str:
+        return f"S{self.stmt} on a block of rows: {self.contraction.describe()}; {self.plan.describe()}"
+
+
+@dataclass(frozen=True)
+class BlockChain:
+    """The loops of a fused :class:`Chain`: ``loops`` (variable, lo, hi) over the shared
+    variables, the last one stepping by ``rows`` (parallel over all, ``chunks`` iterations);
+    per-thread ``buffers`` (name, elements, type); per block: ``head``, then ``body`` for each
+    row (``row_var`` from the block's first row), then ``tail``. Prepacked operands are packed
+    again when the loops before the last change: by each thread into its own buffer, or, with
+    ``shared`` buffers (fewer batches than threads), once by one thread for all, the batch loops
+    then running in every thread and only the blocks of a batch split between threads."""
+
+    loops: tuple[tuple[str, int, int], ...]
+    rows: int
+    row_var: str
+    buffers: tuple[tuple[str, int, ScalarType], ...]
+    shared: tuple[tuple[str, int, ScalarType], ...]
+    head: BlockProduct
+    body: tuple["Node", ...]
+    tail: BlockProduct
+    parallel: bool
+    chunks: int
+
+
+Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest, BlockChain]
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,15 +517,28 @@ def describe_group(program: Program, group: FusedGroup) -> str:
     """``S2-S5 over b, h, l; per-thread buffers E -> local.0[512] (2048 bytes)`` for explain()."""
     first, last = group.statements[0], group.statements[-1]
     text = f"S{first}-S{last} over {', '.join(group.shared)}"
-    if group.locals:
-        parts = []
-        for tensor, local in group.locals:
-            shape = program.shapes[local]
-            size = program.types[local].bits // 8
-            for d in shape:
-                size *= d
-            parts.append(f"{tensor} -> {local}{list(shape)} ({size} bytes)")
+    blocked = {tensor for tensor, _, _ in group.chain.blocked} if group.chain else set()
+    parts = []
+    for tensor, local in group.locals:
+        if tensor in blocked:  # a chain's block buffer: described below
+            continue
+        shape = program.shapes[local]
+        size = program.types[local].bits // 8
+        for d in shape:
+            size *= d
+        parts.append(f"{tensor} -> {local}{list(shape)} ({size} bytes)")
+    if parts:
         text += "; per-thread buffers " + ", ".join(parts)
+    if group.chain is not None:
+        chain = group.chain
+        if parts:
+            text += ("\n    why: each per-thread buffer is produced and consumed within one row (its "
+                     "dependences keep the shared loops equal)")
+        for tensor, buffer, row in chain.blocked:
+            size = chain.rows * row * program.types[tensor].bits // 8
+            text += (f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): one block of rows, "
+                     "written or read by a product's micro-kernel, so it spans the block (per thread)")
+        text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
     return text
 
 
@@ -494,6 +566,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
         elif isinstance(node, Block):
             for name, shape, type_, zeroed in node.buffers:
                 lines.append(f"{pad}buffer {name}{list(shape)} {type_.numpy_name}{' zeroed' if zeroed else ''}")
+            for name, buffer, offset in node.views:
+                lines.append(f"{pad}view {name} = {buffer} + {offset}")
             _dump_nodes(node.body, depth, lines)
         elif isinstance(node, Point):
             lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")
@@ -510,6 +584,24 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
             _dump_nodes(node.slow, depth + 1, lines)
         elif isinstance(node, ContractionNest):
             lines.append(f"{pad}{node.describe()}")
+        elif isinstance(node, BlockChain):
+            for name, elements, type_ in node.buffers:
+                lines.append(f"{pad}per-thread buffer {name}[{elements}] {type_.numpy_name}")
+            for name, elements, type_ in node.shared:
+                lines.append(f"{pad}buffer {name}[{elements}] {type_.numpy_name} shared by the threads")
+            for depth_, (var, lo, hi) in enumerate(node.loops):
+                step = node.rows if depth_ == len(node.loops) - 1 else 1
+                parallel_at = len(node.loops) - 1 if node.shared else 0
+                tag = (f"  [parallel({len(node.loops) - parallel_at}, {node.chunks} chunks)]"
+                       if node.parallel and depth_ == parallel_at else "")
+                lines.append(f"{'  ' * (depth + depth_)}for {var} = {lo}; {var} < {hi}; +{step}{tag}")
+            inner = "  " * (depth + len(node.loops))
+            for product in (node.head, node.tail):
+                prepacked = f"; b prepacked in {product.prepacked} per batch" if product.prepacked else ""
+                lines.append(f"{inner}{product.describe()}{prepacked}")
+                if product is node.head:
+                    lines.append(f"{inner}for {node.row_var} in the block's rows")
+                    _dump_nodes(node.body, depth + len(node.loops) + 1, lines)
         elif isinstance(node, TileUpdate):
             lets = f" with {_point_text(node.lets)}" if node.lets else ""
             lines.append(f"{pad}tile update S{node.stmt} ({_point_text(node.point)}){lets}: {node.rhs}")

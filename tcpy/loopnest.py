@@ -24,12 +24,13 @@ from .lang import ast
 from .lang.types import ScalarType, accumulator_type
 from .lang.visit import inline_lets
 from .loopir import (
-    Accumulate, BinOp, Block, Const, ContractionNest, FusedGroup, Guard, KernelIR, Loop, Mode, Nest, NestKind,
-    Node, Point, Program, Scratch, Statement, Var, first_point, from_isl,
+    BLOCK_ROWS, BLOCK_START, Accumulate, BinOp, Block, BlockChain, BlockProduct, Const, ContractionNest,
+    FusedGroup, Guard, IExpr, KernelIR, Loop, Mode, Nest, NestKind, Node, Point, Program, Scratch, Statement, Var,
+    first_point, from_isl,
 )
 from .options import Options
 from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
-from .transform.contraction import contraction_of
+from .transform.contraction import block_contraction, contraction_of, plan
 
 
 def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
@@ -253,19 +254,28 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
     first = program.statements[group.statements[0]]
     loop_vars = {v: f"g{k}" for k, v in enumerate(group.shared)}
     inner_options = dataclasses.replace(options, parallel=False)
+    rows = group.statements[1:-1] if group.chain else group.statements
     body: list[Node] = []
-    for index in group.statements:
+    for index in rows:
         for nest in _statement_nests(program, index, inner_options, loop_vars, []):
             body.extend(nest.body)
+    blocked = {tensor: (buffer, row) for tensor, buffer, row in group.chain.blocked} if group.chain else {}
     buffers = tuple((local, tuple(program.shapes[local]), program.types[local], local in group.zeroed)
-                    for _, local in group.locals)
-    nodes: tuple[Node, ...] = (Block(buffers, tuple(body)),) if buffers else tuple(body)
+                    for tensor, local in group.locals if tensor not in blocked)
+    views = tuple((local, blocked[tensor][0],
+                   BinOp("*", BinOp("-", Var(loop_vars[group.chain.block_var]), Var(BLOCK_START)),
+                         Const(blocked[tensor][1])))
+                  for tensor, local in group.locals if tensor in blocked)
+    nodes: tuple[Node, ...] = (Block(buffers, tuple(body), views),) if buffers or views else tuple(body)
     extents = [first.ranges[v][1] - first.ranges[v][0] for v in group.shared]
     chunks = 1
     for e in extents:
         chunks *= max(e, 0)
     work = sum(_product(program.statements[i].extents().values()) for i in group.statements)
     parallel = options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK and chunks >= 2
+    if group.chain:
+        return Nest(group.statements[0], NestKind.COMPUTE, (_chain(program, group, options, loop_vars, nodes,
+                                                                   parallel),), None, group)
     for depth in reversed(range(len(group.shared))):
         v = group.shared[depth]
         lo, hi = first.ranges[v]
@@ -273,6 +283,54 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
         nodes = (Loop(loop_vars[v], Const(lo), BinOp("<", Var(loop_vars[v]), Const(hi)), 1, nodes,
                       parallel=collapse, chunks=chunks if collapse else 0),)
     return Nest(group.statements[0], NestKind.COMPUTE, nodes, None, group)
+
+
+def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Mapping[str, str],
+           row_body: tuple[Node, ...], parallel: bool) -> BlockChain:
+    """The loops of a fused chain (see :class:`tcpy.loopir.BlockChain`): its products run on
+    blocks of rows, their second operand packed once per batch when a thread reuses it."""
+    chain = group.chain
+    fixed = group.shared[:-1]
+    ranges = program.statements[group.statements[0]].ranges
+    loops = tuple((loop_vars[v], *ranges[v]) for v in fixed)
+    lo, hi = ranges[chain.block_var]
+    loops += ((BLOCK_START, lo, hi),)
+    blocks = -(-(hi - lo) // chain.rows)
+    batches = _product(hi_ - lo_ for _, lo_, hi_ in loops[:-1])
+    threads = options.threads if parallel else 1
+    # b depends on the batch loops only: packed once per batch when a thread runs several of
+    # its blocks in a row (static schedule: consecutive iterations), else by the cell per block;
+    # with fewer batches than threads, once for all threads (one copy, not one per thread)
+    shared = parallel and batches < threads and blocks >= 2
+    reuse = shared or (blocks >= 2 and batches * blocks >= 2 * threads)
+    chunks = blocks if shared else batches * blocks
+    buffers = {tensor: buffer for tensor, buffer, _ in chain.blocked}
+    scratch = [(buffer, chain.rows * row, program.types[tensor]) for tensor, buffer, row in chain.blocked]
+    packed = []
+    products = []
+    for k, index in enumerate((group.statements[0], group.statements[-1])):
+        statement = program.statements[index]
+        con, _ = contraction_of(statement.stmt, statement.ranges, program, options)
+        block, bases = block_contraction(con, statement.stmt, statement.ranges, fixed, chain.block_var, chain.rows,
+                                         buffers, program)
+        block_plan = plan(block, options.target, 1, b_packed_once=reuse)
+        prepacked = None
+        if reuse:
+            prepacked = f"prepack.{k}"
+            npad = -(-block.size("n") // block_plan.nr) * block_plan.nr
+            packed.append((prepacked, block.size("k") * npad, block.dtype))
+        exprs = []
+        for base in bases:
+            offset: IExpr = Const(base.offset)
+            for v, stride in base.strides:
+                at = Var(BLOCK_START if v == chain.block_var else loop_vars[v])
+                offset = BinOp("+", offset, BinOp("*", Const(stride), BinOp("-", at, Const(statement.ranges[v][0]))))
+            exprs.append((base.tensor, offset))
+        products.append(BlockProduct(index, block, block_plan, tuple(exprs), Var(BLOCK_ROWS), prepacked))
+    if not shared:
+        scratch, packed = scratch + packed, []
+    return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), products[0],
+                      row_body, products[1], parallel, chunks)
 
 
 def _product(values) -> int:

@@ -44,12 +44,24 @@ def test_batchnorm_fuses_over_channels_wherever_they_are_indexed():
     assert [(g.statements, g.shared) for g in groups] == [(tuple(range(9)), ("c",))]
 
 
-def test_attention_softmax_fuses_between_the_two_products():
-    groups, program = fused_groups(tcpy.define(demo.ATTENTION), (1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16),
-                                   np.float32(0.5))
+def test_attention_fuses_into_one_chain_over_blocks_of_query_rows():
+    shapes = (1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16), np.float32(0.5)
+    kernel = tcpy.define(demo.ATTENTION)
+    groups, program = fused_groups(kernel, *shapes)
     (group,) = groups
-    stmts = [program.statements[i].stmt.target for i in group.statements]
-    assert group.shared == ("b", "h", "l") and len(stmts) == 4
+    assert group.statements == tuple(range(6)) and group.shared == ("b", "h", "l")
+    assert group.chain is not None and group.chain.block_var == "l" and group.chain.rows % 6 == 0
+    assert [(t, b) for t, b, _ in group.chain.blocked] == [("Sc", "block.0"), ("P", "block.1")]
+    assert set(program.shrunk) == {"Sc", "Mx", "E", "Sm", "P"}  # no temporary exists at full size
+    text = str(kernel.explain(*shapes))
+    assert "Sc -> block.0[" in text and "on a block of rows" in text and "why: row block" in text
+
+
+def test_without_the_engine_attention_fuses_only_the_rows():
+    kernel = tcpy.define(demo.ATTENTION, options=tcpy.Options(contraction=False))
+    groups, program = fused_groups(kernel, (1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16), np.float32(0.5))
+    (group,) = groups
+    assert group.chain is None and len(group.statements) == 4
     assert {t for t, _ in group.locals} == {"Mx", "E", "Sm"}  # P is read by the last product: kept
 
 

@@ -70,6 +70,13 @@ class _Writer:
         return "\n".join(self.lines) + "\n"
 
 
+def render_block(con: Contraction, plan: Plan, names: dict, prefix: str, pointers: tuple[str, str, str], rows: str,
+                 prepacked) -> tuple[str, str, str]:
+    """``(helpers, prepack, call)`` of a contraction on one block of rows (see
+    :meth:`_Renderer.render_block`)."""
+    return _Renderer(con, plan, names, prefix, None).render_block(pointers, rows, prepacked)
+
+
 def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
     """``(helpers, body)``: file-scope C and the statement's C inside the kernel function.
 
@@ -442,12 +449,13 @@ class _Renderer:
         con = self.con
         w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" {T} *TCPY_RESTRICT P, int64_t ldp, int64_t prows, int64_t b0, int64_t b1, int64_t m0, int64_t m1,"
-          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop{self.cell_params}) {{")
+          f" int64_t n0, int64_t n1, int64_t k0, int64_t k1, {T} alpha, const volatile int *stop,"
+          f" const {T} *TCPY_RESTRICT bpre{self.cell_params}) {{")
         once = self.plan.a_once
         regions = -(-self.K // KC) if once else 1  # a_once: every K block of A, packed up front
         # (+ lanes: the transposing pack's last store may write past the last sliver)
         w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {regions * MC * KC + self.plan.lanes});", 1)
-        w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
+        w(f"{T} *bp = bpre ? 0 : ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
@@ -465,7 +473,8 @@ class _Renderer:
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
-        w(f"{p}_pack_b(bb, pc, kc, jc, nc, bp{gb_b});", 4)
+        w(f"const {T} *bq = bpre ? bpre + pc * INT64_C({self.npad}) + jc * kc : bp;", 4)
+        w(f"if (!bpre) {p}_pack_b(bb, pc, kc, jc, nc, bp{gb_b});", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
         w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
         if once:
@@ -478,11 +487,11 @@ class _Renderer:
         w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
         w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
         if self.plan.grid[3] > 1:
-            w(f"if (pb) {{ {p}_ukr_p(kc, ak + ir * kc, bp + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
+            w(f"if (pb) {{ {p}_ukr_p(kc, ak + ir * kc, bq + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
               f" ldp, mr, nr, pc == k0); continue; }}", 7)
         overwrite = "pc == k0" if con.init else "0"
         last = ", pc + kc >= k1, bi, tcpy_buffers" if self.epi else ""
-        w(f"{p}_ukr(kc, ak + ir * kc, bp + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
+        w(f"{p}_ukr(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)
@@ -505,8 +514,8 @@ class _Renderer:
         npart = -(-(-(-self.N // nr)) // tn) * nr
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop{self.cell_params}) {{")
-        w(f"{T} *bp = ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
+          f" const volatile int *stop, const {T} *TCPY_RESTRICT bpre{self.cell_params}) {{")
+        w(f"{T} *bp = bpre ? 0 : ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
@@ -516,11 +525,12 @@ class _Renderer:
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 3)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
-        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp{gb});", 3)
+        w(f"const {T} *bq = bpre ? bpre + pc * INT64_C({self.npad}) + n0 * kc : bp;", 3)
+        w(f"if (!bpre) {p}_pack_b(bb, pc, kc, n0, n1 - n0, bp{gb});", 3)
         overwrite = "pc == 0" if con.init else "0"
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
         w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)
-        w(f"{p}_small(kc, ab + pc * INT64_C({k.a}), i, m1 - i < {mr} ? m1 - i : {mr}, bp + jr * kc, {nr}, cb, "
+        w(f"{p}_small(kc, ab + pc * INT64_C({k.a}), i, m1 - i < {mr} ? m1 - i : {mr}, bq + jr * kc, {nr}, cb, "
           f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha{self._last(K)});", 5)
         w("}", 2)
         w("}", 1)
@@ -702,16 +712,35 @@ class _Renderer:
         w(f"const int64_t k0 = ck * {self.K} / {tk}, k1 = (ck + 1) * {self.K} / {tk};", 3)
         w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 3)
         w("(void)k0; (void)k1;", 3)
-        if plan.path in ("small", "stream", "direct"):
-            w(f"{p}_cell({A}, {B}, {C}, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop{self.cell_args});", 3)
-        else:
-            P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
-            w(f"{p}_cell({A}, {B}, {C}, {P}, {npart}, {mpart}, b0, b1, m0, m1, n0, n1, k0, k1, alpha, tcpy_stop"
-              f"{self.cell_args});", 3)
+        P = f"partials + (int64_t)cell * {part}" if tk > 1 else "0"
+        w(f"{self.cell_call(A, B, C, 'b0, b1', 'm0, m1', 'n0, n1', 'k0, k1', P, npart, mpart, '0')};", 3)
         w("}", 2)
         w("}", 1)
         if tk > 1:
             self.combine(w, mt, nt, bpart, mpart, npart, part)
+        w("}")
+
+    def cell_call(self, A, B, C, b, m, n, k, P="0", ldp=0, prows=0, bpre="0") -> str:
+        """The call of ``<p>_cell`` on the given ranges (``"lo, hi"`` each); ``bpre``: B packed
+        beforehand by ``<p>_prepack`` (0: the cell packs its own)."""
+        if self.plan.path in ("small", "direct"):
+            return f"{self.p}_cell({A}, {B}, {C}, {b}, {m}, {n}, alpha, tcpy_stop{self.cell_args})"
+        if self.plan.path == "stream":
+            return f"{self.p}_cell({A}, {B}, {C}, {b}, {m}, {n}, alpha, tcpy_stop, {bpre}{self.cell_args})"
+        return (f"{self.p}_cell({A}, {B}, {C}, {P}, {ldp}, {prows}, {b}, {m}, {n}, {k}, alpha, tcpy_stop, {bpre}"
+                f"{self.cell_args})")
+
+    @property
+    def npad(self) -> int:
+        """N rounded up to whole B slivers: a K block's share of a prepacked B."""
+        return -(-self.N // self.plan.nr) * self.plan.nr
+
+    def prepack(self, w: _Writer):
+        """``<p>_prepack``: all of B (one batch), K block after K block, as the cell packs it."""
+        p, T, TB, K, KC = self.p, self.T, self.TB, self.K, self.plan.kc
+        w(f"static void {p}_prepack(const {TB} *TCPY_RESTRICT bb, {T} *TCPY_RESTRICT bp) {{")
+        w(f"for (int64_t pc = 0; pc < {K}; pc += {KC})", 1)
+        w(f"{p}_pack_b(bb, pc, {K} - pc < {KC} ? {K} - pc : {KC}, 0, {self.N}, bp + pc * INT64_C({self.npad}));", 2)
         w("}")
 
     def combine(self, w: _Writer, mt, nt, bpart, mpart, npart, part):
@@ -742,6 +771,25 @@ class _Renderer:
             w(f"{{ const {T} v = *e; {self.epi}(tcpy_buffers, bi, m, n, 1, &v); }}", 3)
         w("}", 2)
         w("}", 1)
+
+    def render_block(self, pointers: tuple[str, str, str], rows: str, prepacked) -> tuple[str, str, str]:
+        """``(helpers, prepack, call)`` for one block of rows inside a fused chain (one thread,
+        no grid): ``pointers`` are the C pointers of a, b and c at the block; ``prepacked`` the
+        C buffer holding B packed once per batch (None: the cell packs or reads B itself)."""
+        helpers = _Writer()
+        self.header(helpers)
+        getattr(self, self.plan.path)(helpers)
+        prepack = ""
+        if prepacked is not None:
+            self.prepack(helpers)
+            prepack = f"{self.p}_prepack({pointers[1]}, {prepacked});"
+        alpha = _lit(self.con.alpha, self.con.dtype)
+        for s in self.con.alpha_tensors:
+            alpha += f" * ({self.T}){self.names[s]}[0]"
+        call = (f"{{ const {self.T} alpha = {alpha}; "
+                + self.cell_call(*pointers, "0, 1", f"0, {rows}", f"0, {self.N}", f"0, {self.K}",
+                                 bpre=prepacked or "0") + "; }")
+        return helpers.text(), prepack, call
 
     def render(self) -> tuple[str, str]:
         helpers = _Writer()

@@ -24,8 +24,8 @@ from tcpy.lang import ast
 from tcpy.lang.types import ScalarType, accumulator_type, promote
 from tcpy.lang.visit import is_static_index
 from tcpy.loopir import (
-    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, Call, Const, ContractionNest, Guard,
-    IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
+    BLOCK_ROWS, TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, BlockChain, Call, Const,
+    ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
 )
 from tcpy.codegen import contraction as contraction_c
 
@@ -483,6 +483,78 @@ class _Emitter:
         self.collapsed = outer_collapsed
         self.emit("}", depth)
 
+    def block_chain(self, node, depth):
+        """A fused chain: per-thread block buffers (scratch slot 3), a parallel loop over the
+        batch loops and blocks of rows; per block the head product, the rows, the tail product.
+        With shared packed operands (slot 4), every thread runs the batch loops, one packs, and
+        the blocks of the batch are split between the threads."""
+        names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
+        calls = []
+        for product in (node.head, node.tail):
+            pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
+            helpers, prepack, call = contraction_c.render_block(
+                product.contraction, product.plan, names, f"{self.symbol}_s{product.stmt}", pointers,
+                index_c(product.rows), c_name(product.prepacked) if product.prepacked else None)
+            self.helpers.append(helpers)
+            calls.append((prepack, call))
+        prepacks = " ".join(p for p, _ in calls if p)
+        self.emit("{", depth)
+        if node.shared:
+            self._carve("tcpy_shared", 4, node.shared, depth + 1)
+        if node.parallel:
+            self.emit(f"const int tcpy_nt = tcpy_num_threads < {node.chunks} ? tcpy_num_threads : {node.chunks};",
+                      depth + 1)
+            self.emit("#pragma omp parallel num_threads(tcpy_nt) if(tcpy_nt > 1)", depth + 1)
+        self.emit("{", depth + 1)
+        self._carve("tcpy_mem", 3, node.buffers, depth + 2)
+        self.emit("int64_t tcpy_batch = -1;  /* the batch whose operands this thread packed */", depth + 2)
+        self.emit("(void)tcpy_batch;", depth + 2)
+        d = depth + 2
+        *batch_loops, (var, lo, hi) = node.loops
+        if node.parallel and not node.shared:
+            collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
+            self.emit(f"#pragma omp for schedule(static){collapse}", d)
+        for loop_var, lo_, hi_ in batch_loops:
+            self.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
+            d += 1
+        if node.shared:
+            self.emit("{", d)
+            self.emit("#pragma omp single", d + 1)
+            self.emit(f"{{ {prepacks} }}", d + 1)
+            if node.parallel:
+                self.emit("#pragma omp for schedule(static)", d + 1)
+            d += 1
+        self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
+        self.emit(f"const int64_t {BLOCK_ROWS} = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
+        if prepacks and not node.shared:
+            batch = "0"
+            for loop_var, lo_, hi_ in batch_loops:
+                batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
+            self.emit(f"if ({batch} != tcpy_batch) {{ tcpy_batch = {batch}; {prepacks} }}", d + 1)
+        self.emit(calls[0][1], d + 1)
+        self.emit(f"for (int64_t {node.row_var} = {var}; {node.row_var} < {var} + {BLOCK_ROWS}; "
+                  f"{node.row_var}++) {{", d + 1)
+        self.loops += 1
+        self.nodes(node.body, d + 2)
+        self.loops -= 1
+        self.emit("}", d + 1)
+        self.emit(calls[1][1], d + 1)
+        self.emit("}", d)
+        if node.shared:
+            self.emit("}", d - 1)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def _carve(self, base, slot, buffers, depth):
+        """Declare ``buffers`` (name, elements, type) in scratch ``slot``, each on a cache line."""
+        offsets, total = [], 0
+        for name, elements, type_ in buffers:
+            offsets.append((name, type_, total))
+            total += -(-elements * (type_.bits // 8) // 64) * 64
+        self.emit(f"char *{base} = (char *)tcpy_scratch({slot}, {max(total, 1)});", depth)
+        for name, type_, offset in offsets:
+            self.emit(f"{type_.c_type} *TCPY_RESTRICT {c_name(name)} = ({type_.c_type} *)({base} + {offset});", depth)
+
     def nodes(self, nodes, depth):
         for node in nodes:
             if isinstance(node, Loop):
@@ -503,6 +575,10 @@ class _Emitter:
                         size *= d
                     init = " = {0}" if zeroed else ""
                     self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}]{init};  /* per iteration */", depth + 1)
+                for name, buffer, offset in node.views:
+                    ctype = self.types[name].c_type
+                    self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = {c_name(buffer)} + {index_c(offset)};  "
+                              "/* a row of the block */", depth + 1)
                 self.nodes(node.body, depth + 1)
                 self.emit("}", depth)
             elif isinstance(node, ContractionNest):
@@ -516,6 +592,8 @@ class _Emitter:
                 self.helpers.append(helpers)
                 for line in body.splitlines():
                     self.emit(line, depth)
+            elif isinstance(node, BlockChain):
+                self.block_chain(node, depth)
             elif isinstance(node, Guard):
                 self.emit(f"if ({index_c(node.cond, top=True)}) {{", depth)
                 self.nodes(node.then, depth + 1)

@@ -6,8 +6,8 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
 * :mod:`.packing` — operand copies (Program -> Program): transposed copies that turn dot-product
   reductions into GEMM-like nests, and panel copies of the operand a register tile streams.
 * :mod:`.fusion` — consecutive statements that share outer output loops run under them, legal
-  by isl dependence analysis; their private temporaries shrink to per-thread buffers
-  (Program -> Program).
+  by isl dependence analysis; their private temporaries shrink to per-thread buffers; a
+  contraction -> rows -> contraction chain (attention) runs over blocks of rows (Program -> Program).
 * :mod:`.epilogue` — element-wise consumers of a contraction's output run in the engine's
   store (Program -> Program).
 * :mod:`.register_tile` — blocks of outputs kept in registers across reductions

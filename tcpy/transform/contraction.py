@@ -470,8 +470,11 @@ def _balanced(total: int, block: int, multiple: int) -> int:
     return -(-(-(-total // count)) // multiple) * multiple
 
 
-def plan(con: Contraction, target: Target, threads: int) -> Plan:
-    """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``."""
+def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False) -> Plan:
+    """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
+
+    ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
+    small path (B read in place) never pays: ``stream`` or ``packed``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s)
@@ -503,7 +506,7 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
-    small = _small_ok(con, target, kc, s)
+    small = _small_ok(con, target, kc, s) and not b_packed_once
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K
         reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
@@ -511,7 +514,7 @@ def plan(con: Contraction, target: Target, threads: int) -> Plan:
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
                        f"fits half of L2: packing cannot pay")
-    elif _stream_ok(con, target, kc, s, lanes) and batch * -(-M // mr) >= threads:
+    elif _stream_ok(con, target, kc, s, lanes) and (b_packed_once or batch * -(-M // mr) >= threads):
         path = "stream"
         reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
                        f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
@@ -630,6 +633,70 @@ def _grids(limits, threads):
             for rest in rec(i + 1, left // t):
                 yield (t,) + rest
     return rec(0, max(1, threads))
+
+
+# ----------------------------------------------------------------------------- blocks of rows
+
+
+@dataclass(frozen=True)
+class Base:
+    """Where a block contraction's operand starts in ``tensor``: ``offset`` elements plus
+    ``stride * (var - lo)`` for each variable of the loops around it (the blocked variable at
+    the block's first row)."""
+
+    tensor: str
+    offset: int
+    strides: tuple[tuple[str, int], ...]
+
+
+def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str, ...], block_var: str,
+                      rows: int, buffers: Mapping[str, str], program
+                      ) -> Optional[tuple[Contraction, tuple[Base, Base, Base]]]:
+    """``con`` restricted to one block of ``rows`` rows of ``block_var`` (an M variable) inside
+    loops over ``fixed`` (the batch and other M variables): those variables leave the roles and
+    move into the operands' bases, so the same micro-kernel runs on each block. A tensor in
+    ``buffers`` lives in the named per-thread block buffer, one row (its dimensions not indexed
+    by ``fixed``) per value of ``block_var``. None when the roles do not allow it, or when the
+    contraction has guards (padding)."""
+    fixed_set = set(fixed)
+    if (con.guards or not {v for v in con.role_vars("batch")} <= fixed_set or block_var not in con.role_vars("m")
+            or not set(con.role_vars("m")) <= fixed_set | {block_var}
+            or fixed_set & set(con.role_vars("n") + con.role_vars("k"))):
+        return None
+    extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
+    extents[block_var] = rows
+    accesses = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
+    accesses[stmt.target] = ast.Access(stmt.target, stmt.lhs)
+    local_ranges = {**ranges, block_var: (0, rows)}
+    accs, bases = {}, []
+    for which in "abc":
+        acc = getattr(con, which)
+        if acc.tensor in buffers:
+            indices = accesses[acc.tensor].indices
+            shared = fixed_set | {block_var}
+            row = [(e, n) for e, n in zip(indices, program.shapes[acc.tensor])
+                   if not (isinstance(e, ast.IndexVar) and e.name in shared)]
+            if len(row) != len(indices) - len(shared):
+                return None
+            kept, shape = [e for e, _ in row], [n for _, n in row]
+            local = _access(acc.tensor, (ast.IndexVar(block_var),) + tuple(kept), acc.dtype, local_ranges,
+                            program.sizes, {acc.tensor: (rows, *shape)})
+            if local is None:
+                return None
+            accs[which] = local
+            bases.append(Base(buffers[acc.tensor], 0, ()))
+        else:
+            accs[which] = AffineAccess(acc.tensor, acc.dtype, 0,
+                                       tuple((v, s) for v, s in acc.strides if v not in fixed_set))
+            bases.append(Base(acc.tensor, acc.offset,
+                              tuple((v, s) for v, s in acc.strides if v in fixed_set or v == block_var)))
+    groups = {}
+    for role, primary, members in (("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
+        vars_ = sorted((v for v in con.role_vars(role) if v not in fixed_set),
+                       key=lambda v: -abs(accs[primary].stride(v)))
+        groups[role] = _merge(vars_, extents, accs, members, ())
+    return (Contraction(con.stmt, con.dtype, accs["a"], accs["b"], accs["c"], (), groups["m"], groups["n"],
+                        groups["k"], con.alpha, con.alpha_tensors, con.init), tuple(bases))
 
 
 def contraction_of(stmt: ast.Stmt, ranges, program, options) -> Optional[tuple[Contraction, Plan]]:

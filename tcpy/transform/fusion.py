@@ -17,6 +17,17 @@ indices are not affine, stays out.
 A temporary that only the group touches, always at the shared point (the same dimensions
 indexed by the shared variables in every access), **shrinks** to a buffer of one iteration (a
 row): it lives in the parallel loop's body, one per thread, and is never allocated at full size.
+
+**Chains.** When the statement right before a group is an engine contraction producing the rows
+the group reads (attention's scores ``Sc(b,h,l,s)``) and the statement right after is one
+consuming rows the group writes (``O(b,h,l,d) +=! P(b,h,l,s) * V(b,h,s,d)``), all three are one
+group (legal by the same dependence test, with the shared variables output variables of both
+products). The last shared variable then runs in blocks of rows sized so that the two row
+tensors' blocks fit half of L2: per block the first product writes its rows into a per-thread
+block buffer through the micro-kernel, the statements between run row by row on views of those
+buffers, and the second product reads its block of rows as its A operand. The products'
+other operands depend only on the batch loops, so they are packed once per batch
+(:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`).
 """
 from __future__ import annotations
 
@@ -27,14 +38,15 @@ import islpy as isl
 
 from ..lang import ast
 from ..lang.visit import map_expr
-from ..loopir import FusedGroup, Program, Statement
+from ..loopir import Chain, FusedGroup, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
-from .contraction import contraction_of
+from .contraction import block_contraction, contraction_of, micro_tile
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10
 LOCAL_PREFIX = "local."  # (a "." keeps generated names apart from TC identifiers)
+BLOCK_PREFIX = "block."
 
 
 def fuse_statements(program: Program, options: Options) -> Program:
@@ -56,6 +68,7 @@ def fuse_statements(program: Program, options: Options) -> Program:
         start = end
     if not groups:
         return program
+    groups = [_chain(program, group, options) or group for group in groups]
     return _shrink_temporaries(dataclasses.replace(program, groups=tuple(groups)))
 
 
@@ -83,6 +96,90 @@ def _common_vars(shared, candidate, first: Statement, other: Statement) -> tuple
     """The shared variables that the other statement also writes along, over the same range
     (``mean(c)`` and ``centered(n, c, h, w)`` share ``c``), in the first statement's order."""
     return tuple(v for v in shared if v in candidate and first.ranges[v] == other.ranges[v])
+
+
+# ----------------------------------------------------------------------------- chains
+
+
+def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[FusedGroup]:
+    """``group`` widened by the contraction right before it and the one right after it, when the
+    first produces rows the group consumes and the last consumes rows the group produces (scores,
+    softmax, times V), both along the shared loops: one parallel loop over blocks of rows then
+    computes a block's products with the micro-kernel and its rows in cache. None otherwise."""
+    first, last = group.statements[0] - 1, group.statements[-1] + 1
+    if first < 0 or last >= len(program.statements):
+        return None
+    statements = program.statements
+    head, tail = statements[first], statements[last]
+    engines = [contraction_of(s.stmt, s.ranges, program, options) for s in (head, tail)]
+    if (None in engines or head.origin < 0 or tail.origin < 0
+            or any(e.producer in (first, last) for e in program.epilogues)):
+        return None  # (a product with an epilogue runs it in its own store)
+    shared = group.shared
+    block_var, fixed = shared[-1], shared[:-1]
+    ranges = statements[group.statements[0]].ranges
+    if any(not set(shared) <= set(s.stmt.output_vars) or any(s.ranges[v] != ranges[v] for v in shared)
+           for s in (head, tail)):
+        return None
+    members = (first,) + group.statements + (last,)
+    temporaries = {t.name for t in program.def_.temporaries}
+    produced = head.stmt.target
+    (_, head_plan), (tail_con, _) = engines
+    consumed = [acc.tensor for acc in (tail_con.a, tail_con.b) if acc.tensor in temporaries]
+    if produced not in temporaries or len(consumed) != 1 or consumed[0] == produced:
+        return None
+    inner = [statements[i].stmt for i in group.statements]
+    if (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
+            or not any(s.target == consumed[0] for s in inner)):
+        return None
+    for tensor in (produced, consumed[0]):
+        users = [i for i, s in enumerate(statements) if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
+        if not set(users) <= set(members) or _shared_positions(
+                [a for i in users for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor], shared) is None:
+            return None
+    if not _legal(program, [statements[i] for i in members], shared) or not all(
+            _first_write_covers(program, [statements[i] for i in members], t) for t in (produced, consumed[0])):
+        return None  # (block buffers hold no zeros for unwritten elements)
+    blocked = []
+    for k, tensor in enumerate((produced, consumed[0])):
+        row = 1
+        for e, n in zip(next(a for s in inner for a, _ in _accesses(s) if a.tensor == tensor).indices,
+                        program.shapes[tensor]):
+            row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
+        blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
+    rows, reasons = _row_block(program, blocked, ranges, shared, head_plan, options)
+    buffers = {tensor: buffer for tensor, buffer, _ in blocked}
+    for s, (con, _) in zip((head, tail), engines):
+        if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program) is None:
+            return None
+    return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons))
+
+
+def _row_block(program: Program, blocked, ranges, shared, head_plan, options: Options) -> tuple[int, tuple[str, ...]]:
+    """Rows per block: the block buffers fit half of L2 (the other half holds the operands'
+    slivers), a multiple of the micro-tile's rows, and enough blocks for every thread."""
+    target, mr = options.target, head_plan.mr
+    block_var = shared[-1]
+    row_bytes = sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
+    extent = ranges[block_var][1] - ranges[block_var][0]
+    rows = max(mr, target.l2 // 2 // row_bytes // mr * mr)
+    rows = min(rows, -(-extent // mr) * mr)
+    outer = 1
+    for v in shared[:-1]:
+        outer *= ranges[v][1] - ranges[v][0]
+    threads = options.threads if options.parallel else 1
+    while rows > mr and outer * -(-extent // rows) < threads:
+        rows -= mr  # fewer rows per block so that every thread has one
+    names = ", ".join(tensor for tensor, _, _ in blocked)
+    reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tile's {mr}): the block buffers "
+               f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "
+               f"({target.l2 // 1024} KiB)"]
+    if rows * row_bytes > target.l2 // 2:
+        reasons.append(f"one block's rows ({rows * row_bytes // 1024} KiB) exceed half of L2: they stream "
+                       "through L3 (the online-softmax form, blocking the rows too, is not implemented)")
+    if outer * -(-extent // rows) < threads:
+        reasons.append(f"{outer * -(-extent // rows)} blocks for {threads} threads")
+    return rows, tuple(reasons)
 
 
 # ----------------------------------------------------------------------------- dependences
@@ -187,6 +284,9 @@ def _shrink_temporaries(program: Program) -> Program:
     groups, shrunk = [], []
     for group in program.groups:
         members = set(group.statements)
+        # a chain's products read and write their block buffers directly; its rows see views
+        blocked = {tensor for tensor, _, _ in group.chain.blocked} if group.chain else set()
+        rewritten = members - {group.statements[0], group.statements[-1]} if group.chain else members
         locals_: list[tuple[str, str]] = []
         local_bytes = 0
         for tensor in sorted(temporaries):
@@ -202,10 +302,11 @@ def _shrink_temporaries(program: Program) -> Program:
             size = types[tensor].bits // 8
             for d in shape:
                 size *= d
-            if local_bytes + size > MAX_LOCAL_BYTES:
-                continue
+            if tensor not in blocked:
+                if local_bytes + size > MAX_LOCAL_BYTES:
+                    continue
+                local_bytes += size
             local = f"{LOCAL_PREFIX}{len(shrunk)}"
-            local_bytes += size
             locals_.append((tensor, local))
             shrunk.append(tensor)
             shapes[local], types[local] = shape, types[tensor]
@@ -218,7 +319,7 @@ def _shrink_temporaries(program: Program) -> Program:
                     return ast.Access(local, rest(e.indices), span=e.span, type=e.type)
                 return None
 
-            for i in users:
+            for i in set(users) & rewritten:
                 stmt = statements[i].stmt
                 new_stmt = dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, to_local))
                 if stmt.target == tensor:

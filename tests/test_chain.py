@@ -1,0 +1,173 @@
+"""Fused chains: a contraction, row statements, a contraction (attention's shape) run as one
+parallel loop over blocks of rows (see tcpy.transform.fusion and tcpy.loopir.BlockChain).
+
+The random chains draw 0-1 batch variables, transposed operand layouts, 1-4 row statements
+(row reductions with +, max, min and elementwise maps of what came before), the second
+product with the rows on either side, extents among 1 and small primes, float32 and float64, at
+1, 2 and 7 threads, for every preset this CPU runs, half of them with tiny caches (small row
+blocks, many blocks per batch, operands packed once per batch). Results are checked against the
+reference evaluator with their exact dtype and shape.
+"""
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+from tcpy import demo
+from tcpy.loopir import BlockChain
+from tcpy.target import PRESETS, Target
+
+EXAMPLES = int(os.environ.get("TCPY_CHAIN_EXAMPLES", "30"))
+RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
+if Target.host().arch == "x86_64":
+    RUNNABLE.append("host")
+EXTENTS = (1, 2, 3, 5, 7, 13, 17, 31, 37)
+GOOD = Path(__file__).parent / "golden" / "good"
+
+
+def tiny_caches(target: Target) -> Target:
+    """The same ISA with caches so small that a row block holds one micro-tile of rows."""
+    return dataclasses.replace(target, name=target.name + "-tiny", l1d=1024, l2=6144, l3=24576, l3_sharing=1)
+
+
+def chains_of(kernel, *args):
+    ir = kernel.specialize(*args).ir
+    return [node for nest in ir.nests for node in nest.body if isinstance(node, BlockChain)]
+
+
+def check(source, args, options, rtol):
+    got = tcpy.define(source, options=tcpy.Options(**options))(*args)
+    want = tcpy.define(source, backend="reference")(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+
+
+@st.composite
+def chains(draw):
+    dtype = draw(st.sampled_from(["float", "double"]))
+    np_dtype = np.float32 if dtype == "float" else np.float64
+    batch = ["b"] if draw(st.booleans()) else []
+    extent = {v: draw(st.sampled_from(EXTENTS)) for v in batch + ["m", "n", "k", "p"]}
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    params, args = [], []
+
+    def operand(name, vars_):
+        dims = draw(st.permutations(vars_))
+        params.append(f"{dtype}({', '.join(f'{name}{d}' for d in range(len(dims)))}) {name}")
+        args.append(rng.uniform(-1, 1, [extent[v] for v in dims]).astype(np_dtype))
+        return f"{name}({', '.join(dims)})"
+
+    rows = ", ".join(batch + ["m"])
+    full = ", ".join(batch + ["m", "n"])
+    x, y = operand("X", batch + ["m", "k"]), operand("Y", batch + ["n", "k"])
+    lines = [f"T({full}) +=! {x} * {y}"]
+    prev, reductions = "T", []
+    for i in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()) and i < 3:
+            op = draw(st.sampled_from(["+=!", "max=!", "min=!"]))
+            lines.append(f"R{i}({rows}) {op} {prev}({full})")
+            reductions.append(f"R{i}")
+        else:
+            form = draw(st.sampled_from(["exp({x} - {r})", "{x} * {r}", "tanh({x}) + {r}", "{x} / (1 + {r} * {r})"]))
+            r = f"{draw(st.sampled_from(reductions))}({rows})" if reductions else "0.5"
+            lines.append(f"E{i}({full}) = " + form.format(x=f"{prev}({full})", r=r))
+            prev = f"E{i}"
+    if prev == "T":
+        lines.append(f"U({full}) = T({full}) * 0.25")
+        prev = "U"
+    z = operand("Z", batch + ["n", "p"])
+    out = draw(st.sampled_from([batch + ["m", "p"], batch + ["p", "m"]]))
+    product = f"{prev}({full}) * {z}" if draw(st.booleans()) else f"{z} * {prev}({full})"
+    lines.append(f"O({', '.join(out)}) +=! {product}")
+    source = f"def f({', '.join(params)}) -> (O) {{\n    " + "\n    ".join(lines) + "\n}\n"
+    target = draw(st.sampled_from(RUNNABLE))
+    options = {"num_threads": draw(st.sampled_from([1, 2, 7])),
+               "target": tiny_caches(Target.preset(target)) if draw(st.booleans()) else target}
+    return source, args, options, 2e-4 if dtype == "float" else 1e-9
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=chains())
+def test_random_chains_match_the_reference(case):
+    check(*case)
+
+
+def test_random_chains_do_form_chains():
+    """The strategy's chains do fuse (so the differential test exercises them)."""
+    source = """def f(float(M,K) X, float(N,K) Y, float(N,P) Z) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        R0(m) max=! T(m, n)
+        E1(m, n) = exp(T(m, n) - R0(m))
+        O(m, p) +=! E1(m, n) * Z(n, p)
+    }"""
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((37, 5), (31, 5), (31, 13))]
+    for threads in (1, 2, 7):
+        options = {"num_threads": threads, "target": tiny_caches(Target.host())}
+        (chain,) = chains_of(tcpy.define(source, options=tcpy.Options(**options)), *args)
+        assert chain.head.prepacked and chain.tail.prepacked  # many small blocks: packed once per batch
+        assert bool(chain.shared) == chain.parallel  # one batch for several threads: one shared copy
+        check(source, args, options, 2e-4)
+
+
+def test_a_row_read_at_another_row_stays_unchained():
+    # E reads T at row M - 1 - m: not the shared point, so T's rows cannot be a block's own
+    source = """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        R(m) max=! T(m, n)
+        E(m, n) = exp(T(M - 1 - m, n) - R(m))
+        O(m, p) +=! E(m, n) * Z(n, p)
+    }"""
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((23, 7), (23, 7), (23, 5))]
+    assert chains_of(tcpy.define(source), *args) == []
+    check(source, args, {"num_threads": 2}, 2e-4)
+
+
+def test_a_product_reducing_the_shared_loop_stays_unchained():
+    # the last product sums over m, the rows' shared loop: it needs every row before it runs
+    source = """def f(float(M,K) X, float(N,K) Y, float(M,P) Z) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        R(m) max=! T(m, n)
+        E(m, n) = exp(T(m, n) - R(m))
+        O(n, p) +=! E(m, n) * Z(m, p)
+    }"""
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((19, 7), (29, 7), (19, 5))]
+    assert chains_of(tcpy.define(source), *args) == []
+    check(source, args, {"num_threads": 2}, 2e-4)
+
+
+def test_a_score_tensor_that_is_an_output_stays_unchained():
+    source = """def f(float(M,K) X, float(N,K) Y, float(N,P) Z) -> (T, O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        R(m) max=! T(m, n)
+        E(m, n) = exp(T(m, n) - R(m))
+        O(m, p) +=! E(m, n) * Z(n, p)
+    }"""
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((11, 7), (13, 7), (13, 5))]
+    assert chains_of(tcpy.define(source), *args) == []
+    reference = tcpy.define(source, backend="reference")(*args)
+    for got, want in zip(tcpy.define(source)(*args), reference):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("threads", [1, 2, 7])
+@pytest.mark.parametrize("b, h, s, d", [(1, 3, 37, 16), (2, 1, 131, 7), (1, 2, 97, 13)])
+def test_attention_chain_at_odd_and_prime_sizes(b, h, s, d, threads, target):
+    rng = np.random.default_rng(s)
+    q, k, v = (rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3))
+    args = [q, k, v, np.float32(d ** -0.5)]
+    for t in (target, tiny_caches(Target.preset(target))):
+        options = {"num_threads": threads, "target": t}
+        assert len(chains_of(tcpy.define(demo.ATTENTION, options=tcpy.Options(**options)), *args)) == 1
+        check(demo.ATTENTION, args, options, 1e-4)

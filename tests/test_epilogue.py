@@ -18,7 +18,7 @@ import tcpy
 from tcpy.loopir import ContractionNest
 from tcpy.target import Target
 
-EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("TCPY_EPILOGUE_EXAMPLES", "15"))
 
 GEMM = "C(m, n) +=! A(m, k) * B(k, n)"
 PARAMS = "float(M,K) A, float(K,N) B, float(N) bias"

@@ -60,7 +60,7 @@ def fuse_statements(program: Program, options: Options) -> Program:
         while shared and end < len(statements):
             candidate = _fusable_vars(program, statements[end], options)
             common = _common_vars(shared, candidate, statements[start], statements[end])
-            if not common or not _legal(program, statements[start:end + 1], common):
+            if not common or not _legal(program, statements[start:end + 1], common, first_new=end - start):
                 break
             shared, end = common, end + 1
         if end - start >= 2:
@@ -251,14 +251,23 @@ def _access_map(statement: Statement, shared, label: str, access: ast.Access, pr
     return isl.Map(f"{{ {space} -> T[{', '.join(indices)}] : {domain} }}")
 
 
-def _legal(program: Program, group, shared: tuple[str, ...]) -> bool:
-    """Every dependence between statements of the group keeps the shared loops equal."""
+def _legal(program: Program, group, shared: tuple[str, ...], first_new: int = 1) -> bool:
+    """Every dependence between statements of the group keeps the shared loops equal.
+
+    Only pairs with a statement from ``first_new`` on are checked: a group grows one statement
+    at a time, and a pair legal under some shared loops stays legal under fewer of them (equal
+    on each of them implies equal on a subset), so earlier pairs need no second look."""
     k = len(shared)
-    for a in range(len(group)):
-        for b in range(a + 1, len(group)):
+    accesses = [list(_accesses_rw(s.stmt)) for s in group]
+    written = [{acc.tensor for acc, write in rw if write} for rw in accesses]
+    touched = [{acc.tensor for acc, _ in rw} for rw in accesses]
+    for b in range(max(first_new, 1), len(group)):
+        for a in range(b):
+            if not (written[a] & touched[b] or written[b] & touched[a]):
+                continue  # no tensor that one writes and the other accesses
             sa, sb = group[a], group[b]
-            for acc_a, write_a in _accesses_rw(sa.stmt):
-                for acc_b, write_b in _accesses_rw(sb.stmt):
+            for acc_a, write_a in accesses[a]:
+                for acc_b, write_b in accesses[b]:
                     if acc_a.tensor != acc_b.tensor or not (write_a or write_b):
                         continue
                     map_a = _access_map(sa, shared, "A", acc_a, program)

@@ -58,6 +58,17 @@ def _lit(value: float, stype: ScalarType) -> str:
     return text + "f" if stype is ScalarType.FLOAT32 else text
 
 
+def _clamp_run(w: "_Writer", value: str, slope: int, depth: int):
+    """Narrow a run's ``[lo, hi)`` to the positions c where a guard ``value + slope * c >= 0``
+    holds (``value``: the guard at the run's start)."""
+    if slope == 0:
+        w(f"if (({value}) < 0) hi = 0;", depth)
+    elif slope > 0:
+        w(f"if (({value}) < 0) lo = tcpy_max_int64(lo, (-({value}) + {slope - 1}) / {slope});", depth)
+    else:
+        w(f"hi = tcpy_min_int64(hi, ({value}) < 0 ? 0 : ({value}) / {-slope} + 1);", depth)
+
+
 class _Writer:
     def __init__(self):
         self.lines: list[str] = []
@@ -282,13 +293,7 @@ class _Renderer:
         w("for (int r = 0; r < runs; r++) {", 3)
         w("int64_t lo = 0, hi = rn[r];", 4)
         for i, d in enumerate(slopes):
-            v = f"gk{i} + rg[r][{i}]"
-            if d == 0:
-                w(f"if ({v} < 0) hi = 0;", 4)
-            elif d > 0:
-                w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-({v}) + {d - 1}) / {d});", 4)
-            else:
-                w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : ({v}) / {-d} + 1);", 4)
+            _clamp_run(w, f"gk{i} + rg[r][{i}]", d, 4)
         w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({step}) * c];", 4)
         w("}", 3)
         w("}", 2)
@@ -638,14 +643,7 @@ class _Renderer:
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 3)
         w("int64_t lo = 0, hi = len;", 4)
         for i in range(count):  # as in packed_guarded: guard i is linear along the run
-            d = inner.stride(f"g{i}")
-            v = f"(gk[{i}][k] + rg{i})"
-            if d == 0:
-                w(f"if ({v} < 0) hi = 0;", 4)
-            elif d > 0:
-                w(f"if ({v} < 0) lo = tcpy_max_int64(lo, (-{v} + {d - 1}) / {d});", 4)
-            else:
-                w(f"hi = tcpy_min_int64(hi, {v} < 0 ? 0 : {v} / {-d} + 1);", 4)
+            _clamp_run(w, f"gk[{i}][k] + rg{i}", inner.stride(f"g{i}"), 4)
         w("klo[k] = lo; khi[k] = hi;", 4)
         w("lo_all = tcpy_max_int64(lo_all, lo); hi_all = tcpy_min_int64(hi_all, hi);", 4)
         w("}", 3)

@@ -90,11 +90,20 @@ def test_contiguous_multi_variable_roles_merge():
 
 def test_convolution_windows_are_affine_offsets_and_strides():
     con = recognized("def f(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) "
-                     "{ O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }", (1, 2, 6, 6), (3, 2, 3, 3))
+                     "{ O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }", (2, 2, 6, 6), (3, 2, 3, 3))
     assert con is not None
     assert {v for g in con.n for v in g.vars} == {"n", "h", "w"}  # the output's contiguous side
     assert {v for g in con.k for v in g.vars} == {"c", "kh", "kw"}
     assert con.b.stride("kh") == 6 and con.b.stride("h") == 6
+
+
+def test_variables_of_one_value_take_no_role():
+    # N = 1 and a 1x1 window: the contraction is a plain GEMM (one N group, one K group), with
+    # the single values' offsets in the accesses
+    con = recognized("def f(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) "
+                     "{ O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }", (1, 4, 5, 5), (3, 4, 1, 1))
+    assert [g.vars for g in con.n] == [("h", "w")] and [g.vars for g in con.k] == [("c",)]
+    assert [g.vars for g in con.m] == [("f",)] and con.batch == ()
 
 
 def test_offset_ranges_fold_into_the_offset():

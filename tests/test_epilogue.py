@@ -169,3 +169,21 @@ def test_epilogue_after_split_k_and_batched_multi_variable_roles():
     assert kernel.specialize(I, Wt, b).ir.nests[0].body[0].epilogue is not None
     want = np.maximum(np.einsum("nchw,fc->nfhw", I, Wt) + b[None, :, None, None], 0)
     np.testing.assert_allclose(kernel(I, Wt, b), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n, window", [(1, 1), (1, 3), (3, 1)])
+def test_epilogue_reads_variables_of_one_value(n, window):
+    """A batch of one image or a 1x1 window gives the engine no role for that variable; the
+    epilogue still sees its value (here in the bias's index and the output's)."""
+    src = """def f(float(N,C,H,W) I, float(F,C,KH,KW) Wt, float(N,F) b) -> (O) {
+        T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+        O(n, f, h, w) = fmax(T(n, f, h, w) + b(n, f), 0.0)
+    }"""
+    rng = np.random.default_rng(n * 10 + window)
+    I = rng.standard_normal((n, 5, 9, 11), dtype=np.float32)
+    Wt = rng.standard_normal((6, 5, window, window), dtype=np.float32)
+    b = rng.standard_normal((n, 6), dtype=np.float32)
+    kernel = tcpy.define(src)
+    assert kernel.specialize(I, Wt, b).ir.nests[0].body[0].epilogue is not None
+    want = tcpy.define(src, backend="reference")(I, Wt, b)
+    np.testing.assert_allclose(kernel(I, Wt, b), want, rtol=1e-5, atol=1e-5)

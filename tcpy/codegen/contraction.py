@@ -167,10 +167,19 @@ class _Renderer:
               + " ".join(f"c{r}_{v} += x * b{v};" for v in range(nv)) + " }", depth + 1)
         w("}", depth)
 
+    def contiguous_tile(self) -> Optional[str]:
+        """The C condition under which a whole tile's rows are contiguous in the output (N's
+        innermost group has stride 1 and the tile does not cross to its next run), or None."""
+        mr, nr = self.plan.mr, self.plan.nr
+        if not self.con.n or self.con.n[-1].c != 1:
+            return None
+        whole = f"mr == {mr} && nr == {nr}"
+        inner = self.con.n[-1].extent
+        return whole if len(self.con.n) == 1 else f"{whole} && j % {inner} + {nr} <= {inner}"
+
     def prefetch_c(self, w: _Writer, depth: int):
         """Start loading the output tile's rows while the rank-1 updates run."""
-        n = self.single("n")
-        if n is None or n.c != 1:
+        if self.contiguous_tile() is None:
             return
         w(f"for (int64_t r = 0; r < mr; r++) {{ {self.T} *q = cb + {self.p}_off_c_m(i + r) + {self.p}_off_c_n(j); "
           f"__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }}", depth)
@@ -198,9 +207,9 @@ class _Renderer:
         base): whole tiles with vector stores when the output's N is contiguous."""
         mr, nr = self.plan.mr, self.plan.nr
         p, T = self.p, self.T
-        n = self.single("n")
-        if n is not None and n.c == 1:
-            w(f"if (mr == {mr} && nr == {nr}) {{", depth)
+        contiguous = self.contiguous_tile()
+        if contiguous is not None:
+            w(f"if ({contiguous}) {{", depth)
             for r in range(mr):
                 w(f"{T} *q{r} = cb + {p}_off_c_m(i + {r}) + {p}_off_c_n(j);", depth + 1)
             self._whole_tile(w, depth + 1, lambda r: f"q{r}", overwrite, "alpha * ")

@@ -624,7 +624,8 @@ class _Emitter:
                 lines.append(f"    {ctype} *TCPY_RESTRICT {c_name(tensor)} = ({ctype} *)tcpy_buffers[{slot}];")
         lines += ["    #pragma omp simd", "    for (int64_t c = 0; c < cols; c++) {"]
         # the producer's index variables, from the linear batch, M and N indices of the engine
-        producer_vars = {}
+        # (a variable of one value has no role: its value is its range's start)
+        producer_vars = {var: f"INT64_C({lo})" for var, (lo, hi) in ranges.items() if hi - lo == 1}
         for role, linear in (("batch", "bi"), ("m", "m"), ("n", "(j + c)")):
             role_vars = con.role_vars(role)
             inner = 1

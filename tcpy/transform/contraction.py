@@ -341,14 +341,16 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     in_a = {v for v, s in a.strides}
     in_b = {v for v, s in b.strides}
     roles = {r: [] for r in ROLES}
+    extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
     for v in stmt.index_vars:
+        if extents[v] == 1:
+            continue  # one value (its offset is in the accesses' and guards' constants): no role
         key = (v in out, v in in_a, v in in_b)
         role = {(True, True, True): "batch", (True, True, False): "m", (True, False, True): "n",
                 (False, True, True): "k"}.get(key)
         if role is None:
             return None  # broadcast outputs, single-operand reductions: not a contraction
         roles[role].append(v)
-    extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
     # The output's contiguous variable belongs in N (the vector dimension): swap the operands
     # (the product commutes exactly) when it is on a's side.
     c_inner = min(reversed(stmt.output_vars), key=lambda v: abs(c.stride(v)), default=None)

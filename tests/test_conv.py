@@ -84,6 +84,46 @@ def test_depthwise_convolutions_take_the_direct_path():
         np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_random_direct_path_windows_match_the_reference(data):
+    """The direct path's runs: every width around the vector steps (short runs, overlapping last
+    steps, scalar leftovers), windows 1-7 with stride and dilation, padding that switches whole
+    taps off (the first and last rows) or clamps them (the row ends), overwriting and
+    accumulating (``+=`` after a bias) forms, float and double, 1, 2 and 7 threads."""
+    draw = data.draw
+    dtype = draw(st.sampled_from(["float", "double"]))
+    n, c, h = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    w = draw(st.sampled_from([1, 3, 7, 8, 9, 15, 16, 17, 23, 31, 33, 40]))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 7))
+    stride, dil = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, (kw - 1) * dil))
+    ho, wo = (h + 2 * ph - dil * (kh - 1) - 1) // stride + 1, (w + 2 * pw - dil * (kw - 1) - 1) // stride + 1
+    if ho < 1 or wo < 1:
+        return
+    accumulate = draw(st.booleans())
+    threads = draw(st.sampled_from([1, 2, 7]))
+    y, x = f"{stride}*y + {dil}*a - {ph}", f"{stride}*x + {dil}*b - {pw}"
+    conv = (f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? I(n, c, {y}, {x}) * Wt(c, a, b) : 0.0"
+            f" where y in 0:{ho}, x in 0:{wo}, a in 0:{kh}, b in 0:{kw}")
+    if accumulate:
+        body = f"O(n, c, y, x) = bias(c) where n in 0:N, y in 0:{ho}, x in 0:{wo}\n O(n, c, y, x) += {conv}"
+    else:
+        body = f"O(n, c, y, x) +=! {conv}"
+    src = f"def dw({dtype}(N,C,H,W) I, {dtype}(C,KH,KW) Wt, {dtype}(C) bias) -> (O) {{\n {body}\n}}"
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    args = (rng.standard_normal((n, c, h, w)).astype(np_type), rng.standard_normal((c, kh, kw)).astype(np_type),
+            rng.standard_normal(c).astype(np_type))
+    kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads))
+    want = tcpy.define(src, backend="reference")(*args)
+    got = kernel(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape == (n, c, ho, wo)
+    tol = 8 * kh * kw * EPS[dtype]  # the direct path sums alternate taps apart
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))

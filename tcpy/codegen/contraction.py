@@ -627,12 +627,21 @@ class _Renderer:
           f" const volatile int *stop{self.cell_params}) {{")
         w("(void)m0; (void)m1;", 1)
         # the taps' offsets and guard parts, and per batch index the A values, in small tables
-        w(f"int64_t ko[{K}], gk[{max(1, count)}][{K}], klo[{K}], khi[{K}];", 1)
-        w(f"{T} av[{K}];", 1)
+        # Per run, the table of taps that read the input somewhere on it (offset, A value, valid
+        # [lo, hi)). Guards constant along the run (a row's kh) only switch taps on or off; the
+        # others (kw) clamp [lo, hi) and are the same on most runs, so the table is rebuilt only
+        # when the switched-on taps, those guards' values at the run's start or its length change.
+        flat = [i for i in range(count) if inner.stride(f"g{i}") == 0]
+        sloped = [i for i in range(count) if inner.stride(f"g{i}") != 0]
+        w(f"int64_t ko[{K}], gk[{max(1, count)}][{K}], to[{K}], tlo[{K}], thi[{K}];", 1)
+        w(f"{T} av[{K}], ta[{K}];", 1)
+        w(f"int64_t gmin[{max(1, len(flat))}];  /* the constant guards' least tap part */", 1)
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
         w(f"ko[k] = {p}_off_b_k(k);", 2)
         for i in range(count):
             w(f"gk[{i}][k] = {p}_off_g{i}_k(k);", 2)
+        for j, i in enumerate(flat):
+            w(f"gmin[{j}] = k == 0 ? gk[{i}][0] : tcpy_min_int64(gmin[{j}], gk[{i}][k]);", 2)
         w("}", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 2)
@@ -641,6 +650,8 @@ class _Renderer:
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         w(f"for (int64_t k = 0; k < {K}; k++) av[k] = ({T})ab[{p}_off_a_k(k)];", 2)
         self.guard_base(w, 2)
+        w(f"int64_t nt = 0, lo_all = 0, hi_all = 0, key_len = -1, key_g[{max(1, len(sloped))}] = {{0}};", 2)
+        w("uint64_t key_on = 0;", 2)
         w("for (int64_t x = n0; x < n1; ) {", 2)
         w(f"int64_t len = tcpy_min_int64(n1 - x, {extent} - x % {extent});", 3)
         w(f"if (len > {NC}) len = {NC};", 3)
@@ -648,27 +659,47 @@ class _Renderer:
         w(f"{T} *TCPY_RESTRICT q = cb + {p}_off_c_n(x);", 3)
         for i in range(count):
             w(f"const int64_t rg{i} = gb[{i}] + {p}_off_g{i}_n(x);", 3)
-        w("int64_t lo_all = 0, hi_all = len;", 3)
-        w(f"for (int64_t k = 0; k < {K}; k++) {{", 3)
-        w("int64_t lo = 0, hi = len;", 4)
-        for i in range(count):  # as in packed_guarded: guard i is linear along the run
-            _clamp_run(w, f"gk[{i}][k] + rg{i}", inner.stride(f"g{i}"), 4)
-        w("klo[k] = lo; khi[k] = hi;", 4)
-        w("lo_all = tcpy_max_int64(lo_all, lo); hi_all = tcpy_min_int64(hi_all, hi);", 4)
+        w(f"uint64_t on = {(1 << K) - 1:#x}u;  /* every tap (away from the kh padding) */", 3)
+        if flat:
+            everywhere = " && ".join(f"gmin[{j}] + rg{i} >= 0" for j, i in enumerate(flat))
+            w(f"if (!({everywhere})) {{", 3)
+            w("on = 0;", 4)
+            w(f"for (int64_t k = 0; k < {K}; k++)", 4)
+            valid = " && ".join(f"gk[{i}][k] + rg{i} >= 0" for i in flat)
+            w(f"on |= (uint64_t)({valid}) << k;", 5)
+            w("}", 3)
+        same = " && ".join(["on == key_on", "len == key_len", *(f"rg{i} == key_g[{j}]" for j, i in enumerate(sloped))])
+        w(f"if (!({same})) {{", 3)
+        w("key_on = on; key_len = len;", 4)
+        for j, i in enumerate(sloped):
+            w(f"key_g[{j}] = rg{i};", 4)
+        w("nt = 0; lo_all = 0; hi_all = len;", 4)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 4)
+        w("if (!((on >> k) & 1)) continue;", 5)
+        w("int64_t lo = 0, hi = len;", 5)
+        for i in sloped:  # as in packed_guarded: guard i is linear along the run
+            _clamp_run(w, f"gk[{i}][k] + rg{i}", inner.stride(f"g{i}"), 5)
+        w("if (lo >= hi) continue;  /* the tap reads only padding on this run */", 5)
+        w("to[nt] = ko[k]; ta[nt] = av[k]; tlo[nt] = lo; thi[nt] = hi; nt++;", 5)
+        w("lo_all = tcpy_max_int64(lo_all, lo); hi_all = tcpy_min_int64(hi_all, hi);", 5)
+        w("}", 4)
+        w("if (hi_all < lo_all) hi_all = lo_all;", 4)
         w("}", 3)
-        w("if (hi_all < lo_all) hi_all = lo_all;", 3)
         store = "alpha * s" if con.init else "q[c] + alpha * s"
         w("for (int64_t c = 0; c < len; c++) {", 3)
         w("if (c == lo_all) { c = hi_all; if (c >= len) break; }  /* the interior follows */", 4)
         w(f"{T} s = 0;", 4)
-        w(f"for (int64_t k = 0; k < {K}; k++)", 4)
-        w(f"if (c >= klo[k] && c < khi[k]) s += av[k] * ({T})row[ko[k] + INT64_C({step}) * c];", 5)
+        w("for (int64_t t = 0; t < nt; t++)", 4)
+        w(f"if (c >= tlo[t] && c < thi[t]) s += ta[t] * ({T})row[to[t] + INT64_C({step}) * c];", 5)
         w(f"q[c] = {store};", 4)
         w("}", 3)
-        w("for (int64_t c = lo_all; c < hi_all; c++) {", 3)
+        w("int64_t c = lo_all;", 3)
+        if step == 1 and TB == T:
+            self._direct_vectors(w, 3)
+        w("for (; c < hi_all; c++) {", 3)
         w(f"{T} s = 0;", 4)
-        w(f"#pragma GCC unroll {K}", 4)
-        w(f"for (int64_t k = 0; k < {K}; k++) s += av[k] * ({T})row[ko[k] + INT64_C({step}) * c];", 4)
+        w("for (int64_t t = 0; t < nt; t++)", 4)
+        w(f"s += ta[t] * ({T})row[to[t] + INT64_C({step}) * c];", 5)
         w(f"q[c] = {store};", 4)
         w("}", 3)
         if self.epi:  # the run is final and contiguous (M = 1: row 0)
@@ -677,6 +708,59 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def _direct_vectors(self, w: _Writer, depth: int):
+        """The direct path's interior ``[c, hi_all)`` of a contiguous run in vectors of two
+        (vectors one when shorter), each the sum of two partial sums over alternate taps (a
+        chain of K FMAs would wait K times the FMA latency); all K taps unrolled when all read
+        the run. An overwriting store ends with a step that overlaps the previous one (the same
+        values again) instead of leftovers; an accumulating one leaves them to the scalar loop."""
+        p, T, L, K = self.p, self.T, self.plan.lanes, self.K
+
+        def body(width: int, taps: str, d: int):
+            sums = [f"s{u}_{h}" for u in range(width) for h in (0, 1)]
+            w("{", d - 1)
+            w(f"{p}_v " + ", ".join(f"{x} = {{0}}" for x in sums) + ";", d)
+            w("int64_t t = 0;", d)
+            if taps == str(K):
+                w(f"#pragma GCC unroll {K}", d)
+            w(f"for (; t + 1 < {taps}; t += 2) {{", d)
+            w(f"const {T} *r0 = row + to[t] + c, *r1 = row + to[t + 1] + c;", d + 1)
+            w(" ".join(f"s{u}_0 += ta[t] * *(const {p}_vu *)(r0 + {u * L}); "
+                       f"s{u}_1 += ta[t + 1] * *(const {p}_vu *)(r1 + {u * L});" for u in range(width)), d + 1)
+            w("}", d)
+            w(f"if (t < {taps}) {{", d)
+            w(f"const {T} *r0 = row + to[t] + c;", d + 1)
+            w(" ".join(f"s{u}_0 += ta[t] * *(const {p}_vu *)(r0 + {u * L});" for u in range(width)), d + 1)
+            w("}", d)
+            for u in range(width):
+                target = f"*({p}_vu *)(q + c + {u * L})"
+                value = f"alpha * (s{u}_0 + s{u}_1)"
+                w(f"{target} = {value};" if self.con.init else f"{target} += {value};", d)
+            w("}", d - 1)
+
+        for taps, test in ((str(K), f"nt == {K}"), ("nt", None)):
+            w(f"if ({test}) {{" if test else "else {", depth)
+            if self.con.init:
+                w(f"if (hi_all - c >= {2 * L}) {{", depth + 1)
+                w("for (;;) {", depth + 2)
+                body(2, taps, depth + 3)
+                w(f"c += {2 * L};", depth + 3)
+                w("if (c >= hi_all) break;", depth + 3)
+                w(f"if (c + {2 * L} > hi_all) c = hi_all - {2 * L};", depth + 3)
+                w("}", depth + 2)
+                w(f"}} else if (hi_all - c >= {L}) {{", depth + 1)
+                body(1, taps, depth + 2)
+                w(f"c = hi_all - {L};", depth + 2)
+                body(1, taps, depth + 2)
+                w("c = hi_all;", depth + 2)
+                w("}", depth + 1)
+            else:
+                for width in (2, 1):
+                    w(f"for (; c + {width * L} <= hi_all; c += {width * L}) {{", depth + 1)
+                    body(width, taps, depth + 2)
+                    w("}", depth + 1)
+            w("}", depth)
 
     # -- driver -----------------------------------------------------------------------------
 

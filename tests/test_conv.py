@@ -124,6 +124,21 @@ def test_random_direct_path_windows_match_the_reference(data):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_few_output_pixels_read_the_weights_in_place(threads):
+    """7x7 outputs with many channels: N = 49 is too narrow for packing the weights to pay, and
+    their K = (c, kh, kw) is one run in memory (though three groups in the input): the stream
+    path reads them in place."""
+    rng = np.random.default_rng(4)
+    I = rng.standard_normal((1, 40, 7, 7), dtype=np.float32)
+    Wt = rng.standard_normal((30, 40, 3, 3), dtype=np.float32)
+    kernel = tcpy.define(PADDED, options=tcpy.Options(num_threads=threads))
+    (node,) = _engine(kernel, I, Wt)
+    assert node.plan.path == "stream" and len(node.contraction.k) > 1
+    want = tcpy.define(PADDED, backend="reference")(I, Wt)
+    np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))

@@ -523,7 +523,7 @@ class _Renderer:
         mr, nr, K, KC = self.plan.mr, self.plan.nr, self.K, self.plan.kc
         self.packed_b(w)
         self.small_kernel(w)
-        con, k = self.con, self.single("k")
+        con = self.con
         tn = self.plan.grid[2]
         npart = -(-(-(-self.N // nr)) // tn) * nr
         w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
@@ -544,7 +544,7 @@ class _Renderer:
         overwrite = "pc == 0" if con.init else "0"
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
         w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)
-        w(f"{p}_small(kc, ab + pc * INT64_C({k.a}), i, m1 - i < {mr} ? m1 - i : {mr}, bq + jr * kc, {nr}, cb, "
+        w(f"{p}_small(kc, ab + pc * INT64_C({con.linear_stride('k', 'a')}), i, m1 - i < {mr} ? m1 - i : {mr}, bq + jr * kc, {nr}, cb, "
           f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha{self._last(K)});", 5)
         w("}", 2)
         w("}", 1)
@@ -553,15 +553,16 @@ class _Renderer:
     def small_kernel(self, w: _Writer):
         p, T = self.p, self.T
         mr, K, KC = self.plan.mr, self.K, self.plan.kc
-        m, k = self.single("m"), self.single("k")
+        # A is read in place: its M and K offsets are linear (one group each, or groups that compose)
+        m_a, k_a = self.con.linear_stride("m", "a"), self.con.linear_stride("k", "a")
         L = self.plan.lanes
         w(f"static __attribute__((noinline)) void {p}_small(int64_t kc, const {T} *TCPY_RESTRICT ab, int64_t i, "
           f"int64_t mr, const {T} *TCPY_RESTRICT b, int64_t ldb, {T} *TCPY_RESTRICT cb, int64_t j, int64_t nr, "
           f"int overwrite, {T} alpha{self.epi_params}) {{")
         for r in range(mr):
-            w(f"const {T} *TCPY_RESTRICT a{r} = ab + INT64_C({m.a}) * (i + ({r} < mr ? {r} : mr - 1));", 1)
+            w(f"const {T} *TCPY_RESTRICT a{r} = ab + INT64_C({m_a}) * (i + ({r} < mr ? {r} : mr - 1));", 1)
         self.accumulate_loop(w, "kc" if K > KC else str(K), lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})",
-                             lambda r: f"a{r}[k * INT64_C({k.a})]", 1)
+                             lambda r: f"a{r}[k * INT64_C({k_a})]", 1)
         self.store_c(w, "overwrite", 1)
         w("}")
 

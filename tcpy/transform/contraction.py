@@ -146,6 +146,18 @@ class Contraction:
         """(batch, M, N, K)."""
         return tuple(self.size(r) for r in ROLES)
 
+    def linear_stride(self, role: str, which: str) -> Optional[int]:
+        """The stride of tensor ``which`` along the role's linear index when its groups compose
+        into one (each outer group's stride is the inner one's extent times its stride: a
+        convolution's weights along K = c x kh x kw), else None; 0 for an absent role."""
+        groups = getattr(self, role)
+        if not groups:
+            return 0
+        for outer, inner in zip(groups, groups[1:]):
+            if outer.stride(which) != inner.extent * inner.stride(which):
+                return None
+        return groups[-1].stride(which)
+
     def role_vars(self, role: str) -> tuple[str, ...]:
         return tuple(v for g in getattr(self, role) for v in g.vars)
 
@@ -573,8 +585,9 @@ def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) ->
     _, M, N, K = con.sizes
     if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
-    return (con.a.dtype is con.dtype and len(con.m) <= 1 and len(con.k) == 1 and con.guarded != "a"
-            and (not con.m or con.m[0].a != 0))
+    m_stride = con.linear_stride("m", "a")
+    return (con.a.dtype is con.dtype and bool(con.k) and con.linear_stride("k", "a") is not None
+            and con.guarded != "a" and m_stride is not None and (not con.m or m_stride != 0))
 
 
 def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:

@@ -131,7 +131,7 @@ def test_few_output_pixels_read_the_weights_in_place(threads):
     path reads them in place."""
     rng = np.random.default_rng(4)
     I = rng.standard_normal((1, 40, 7, 7), dtype=np.float32)
-    Wt = rng.standard_normal((30, 40, 3, 3), dtype=np.float32)
+    Wt = rng.standard_normal((64, 40, 3, 3), dtype=np.float32)
     kernel = tcpy.define(PADDED, options=tcpy.Options(num_threads=threads))
     (node,) = _engine(kernel, I, Wt)
     assert node.plan.path == "stream" and len(node.contraction.k) > 1

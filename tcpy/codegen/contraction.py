@@ -47,6 +47,7 @@ from ..transform.contraction import Contraction, Group, Plan
 
 
 PACK_B_SLIVERS = 16  # slivers pack_b fills row by row at a time (their writes touch 16 pages)
+PACK_B_AHEAD = 4  # pack_b prefetches B's row this many K rows ahead (a row's copy is shorter than a miss)
 
 
 def _c(stype: ScalarType) -> str:
@@ -333,6 +334,12 @@ class _Renderer:
         w(f"const int64_t s1 = nc - s0 < {chunk} ? nc : s0 + {chunk};", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
         w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 3)
+        # B streams from memory when it is large (a batch of images): ask for a row ahead
+        line = max(1, 64 // self.s)
+        w(f"if (k + {PACK_B_AHEAD} < kc) {{", 3)
+        w(f"const {TB} *ahead = bb + {p}_off_b_k(p0 + k + {PACK_B_AHEAD});", 4)
+        w(f"for (int64_t s = s0; s < s1; s += {line}) __builtin_prefetch(ahead + {col('0')}, 0, 3);", 4)
+        w("}", 3)
         w(f"{T} *TCPY_RESTRICT d = bp + s0 * kc + k * {nr};", 3)
         w("int64_t s = s0;", 3)
         w(f"for (; s + {nr} <= s1; s += {nr}, d += {nr} * kc) {{", 3)

@@ -40,6 +40,7 @@ K taps of one A value times B's shifted row, vectorised along the row where ever
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from ..lang.types import ScalarType
@@ -274,6 +275,15 @@ class _Renderer:
         else:
             w(f"static void {p}_pack_b(const {src_t} *TCPY_RESTRICT ab, int64_t p0, int64_t kc, int64_t x0, "
               f"int64_t xc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
+        # the K block's offsets and guard parts, once for all slivers (div/mod chains over the
+        # K groups: per sliver and k they cost as much as the copy)
+        kc_max = min(self.K, self.plan.kc)
+        w(f"int64_t kt[{kc_max}], gt[{max(1, count)}][{kc_max}];", 1)
+        w("for (int64_t k = 0; k < kc; k++) {", 1)
+        w(f"kt[k] = {p}_off_{which}_k(p0 + k);", 2)
+        for i in range(count):
+            w(f"gt[{i}][k] = {p}_off_g{i}_k(p0 + k);", 2)
+        w("}", 1)
         w(f"for (int64_t s = 0; s < xc; s += {width}) {{", 1)
         w(f"{T} *TCPY_RESTRICT d = dst + s * kc;", 2)
         w(f"const int64_t len = xc - s < {width} ? xc - s : {width};", 2)
@@ -288,9 +298,9 @@ class _Renderer:
         w("c += rn[runs];", 3)
         w("}", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
-        w(f"const {src_t} *TCPY_RESTRICT src = ab + {p}_off_{which}_k(p0 + k);", 3)
+        w(f"const {src_t} *TCPY_RESTRICT src = ab + kt[k];", 3)
         w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
-        w("const int64_t " + ", ".join(f"gk{i} = {p}_off_g{i}_k(p0 + k)" for i in range(count)) + ";", 3)
+        w("const int64_t " + ", ".join(f"gk{i} = gt[{i}][k]" for i in range(count)) + ";", 3)
         # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
         slopes = [inner.stride(f"g{i}") for i in range(count)]
         whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
@@ -447,13 +457,21 @@ class _Renderer:
         p, T, mr, nr = self.p, self.T, self.plan.mr, self.plan.nr
         b_load = lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.plan.lanes})"  # noqa: E731
         a_load = lambda r: f"a[k * {mr} + {r}]"  # noqa: E731
-        w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
-          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, int64_t i, int64_t j, int64_t mr, int64_t nr, "
-          f"int overwrite, {T} alpha{self.epi_params}) {{")
-        self.prefetch_c(w, 1)
-        self.accumulate_loop(w, "kc", b_load, a_load, 1)
-        self.store_c(w, "overwrite", 1)
-        w("}")
+        full = self.plan
+        # ukr1: the last tile of N when it needs one vector: half the FMAs of a full tile (its
+        # B sliver keeps the full width's layout)
+        for name, plan in (("ukr", full), ("ukr1", dataclasses.replace(full, nr=full.lanes))):
+            if name == "ukr1" and full.nr_vectors == 1:
+                break
+            self.plan = plan
+            w(f"static __attribute__((noinline)) void {p}_{name}(int64_t kc, const {T} *TCPY_RESTRICT a, "
+              f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, int64_t i, int64_t j, int64_t mr, int64_t nr, "
+              f"int overwrite, {T} alpha{self.epi_params}) {{")
+            self.prefetch_c(w, 1)
+            self.accumulate_loop(w, "kc", b_load, a_load, 1)
+            self.store_c(w, "overwrite", 1)
+            w("}")
+        self.plan = full
         if self.plan.grid[3] > 1:
             w(f"static __attribute__((noinline)) void {p}_ukr_p(int64_t kc, const {T} *TCPY_RESTRICT a, "
               f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT pp, int64_t ldp, int64_t mr, int64_t nr, "
@@ -512,7 +530,8 @@ class _Renderer:
               f" ldp, mr, nr, pc == k0); continue; }}", 7)
         overwrite = "pc == k0" if con.init else "0"
         last = ", pc + kc >= k1, bi, tcpy_buffers" if self.epi else ""
-        w(f"{p}_ukr(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
+        ukr = f"nr <= {self.plan.lanes} ? {p}_ukr1 : {p}_ukr" if self.plan.nr_vectors > 1 else f"{p}_ukr"
+        w(f"({ukr})(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)

@@ -139,6 +139,27 @@ def test_few_output_pixels_read_the_weights_in_place(threads):
     np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("dtype", ["float", "double"])
+@pytest.mark.parametrize("window, pad", [(7, 3), (3, 1), (1, 0)])
+def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad):
+    """Stride-2 rows of 40 outputs: whole slivers of every other input element are packed by
+    vector loads and shuffles (the last load must stop at the row's last element read)."""
+    src = f"""def conv({dtype}(N,C,H,W) I, {dtype}(F,C,{window},{window}) Wt) -> (O) {{
+        O(n, f, h, w) +=! (2*h + kh >= {pad} && 2*h + kh < H + {pad} && 2*w + kw >= {pad} && 2*w + kw < W + {pad})
+                          ? I(n, c, 2*h + kh - {pad}, 2*w + kw - {pad}) * Wt(f, c, kh, kw) : 0.0
+            where h in 0:(H + {2 * pad - window}) / 2 + 1, w in 0:(W + {2 * pad - window}) / 2 + 1,
+                  kh in 0:{window}, kw in 0:{window}
+    }}"""
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(window)
+    I = rng.standard_normal((2, 3, 9, 80)).astype(np_type)
+    Wt = rng.standard_normal((5, 3, window, window)).astype(np_type)
+    want = tcpy.define(src, backend="reference")(I, Wt)
+    got = tcpy.define(src)(I, Wt)
+    assert got.shape == want.shape and got.shape[-1] == 40
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))

@@ -305,8 +305,9 @@ class _Renderer:
         slopes = [inner.stride(f"g{i}") for i in range(count)]
         whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
         w(f"if (runs == 1 && len == {width} && {whole}) {{", 3)
-        w(f"#pragma GCC unroll {width}", 4)
-        w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
+        if not self.copy_every_other(w, "dk", "src + ro[0]", width, step, src_t, 4):
+            w(f"#pragma GCC unroll {width}", 4)
+            w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
         w("continue;", 4)
         w("}", 3)
         w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})0;", 3)
@@ -319,6 +320,28 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def copy_every_other(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str,
+                         depth: int) -> bool:
+        """``dst[c] = src[2 c]`` for ``c < width`` (a stride-2 convolution's row) by whole-vector
+        loads and even-lane shuffles instead of one insert per element; the last load ends at the
+        last element read (it overlaps the one before), so nothing past the row is touched.
+        False (nothing written) unless the step is 2, the types agree and width is whole vectors."""
+        p, T, L = self.p, self.T, self.plan.lanes
+        if step != 2 or src_t != T or width % L or L < 2:
+            return False
+        loads = 2 * width // L
+        w("{", depth)
+        for v in range(loads):
+            at = v * L - (1 if v == loads - 1 else 0)
+            w(f"const {p}_v x{v} = *(const {p}_vu *)({src} + {at});", depth + 1)
+        for u in range(width // L):
+            last = u == width // L - 1
+            mask = ", ".join(str(2 * c + (1 if last and c >= L // 2 else 0)) for c in range(L))
+            w(f"*({p}_vu *)({dst} + {u * L}) = __builtin_shuffle(x{2 * u}, x{2 * u + 1}, ({p}_m){{{mask}}});",
+              depth + 1)
+        w("}", depth)
+        return True
 
     def packed_b(self, w: _Writer):
         """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) into NR-wide slivers, k-major, zero-padded."""
@@ -358,8 +381,9 @@ class _Renderer:
             inner = self.con.n[-1]
             w(f"if ((j0 + s) % {inner.extent} + {nr} <= {inner.extent}) {{", 4)
             w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 5)
-            w(f"#pragma GCC unroll {nr}", 5)
-            w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[INT64_C({inner.b}) * c];", 5)
+            if not self.copy_every_other(w, "d", "r", nr, inner.b, TB, 5):
+                w(f"#pragma GCC unroll {nr}", 5)
+                w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[INT64_C({inner.b}) * c];", 5)
             w("continue;", 5)
             w("}", 4)
         w(f"#pragma GCC unroll {nr}", 4)

@@ -48,6 +48,7 @@ from ..transform.contraction import Contraction, Group, Plan
 
 
 PACK_B_SLIVERS = 16  # slivers pack_b fills row by row at a time (their writes touch 16 pages)
+DIRECT_ENDS = 8  # padded positions of a run whose taps the direct path lists (beyond: tested per tap)
 PACK_B_AHEAD = 4  # pack_b prefetches B's row this many K rows ahead (a row's copy is shorter than a miss)
 
 
@@ -702,6 +703,8 @@ class _Renderer:
         w(f"for (int64_t k = 0; k < {K}; k++) av[k] = ({T})ab[{p}_off_a_k(k)];", 2)
         self.guard_base(w, 2)
         w(f"int64_t nt = 0, lo_all = 0, hi_all = 0, key_len = -1, key_g[{max(1, len(sloped))}] = {{0}};", 2)
+        w(f"int64_t nb = 0, ne = 0, bc[{DIRECT_ENDS}], bs[{DIRECT_ENDS + 1}] = {{0}}, eo[{DIRECT_ENDS * K}];", 2)
+        w(f"{T} ea[{DIRECT_ENDS * K}];", 2)
         w("uint64_t key_on = 0;", 2)
         w("for (int64_t x = n0; x < n1; ) {", 2)
         w(f"int64_t len = tcpy_min_int64(n1 - x, {extent} - x % {extent});", 3)
@@ -735,14 +738,32 @@ class _Renderer:
         w("lo_all = tcpy_max_int64(lo_all, lo); hi_all = tcpy_min_int64(hi_all, hi);", 5)
         w("}", 4)
         w("if (hi_all < lo_all) hi_all = lo_all;", 4)
+        # the first positions outside the interior (the row's padded ends), each with the
+        # list of taps it reads, so that a run pays no per-tap test there
+        w("nb = 0, ne = 0;", 4)
+        w(f"for (int64_t c = 0; c < len && nb < {DIRECT_ENDS}; c++) {{", 4)
+        w("if (c == lo_all) { c = hi_all; if (c >= len) break; }", 5)
+        w("bc[nb] = c; bs[nb] = ne;", 5)
+        w("for (int64_t t = 0; t < nt; t++)", 5)
+        w(f"if (c >= tlo[t] && c < thi[t]) {{ eo[ne] = to[t] + INT64_C({step}) * c; ea[ne] = ta[t]; ne++; }}", 6)
+        w("nb++;", 5)
+        w("}", 4)
+        w("bs[nb] = ne;", 4)
         w("}", 3)
         store = "alpha * s" if con.init else "q[c] + alpha * s"
-        w("for (int64_t c = 0; c < len; c++) {", 3)
-        w("if (c == lo_all) { c = hi_all; if (c >= len) break; }  /* the interior follows */", 4)
-        w(f"{T} s = 0;", 4)
-        w("for (int64_t t = 0; t < nt; t++)", 4)
-        w(f"if (c >= tlo[t] && c < thi[t]) s += ta[t] * ({T})row[to[t] + INT64_C({step}) * c];", 5)
+        w("for (int64_t b = 0; b < nb; b++) {", 3)
+        w(f"const int64_t c = bc[b]; {T} s = 0;", 4)
+        w("for (int64_t e = bs[b]; e < bs[b + 1]; e++) s += ea[e] * row[eo[e]];", 4)
         w(f"q[c] = {store};", 4)
+        w("}", 3)
+        w("if (nb == " + str(DIRECT_ENDS) + ") {  /* more padded positions than listed: test each tap */", 3)
+        w("for (int64_t c = bc[nb - 1] + 1; c < len; c++) {", 4)
+        w("if (c == lo_all) { c = hi_all; if (c >= len) break; }", 5)
+        w(f"{T} s = 0;", 5)
+        w("for (int64_t t = 0; t < nt; t++)", 5)
+        w(f"if (c >= tlo[t] && c < thi[t]) s += ta[t] * ({T})row[to[t] + INT64_C({step}) * c];", 6)
+        w(f"q[c] = {store};", 5)
+        w("}", 4)
         w("}", 3)
         w("int64_t c = lo_all;", 3)
         if step == 1 and TB == T:

@@ -555,8 +555,11 @@ class _Renderer:
               f" ldp, mr, nr, pc == k0); continue; }}", 7)
         overwrite = "pc == k0" if con.init else "0"
         last = ", pc + kc >= k1, bi, tcpy_buffers" if self.epi else ""
-        ukr = f"nr <= {self.plan.lanes} ? {p}_ukr1 : {p}_ukr" if self.plan.nr_vectors > 1 else f"{p}_ukr"
-        w(f"({ukr})(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});", 7)
+        args = f"(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});"
+        if self.plan.nr_vectors > 1:  # direct calls: gcc specialises each for the constant arguments
+            w(f"if (nr <= {self.plan.lanes}) {p}_ukr1{args} else {p}_ukr{args}", 7)
+        else:
+            w(f"{p}_ukr{args}", 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)

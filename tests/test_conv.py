@@ -104,6 +104,7 @@ def test_random_direct_path_windows_match_the_reference(data):
         return
     accumulate = draw(st.booleans())
     threads = draw(st.sampled_from([1, 2, 7]))
+    target = draw(st.sampled_from(RUNNABLE))
     y, x = f"{stride}*y + {dil}*a - {ph}", f"{stride}*x + {dil}*b - {pw}"
     conv = (f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? I(n, c, {y}, {x}) * Wt(c, a, b) : 0.0"
             f" where y in 0:{ho}, x in 0:{wo}, a in 0:{kh}, b in 0:{kw}")
@@ -116,7 +117,7 @@ def test_random_direct_path_windows_match_the_reference(data):
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     args = (rng.standard_normal((n, c, h, w)).astype(np_type), rng.standard_normal((c, kh, kw)).astype(np_type),
             rng.standard_normal(c).astype(np_type))
-    kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads))
+    kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads, target=target))
     want = tcpy.define(src, backend="reference")(*args)
     got = kernel(*args)
     assert got.dtype == want.dtype and got.shape == want.shape == (n, c, ho, wo)
@@ -139,9 +140,10 @@ def test_few_output_pixels_read_the_weights_in_place(threads):
     np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("dtype", ["float", "double"])
 @pytest.mark.parametrize("window, pad", [(7, 3), (3, 1), (1, 0)])
-def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad):
+def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad, target):
     """Stride-2 rows of 40 outputs: whole slivers of every other input element are packed by
     vector loads and shuffles (the last load must stop at the row's last element read)."""
     src = f"""def conv({dtype}(N,C,H,W) I, {dtype}(F,C,{window},{window}) Wt) -> (O) {{
@@ -155,7 +157,7 @@ def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad):
     I = rng.standard_normal((2, 3, 9, 80)).astype(np_type)
     Wt = rng.standard_normal((5, 3, window, window)).astype(np_type)
     want = tcpy.define(src, backend="reference")(I, Wt)
-    got = tcpy.define(src)(I, Wt)
+    got = tcpy.define(src, options=tcpy.Options(target=target))(I, Wt)
     assert got.shape == want.shape and got.shape[-1] == 40
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 

@@ -224,12 +224,14 @@ class _Renderer:
             w("return;", depth + 1)
             w("}", depth)
         self._spill(w, depth)
+        w(f"int64_t co[{nr}];  /* the columns' offsets, once for all rows */", depth)
+        w(f"for (int64_t c = 0; c < nr; c++) co[c] = {p}_off_c_n(j + c);", depth)
         w("for (int64_t r = 0; r < mr; r++) {", depth)
         w(f"{T} *q = cb + {p}_off_c_m(i + r);", depth + 1)
         if self.epi:
             w(f"{T} row[{nr}];", depth + 1)
         w("for (int64_t c = 0; c < nr; c++) {", depth + 1)
-        w(f"{T} *e = q + {p}_off_c_n(j + c);", depth + 2)
+        w(f"{T} *e = q + co[c];", depth + 2)
         w(f"*e = {overwrite} ? alpha * t[r][c] : *e + alpha * t[r][c];", depth + 2)
         if self.epi:
             w("row[c] = *e;", depth + 2)

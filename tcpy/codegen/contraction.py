@@ -172,13 +172,19 @@ class _Renderer:
 
     def contiguous_tile(self) -> Optional[str]:
         """The C condition under which a whole tile's rows are contiguous in the output (N's
-        innermost group has stride 1 and the tile does not cross to its next run), or None."""
-        mr, nr = self.plan.mr, self.plan.nr
-        if not self.con.n or self.con.n[-1].c != 1:
+        innermost groups are contiguous in it and the tile does not cross to the next run), or
+        None."""
+        mr, nr, groups = self.plan.mr, self.plan.nr, self.con.n
+        if not groups or groups[-1].c != 1:
             return None
         whole = f"mr == {mr} && nr == {nr}"
-        inner = self.con.n[-1].extent
-        return whole if len(self.con.n) == 1 else f"{whole} && j % {inner} + {nr} <= {inner}"
+        # the run: N's inner groups that follow each other in the output (an image's rows, which
+        # a guard keeps apart as groups, are one run of the output)
+        run, outer = groups[-1].extent, len(groups) - 1
+        while outer > 0 and groups[outer - 1].c == run:
+            outer -= 1
+            run *= groups[outer].extent
+        return whole if outer == 0 else f"{whole} && j % {run} + {nr} <= {run}"
 
     def prefetch_c(self, w: _Writer, depth: int):
         """Start loading the output tile's rows while the rank-1 updates run."""

@@ -445,6 +445,7 @@ class Plan:
 
 
 PACK_COST = 0.5  # cycles per packed element (one load, one store, no reuse)
+PACK_COST_FAR = 1.0  # the same when the operand does not fit in L2 (its loads come from L3)
 READ_COST = 0.25  # cycles per element a cell reads in place from beyond L2 (memory bandwidth)
 COMBINE_COST = 2.0  # cycles per element and partial of a split-K combination (written, then read)
 FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has no port count)
@@ -528,8 +529,12 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
                        f"fits half of L2: packing cannot pay")
-    elif _stream_ok(con, target, kc, s, lanes) and (b_packed_once or batch * -(-M // mr) >= threads):
+    elif _stream_ok(con, target, kc_stream := min(kc, _stream_kc(target, N, s, unroll)), s, lanes) and (
+            b_packed_once or batch * -(-M // mr) >= threads):
         path = "stream"
+        if kc_stream < kc:
+            kc = _balanced(K, kc_stream, unroll)
+            reasons.append(f"kc {kc} for the stream path: a K block of B fits half of L2")
         reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
                        f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
                        f"time, against a packed K block of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
@@ -581,13 +586,21 @@ def _direct_ok(con: Contraction) -> bool:
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:
     """A read in place when packing it costs too much for its reuse: each A element feeds
     ``N / lanes`` vector FMAs (``N / lanes / FMA_PIPES`` cycles) and its copy ``PACK_COST``
-    cycles. The K block of B (``kc x N``) must fit half of L2."""
+    cycles (``PACK_COST_FAR`` when A does not fit in L2). The K block of B (``kc x N``) must
+    fit half of L2."""
     _, M, N, K = con.sizes
-    if PACK_COST * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
+    cost = PACK_COST if M * K * s <= target.l2 else PACK_COST_FAR
+    if cost * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
     m_stride = con.linear_stride("m", "a")
     return (con.a.dtype is con.dtype and bool(con.k) and con.linear_stride("k", "a") is not None
             and con.guarded != "a" and m_stride is not None and (not con.m or m_stride != 0))
+
+
+def _stream_kc(target: Target, N: int, s: int, unroll: int) -> int:
+    """The longest K block of B (``kc x N``) that fits half of L2, at least ``4 * unroll``
+    (shorter blocks would spend more on the output tile's loads and stores than on FMAs)."""
+    return max(4 * unroll, _round_down(target.l2 // 2 // max(1, N * s), unroll))
 
 
 def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:

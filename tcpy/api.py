@@ -6,6 +6,7 @@ with the same shapes go straight from the Cython launcher to the compiled functi
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import warnings
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from .lang.types import ScalarType
 from .loopir import BlockChain, ContractionNest, KernelIR, NestKind, describe_group, dump
 from .loopnest import build_program, lower
 from .runtime.build import build_library, load_symbol
-from .runtime.launch import LaunchEntry, Launcher
+from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
+from .target import Target
 from .transform import attach_epilogues, fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
@@ -60,10 +62,11 @@ class Kernel(Launcher):
 
     def __init__(self, def_: ast.Def, source: str, options: Optional[Options] = None, *,
                  def_ranges: Optional[ranges.DefRanges] = None):
-        Launcher.__init__(self, self._launch_entry)
+        self.options = options or Options()
+        # options that leave the thread count open are planned for the count each call runs with
+        Launcher.__init__(self, self._launch_entry, follow_threads=_follows_threads(self.options))
         self.def_ = def_
         self.source = source
-        self.options = options or Options()
         try:
             self.ranges = def_ranges or ranges.infer(def_)
         except TCProgramError as err:
@@ -97,7 +100,12 @@ class Kernel(Launcher):
     def options_for(self, sizes: Mapping[str, int]) -> Options:
         """The options used for these sizes: the autotuned ones if any, else ``self.options``."""
         from .tuning import tuned_options
-        return tuned_options(self, sizes) or self.options
+        options = tuned_options(self, sizes) or self.options
+        if _follows_threads(options):
+            # the thread grid, chunking and blocks are for the threads the call will run with
+            # (tcpy.set_num_threads, OMP_NUM_THREADS, threadpoolctl), not for every core
+            options = dataclasses.replace(options, num_threads=get_num_threads())
+        return options
 
     def specialize(self, /, *arrays_or_shapes, **sizes) -> Specialization:
         """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel."""
@@ -207,6 +215,12 @@ class Kernel(Launcher):
             num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,
         )
+
+
+def _follows_threads(options: Options) -> bool:
+    """Whether kernels with these options plan for the calling thread count: it is not fixed,
+    and the target is this machine (a target with other cores simulates a larger machine)."""
+    return not options.num_threads and options.target == Target.host()
 
 
 def _build_and_load(spec: Specialization, options: Options) -> int:

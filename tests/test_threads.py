@@ -54,6 +54,34 @@ def test_set_num_threads_and_options_pinning(gemm_args):
     assert cpu_per_wall(pinned, *gemm_args) <= 1.2  # options win over the default
 
 
+def test_kernels_are_planned_for_the_threads_a_call_runs_with():
+    """Without Options(num_threads=), the thread grid follows set_num_threads / threadpoolctl:
+    one thread gets one cell (no work split for threads that will not run), and each count
+    keeps its own specialisation."""
+    A, B = np.ones((300, 200), np.float32), np.ones((200, 400), np.float32)
+    kernel = tcpy.define(demo.GEMM)
+
+    def grid():
+        line = next(line for line in str(kernel.explain(A, B)).splitlines() if "thread grid batch" in line)
+        return line[line.index("thread grid batch"):].split(";")[0]
+
+    try:
+        tcpy.set_num_threads(1)
+        assert grid() == "thread grid batch 1 x M 1 x N 1 x K 1"
+        one = kernel(A, B)
+        tcpy.set_num_threads(2)
+        assert grid() != "thread grid batch 1 x M 1 x N 1 x K 1"
+        two = kernel(A, B)
+    finally:
+        tcpy.set_num_threads(None)
+    with threadpool_limits(1):
+        assert grid() == "thread grid batch 1 x M 1 x N 1 x K 1"
+        np.testing.assert_array_equal(kernel(A, B), one)
+    assert len(kernel.table) == 2  # the 1-thread entry served threadpoolctl's limit too
+    np.testing.assert_allclose(two, A @ B, rtol=1e-6)
+    np.testing.assert_array_equal(one, two)  # the grid splits M or N, never K, here
+
+
 def test_set_num_threads_rejects_bad_counts():
     with pytest.raises(tcpy.TCArgumentError, match=r"expects a number of threads >= 1 \(or None\), got -2"):
         tcpy.set_num_threads(-2)

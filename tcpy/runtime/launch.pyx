@@ -243,14 +243,17 @@ cdef class Launcher:
 
     ``miss_handler(args) -> LaunchEntry`` is called the first time a call signature is seen; it
     must check the arguments (raising a TCError) and build the kernel. Its entry is reused for
-    every later call with the same signature.
+    every later call with the same signature. ``follow_threads``: the thread count a call would
+    run with (:func:`get_num_threads`) is part of the signature, for kernels planned for it.
     """
     cdef readonly dict table
     cdef readonly object miss_handler
+    cdef readonly bint follow_threads
 
-    def __init__(self, miss_handler):
+    def __init__(self, miss_handler, follow_threads=False):
         self.table = {}
         self.miss_handler = miss_handler
+        self.follow_threads = follow_threads
 
     def __call__(self, *args, out=None, **keywords):
         if keywords:
@@ -258,6 +261,8 @@ cdef class Launcher:
                                   f"got keyword argument{'s' if len(keywords) > 1 else ''} "
                                   f"{', '.join(map(repr, keywords))}")
         key = _signature(args)
+        if self.follow_threads:  # one entry (plan) per thread count the calls run with
+            key = (key, _num_threads if _num_threads > 0 else openmp.omp_get_max_threads())
         entry = self.table.get(key)
         if entry is None:
             entry = self.miss_handler(args)

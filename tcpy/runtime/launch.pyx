@@ -211,16 +211,19 @@ cdef inline void _put(tuple t, Py_ssize_t i, object x):
     PyTuple_SET_ITEM(t, i, x)
 
 
-cdef tuple _signature(tuple args):
+cdef tuple _signature(tuple args, int threads):
     """The table key, flat for speed: per array its dtype, rank and dims; per anything else
-    (Python numbers) its type. Dtypes, ranks and types are distinct kinds, so it is unambiguous."""
-    cdef Py_ssize_t i, k = 0, size = 0, n = PyTuple_GET_SIZE(args)
+    (Python numbers) its type. Dtypes, ranks and types are distinct kinds, so it is unambiguous.
+    ``threads`` > 0 ends it (a launcher that follows the thread count always passes one)."""
+    cdef Py_ssize_t i, k = 0, size = 1 if threads > 0 else 0, n = PyTuple_GET_SIZE(args)
     cdef int d, nd
     cdef cnp.ndarray a
     for i in range(n):
         x = <object>PyTuple_GET_ITEM(args, i)
         size += 2 + cnp.PyArray_NDIM(<cnp.ndarray>x) if cnp.PyArray_Check(x) else 1
     cdef tuple key = PyTuple_New(size)
+    if threads > 0:
+        _put(key, size - 1, threads)
     for i in range(n):
         x = <object>PyTuple_GET_ITEM(args, i)
         if cnp.PyArray_Check(x):
@@ -260,9 +263,9 @@ cdef class Launcher:
             raise TCArgumentError(f"kernels take their arrays by position, in the order of the signature; "
                                   f"got keyword argument{'s' if len(keywords) > 1 else ''} "
                                   f"{', '.join(map(repr, keywords))}")
-        key = _signature(args)
-        if self.follow_threads:  # one entry (plan) per thread count the calls run with
-            key = (key, _num_threads if _num_threads > 0 else openmp.omp_get_max_threads())
+        # one entry (plan) per thread count the calls run with, when the kernel follows it
+        key = _signature(args, (_num_threads if _num_threads > 0 else openmp.omp_get_max_threads())
+                         if self.follow_threads else 0)
         entry = self.table.get(key)
         if entry is None:
             entry = self.miss_handler(args)

@@ -677,9 +677,10 @@ class _Renderer:
 
     def direct(self, w: _Writer):
         """M = 1: the output along each run of its inner N group (a row, at most nc long) is
-        the sum over K of one A value times B's row shifted by the tap: in the interior, where
-        every guard holds, vectorised over the row with all K taps in registers; at the
-        row's ends (padding) each tap is tested."""
+        the sum over K of one A value times B's row shifted by the tap. A table of the taps
+        that read the run (and the interval where each does) is kept from run to run; the
+        interior, where every listed tap reads, is vectorised (:meth:`_direct_vectors`), and
+        the row's padded ends sum the taps listed for each position."""
         p, T, TA, TB, con = self.p, self.T, self.TA, self.TB, self.con
         NC, K = self.plan.nc, self.K
         count = len(con.guards)

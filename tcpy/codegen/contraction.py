@@ -690,7 +690,7 @@ class _Renderer:
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
           f" const volatile int *stop{self.cell_params}) {{")
         w("(void)m0; (void)m1;", 1)
-        # the taps' offsets and guard parts, and per batch index the A values, in small tables
+        # The taps' offsets and guard parts, and per batch index the A values, in small tables.
         # Per run, the table of taps that read the input somewhere on it (offset, A value, valid
         # [lo, hi)). Guards constant along the run (a row's kh) only switch taps on or off; the
         # others (kw) clamp [lo, hi) and are the same on most runs, so the table is rebuilt only
@@ -765,7 +765,7 @@ class _Renderer:
         store = "alpha * s" if con.init else "q[c] + alpha * s"
         w("for (int64_t b = 0; b < nb; b++) {", 3)
         w(f"const int64_t c = bc[b]; {T} s = 0;", 4)
-        w("for (int64_t e = bs[b]; e < bs[b + 1]; e++) s += ea[e] * row[eo[e]];", 4)
+        w(f"for (int64_t e = bs[b]; e < bs[b + 1]; e++) s += ea[e] * ({T})row[eo[e]];", 4)
         w(f"q[c] = {store};", 4)
         w("}", 3)
         w("if (nb == " + str(DIRECT_ENDS) + ") {  /* more padded positions than listed: test each tap */", 3)

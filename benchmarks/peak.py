@@ -30,7 +30,7 @@ double fma_loop(int64_t n) {{
     {DECL}
     for (int64_t i = 0; i < n; i++) {{
         {BODY}
-        __asm__ volatile("" : {OUTS});
+        {FENCES}
     }}
     v s = {SUM};
     double out = 0;
@@ -42,12 +42,15 @@ double fma_loop(int64_t n) {{
 
 def fma_peak(target: Target, dtype: str = "float", seconds: float = 0.3) -> float:
     """GFLOP/s of one core doing independent vector FMAs of ``dtype`` ("float" or "double")."""
-    accs = max(2, target.vector_registers - 4)
-    outs = ", ".join(f'"+x"(c{i})' for i in range(min(accs, 30)))
+    accs = max(2, min(16, target.vector_registers - 4))  # more than the FMA latency x ports, no spills
+    # An empty asm per few accumulators keeps the FMAs from being folded away; gcc allows at most
+    # 30 operands per asm and counts an in-out operand twice.
+    fences = " ".join('__asm__ volatile("" : ' + ", ".join(f'"+x"(c{i})' for i in range(lo, min(lo + 12, accs))) + ");"
+                      for lo in range(0, accs, 12))
     src = _SOURCE.format(T=dtype, VB=target.vector_bytes,
                          DECL="v " + ", ".join(f"c{i} = x" for i in range(accs)) + ";",
                          BODY=" ".join(f"c{i} = c{i} * y + x;" for i in range(accs)),
-                         OUTS=outs, SUM=" + ".join(f"c{i}" for i in range(accs)))
+                         FENCES=fences, SUM=" + ".join(f"c{i}" for i in range(accs)))
     with tempfile.TemporaryDirectory() as tmp:
         c, so = Path(tmp) / "peak.c", Path(tmp) / "peak.so"
         c.write_text(src)

@@ -151,6 +151,7 @@ def test_the_engine_is_an_option():
 
 def test_micro_tiles_fit_each_register_file():
     assert micro_tile(Target.preset("x86-64-v3"), 4) == (6, 2)  # 6 x 16 floats
+    assert micro_tile(Target.preset("x86-64-v4"), 4) == (8, 3)  # at most 8 rows: 8 x 48 floats
     for name in PRESETS:
         t = Target.preset(name)
         for size in (4, 8):

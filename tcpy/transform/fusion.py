@@ -41,7 +41,7 @@ from ..lang.visit import map_expr
 from ..loopir import Chain, FusedGroup, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
-from .contraction import block_contraction, contraction_of, micro_tile
+from .contraction import block_contraction, contraction_of
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10

@@ -39,6 +39,36 @@ typedef double float64;
 #define TCPY_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TCPY_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* ---- Non-temporal stores -----------------------------------------------------------------
+ * tcpy_store_nt<B>(p, v): store the B-byte vector v at p (aligned to B) around the caches, for
+ * an output written once and too large to stay cached (no read for ownership); a plain store
+ * where the ISA has no such store of that width. Weakly ordered: a kernel fences before its
+ * results are read. A vector of any element type converts to tcpy_nt<B> (same bits). */
+typedef float tcpy_nt16 __attribute__((vector_size(16), __may_alias__));
+typedef float tcpy_nt32 __attribute__((vector_size(32), __may_alias__));
+typedef float tcpy_nt64 __attribute__((vector_size(64), __may_alias__));
+static inline void tcpy_store_nt16(void *p, tcpy_nt16 v) {
+#ifdef __SSE__
+    __builtin_ia32_movntps((float *)p, v);
+#else
+    *(tcpy_nt16 *)p = v;
+#endif
+}
+static inline void tcpy_store_nt32(void *p, tcpy_nt32 v) {
+#ifdef __AVX__
+    __builtin_ia32_movntps256((float *)p, v);
+#else
+    *(tcpy_nt32 *)p = v;
+#endif
+}
+static inline void tcpy_store_nt64(void *p, tcpy_nt64 v) {
+#ifdef __AVX512F__
+    __builtin_ia32_movntps512((float *)p, v);
+#else
+    *(tcpy_nt64 *)p = v;
+#endif
+}
+
 /* ---- Integer division -------------------------------------------------------------------
  * Index expressions (TC semantics): `/` and `%` round toward negative infinity, so
  * floormod(a, b) has the sign of b. The divisor of an index expression is a non-zero

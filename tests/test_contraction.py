@@ -179,6 +179,16 @@ def test_blocks_follow_the_footprint_model(name):
         assert "kc" in " ".join(p.reasons)
 
 
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_short_k_runs_in_one_block_when_the_output_is_beyond_l2(name):
+    t = Target.preset(name)
+    kc = plan(_gemm(2048, 2048, 4096), t, 1).kc
+    k = kc * 13 // 10
+    assert plan(_gemm(2048, 2048, k), t, 1).kc >= k  # a second block: another pass over 16 MiB
+    assert plan(_gemm(2048, 2048, 3 * kc), t, 1).kc < 3 * kc
+    assert plan(_gemm(48, 48, k), t, 1).kc < k  # the output stays in L2
+
+
 def test_small_shapes_take_the_small_path():
     t = Target.preset("x86-64-v3")
     assert plan(_gemm(64, 64, 64), t, 1).path == "small"
@@ -378,6 +388,45 @@ def test_gemm_edges_around_the_micro_tile(target, threads):
         assert got.dtype == np.float32 and got.shape == (m, n)
         np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
     assert paths == {"small", "packed", "stream"}
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_outputs_written_once_bypass_the_caches(target, threads):
+    """A contraction with K in one block and an output beyond the threads' halves of L3 stores
+    its whole tiles non-temporally where the rows are vector-aligned, plainly elsewhere (an odd
+    row length, a caller's misaligned out= array, an epilogue reading the rows back)."""
+    t = dataclasses.replace(Target.preset(target), name=f"{target}-small-l3", l3=8 << 10, l3_sharing=1)
+    options = tcpy.Options(target=t, num_threads=threads)
+    rng = np.random.default_rng(threads)
+    mr, nv = micro_tile(t, 4)
+    nr = nv * t.lanes(4)
+    gemm = "def f({0}(M,K) A, {0}(K,N) B) -> (C) {{ C(m,n) +=! A(m,k) * B(k,n) }}"
+    for dtype, n in (("float", 40 * nr), ("float", 40 * nr + 3), ("double", 40 * nr)):
+        kernel = tcpy.define(gemm.format(dtype), options=options)
+        np_dtype = np.float32 if dtype == "float" else np.float64
+        A = rng.standard_normal((6 * mr + 5, 30)).astype(np_dtype)
+        B = rng.standard_normal((30, n)).astype(np_dtype)
+        assert kernel.specialize(A, B).ir.nests[0].body[0].plan.stream_stores
+        assert "non-temporal stores" in str(kernel.explain(A, B))
+        want = A.astype(np.float64) @ B
+        got = kernel(A, B)
+        assert got.dtype == A.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        spare = np.full(want.size + 64, np.nan, dtype=A.dtype)
+        first = -(spare.ctypes.data // A.itemsize) % (64 // A.itemsize)
+        for skip in (first, first + 1):  # rows on the vector alignment, and one element off it
+            out = spare[skip:skip + want.size].reshape(want.shape)
+            kernel(A, B, out=out)
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    conv = ("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O, R) {\n O(n,f,h,w) +=! I(n,c,h,w) * Wt(f,c)\n"
+            " R(n,f,h,w) = fmax(O(n,f,h,w), 0.0) }")
+    I = rng.standard_normal((2, 16, 19, 23), dtype=np.float32)
+    W = rng.standard_normal((40, 16), dtype=np.float32)
+    O, R = tcpy.define(conv, options=options)(I, W)
+    want = np.einsum("nchw,fc->nfhw", I.astype(np.float64), W)
+    np.testing.assert_allclose(O, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(R, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_split_k_is_deterministic_and_right():

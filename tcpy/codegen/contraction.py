@@ -186,19 +186,36 @@ class _Renderer:
             run *= groups[outer].extent
         return whole if outer == 0 else f"{whole} && j % {run} + {nr} <= {run}"
 
+    @property
+    def nontemporal(self) -> bool:
+        """Whole tiles bypass the caches (no epilogue reads them back)."""
+        return self.plan.stream_stores and not self.epi
+
     def prefetch_c(self, w: _Writer, depth: int):
         """Start loading the output tile's rows while the rank-1 updates run."""
-        if self.contiguous_tile() is None:
+        if self.contiguous_tile() is None or self.nontemporal:
             return
         w(f"for (int64_t r = 0; r < mr; r++) {{ {self.T} *q = cb + {self.p}_off_c_m(i + r) + {self.p}_off_c_n(j); "
           f"__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }}", depth)
 
-    def _whole_tile(self, w: _Writer, depth: int, row, first: str, scale: str):
-        """Vector stores of a whole tile: row r at ``row(r)`` is set (when ``first``) or added to."""
+    def _whole_tile(self, w: _Writer, depth: int, row, first: str, scale: str, nontemporal: bool = False):
+        """Vector stores of a whole tile: row r at ``row(r)`` is set (when ``first``) or added to;
+        ``nontemporal``: set with non-temporal stores when every row is vector-aligned."""
         p, nv, L = self.p, self.plan.nr_vectors, self.plan.lanes
         w(f"if ({first}) {{", depth)
+        if nontemporal:
+            rows = " | ".join(f"(uintptr_t){row(r)}" for r in range(self.plan.mr))
+            vb = L * self.con.dtype.bits // 8
+            w(f"if ((({rows}) & {vb - 1}) == 0) {{", depth + 1)
+            for r in range(self.plan.mr):
+                w(" ".join(f"tcpy_store_nt{vb}({row(r)} + {v * L}, (tcpy_nt{vb})({scale}c{r}_{v}));"
+                           for v in range(nv)), depth + 2)
+            w("} else {", depth + 1)
+        inner = depth + 1 + nontemporal
         for r in range(self.plan.mr):
-            w(" ".join(f"*({p}_vu *)({row(r)} + {v * L}) = {scale}c{r}_{v};" for v in range(nv)), depth + 1)
+            w(" ".join(f"*({p}_vu *)({row(r)} + {v * L}) = {scale}c{r}_{v};" for v in range(nv)), inner)
+        if nontemporal:
+            w("}", depth + 1)
         w("} else {", depth)
         for r in range(self.plan.mr):
             w(" ".join(f"*({p}_vu *)({row(r)} + {v * L}) += {scale}c{r}_{v};" for v in range(nv)), depth + 1)
@@ -221,7 +238,7 @@ class _Renderer:
             w(f"if ({contiguous}) {{", depth)
             for r in range(mr):
                 w(f"{T} *q{r} = cb + {p}_off_c_m(i + {r}) + {p}_off_c_n(j);", depth + 1)
-            self._whole_tile(w, depth + 1, lambda r: f"q{r}", overwrite, "alpha * ")
+            self._whole_tile(w, depth + 1, lambda r: f"q{r}", overwrite, "alpha * ", self.nontemporal)
             if self.epi:  # the rows are contiguous and final: the epilogue reads them in place
                 w("if (last) {", depth + 1)
                 for r in range(mr):
@@ -571,7 +588,13 @@ class _Renderer:
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)
+        self.fence(w)
         w("}")
+
+    def fence(self, w: _Writer):
+        """Non-temporal stores are weakly ordered: a full fence before the cell's results are read."""
+        if self.nontemporal:
+            w("__atomic_thread_fence(__ATOMIC_SEQ_CST);", 1)
 
     def _last(self, K: int) -> str:
         """The epilogue arguments of a call in a ``pc`` loop over all of K."""
@@ -610,6 +633,7 @@ class _Renderer:
           f"n0 + jr, n1 - n0 - jr < {nr} ? n1 - n0 - jr : {nr}, {overwrite}, alpha{self._last(K)});", 5)
         w("}", 2)
         w("}", 1)
+        self.fence(w)
         w("}")
 
     def small_kernel(self, w: _Writer):
@@ -671,6 +695,7 @@ class _Renderer:
         w("}", 3)
         w("}", 2)
         w("}", 1)
+        self.fence(w)
         w("}")
 
     # -- direct path ------------------------------------------------------------------------

@@ -111,6 +111,11 @@ def get_num_threads():
     return _num_threads if _num_threads > 0 else openmp.omp_get_max_threads()
 
 
+cdef enum:
+    CACHE_LINE = 64
+    ALIGNED_MIN_BYTES = 1 << 20  # below, an output stays in the caches and alignment buys nothing
+
+
 cdef class _ArraySpec:
     """Shape and dtype of an array the launcher allocates, ready for the NumPy C API.
 
@@ -125,6 +130,7 @@ cdef class _ArraySpec:
     cdef int nd
     cdef cnp.npy_intp dims[32]
     cdef int typenum
+    cdef Py_ssize_t nbytes
 
     def __init__(self, shape, dtype, zero=True, keep=False):
         self.zero = zero or keep
@@ -139,12 +145,23 @@ cdef class _ArraySpec:
         for i, d in enumerate(self.shape):
             self.dims[i] = d
         self.typenum = self.dtype.num
+        self.nbytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
 
     cdef inline cnp.ndarray zeros(self):
         return cnp.PyArray_ZEROS(self.nd, self.dims, self.typenum, 0)
 
     cdef inline cnp.ndarray empty(self):
+        if self.nbytes >= ALIGNED_MIN_BYTES:
+            return self.aligned_empty()
         return cnp.PyArray_EMPTY(self.nd, self.dims, self.typenum, 0)
+
+    cdef cnp.ndarray aligned_empty(self):
+        """An uninitialised array whose data starts at a cache line: kernels store whole
+        vectors of a large output around the caches (non-temporal stores need alignment)."""
+        cdef cnp.npy_intp n = self.nbytes + CACHE_LINE
+        cdef cnp.ndarray raw = cnp.PyArray_EMPTY(1, &n, cnp.NPY_UINT8, 0)
+        cdef Py_ssize_t skip = (-<Py_ssize_t>cnp.PyArray_DATA(raw)) & (CACHE_LINE - 1)
+        return raw[skip:skip + self.nbytes].view(self.dtype).reshape(self.shape)
 
     cdef inline cnp.ndarray new(self):
         return self.zeros() if self.zero else self.empty()

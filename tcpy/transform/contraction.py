@@ -423,6 +423,7 @@ class Plan:
     reasons: tuple[str, ...]
     copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
     a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
+    stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
 
     @property
     def nr_vectors(self) -> int:
@@ -438,6 +439,8 @@ class Plan:
             text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
             if self.a_once:
                 text += " (A packed once per cell)"
+        if self.stream_stores:
+            text += "; non-temporal stores"
         text += f"; thread grid batch {tb} x M {tm} x N {tn} x K {tk}"
         if tk > 1:
             text += " (split K: per-thread partial sums added in a fixed order)"
@@ -456,6 +459,7 @@ SPAWN_COST = 10000.0  # cycles to wake and join an OpenMP team whose threads sle
 # per k, every register taken) ran 5-15% below 8x3 with 32 wide registers in float and double,
 # GEMMs and convolutions alike; with 16 registers the bound leaves 6x2, the tallest that fits.
 MAX_TILE_ROWS = 8
+ONE_K_BLOCK_SLACK = 1.5  # K up to this many L1-sized K blocks runs as one when the output is beyond L2
 
 
 def micro_tile(target: Target, element_bytes: int) -> tuple[int, int]:
@@ -521,11 +525,16 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     b_ways = max(1, target.l1d_ways - 1 - a_ways)
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
     kc = _balanced(K, kc_max, unroll)
-    mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
-    nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
                    f"{-(-K // kc)} equal blocks")
+    out_bytes = batch * M * N * s
+    if kc < K <= ONE_K_BLOCK_SLACK * kc_max and out_bytes > target.l2:
+        kc = _balanced(K, K, unroll)
+        reasons.append(f"kc {kc}: K = {K} in one block, longer than the L1 fit ({kc_max}): a second block "
+                       f"would read and write the output ({out_bytes // 1024} KiB, beyond L2) once more")
+    mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
+    nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
     small = _small_ok(con, target, kc, s) and not b_packed_once
     if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K
@@ -575,7 +584,16 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                        f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
     reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
                    "compute + packing + split-K combination")
-    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once)
+    # An output written once (one K block) that is larger than the threads' halves of L3 would
+    # only evict the operands: its whole tiles bypass the caches (no read for ownership, half
+    # the memory traffic of the stores).
+    stream_stores = (path != "direct" and con.init and K <= kc and tk == 1
+                     and out_bytes > threads * target.l3_per_core // 2)
+    if stream_stores:
+        reasons.append(f"non-temporal stores: each output tile is written once (K = {K} in one block) and the "
+                       f"output ({out_bytes / 2**20:.1f} MiB) exceeds half of the threads' L3 shares")
+    return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once,
+                stream_stores)
 
 
 DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, a GEMM's reuse wins)

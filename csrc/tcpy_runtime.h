@@ -69,6 +69,49 @@ static inline void tcpy_store_nt64(void *p, tcpy_nt64 v) {
 #endif
 }
 
+/* ---- Short copies -----------------------------------------------------------------------
+ * tcpy_copy_short<E>(dst, src, n): copy n elements of E bytes (fewer than one vector) touching
+ * nothing past either end: one masked load and store where the ISA has them (masked-off lanes
+ * neither fault nor write), element by element elsewhere. Bits are copied as they are. */
+typedef int32_t tcpy_mask8i __attribute__((vector_size(32)));
+typedef long long tcpy_mask4l __attribute__((vector_size(32)));
+typedef double tcpy_nt32d __attribute__((vector_size(32), __may_alias__));
+typedef double tcpy_nt64d __attribute__((vector_size(64), __may_alias__));
+static inline void tcpy_copy_short4(void *dst, const void *src, int64_t n) {
+#if defined(__AVX512F__)
+    if (n < 16) {
+        const unsigned short m = (unsigned short)((1u << n) - 1);
+        __builtin_ia32_storeups512_mask((float *)dst, __builtin_ia32_loadups512_mask(
+            (const float *)src, (tcpy_nt64){0}, m), m);
+        return;
+    }
+#elif defined(__AVX2__)
+    if (n < 8) {
+        const tcpy_mask8i m = (tcpy_mask8i){0, 1, 2, 3, 4, 5, 6, 7} < (int32_t)n;
+        __builtin_ia32_maskstoreps256((tcpy_nt32 *)dst, m, __builtin_ia32_maskloadps256((const tcpy_nt32 *)src, m));
+        return;
+    }
+#endif
+    for (int64_t c = 0; c < n; c++) ((uint32_t *)dst)[c] = ((const uint32_t *)src)[c];
+}
+static inline void tcpy_copy_short8(void *dst, const void *src, int64_t n) {
+#if defined(__AVX512F__)
+    if (n < 8) {
+        const unsigned char m = (unsigned char)((1u << n) - 1);
+        __builtin_ia32_storeupd512_mask((double *)dst, __builtin_ia32_loadupd512_mask(
+            (const double *)src, (tcpy_nt64d){0}, m), m);
+        return;
+    }
+#elif defined(__AVX2__)
+    if (n < 4) {
+        const tcpy_mask4l m = (tcpy_mask4l){0, 1, 2, 3} < (long long)n;
+        __builtin_ia32_maskstorepd256((tcpy_nt32d *)dst, m, __builtin_ia32_maskloadpd256((const tcpy_nt32d *)src, m));
+        return;
+    }
+#endif
+    for (int64_t c = 0; c < n; c++) ((uint64_t *)dst)[c] = ((const uint64_t *)src)[c];
+}
+
 /* ---- Integer division -------------------------------------------------------------------
  * Index expressions (TC semantics): `/` and `%` round toward negative infinity, so
  * floormod(a, b) has the sign of b. The divisor of an index expression is a non-zero

@@ -162,6 +162,28 @@ def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad, target):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("dtype", ["float", "double"])
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_padded_rows_of_every_length_around_a_vector(dtype, target, threads):
+    """Padded 3x3 rows shorter than a vector (a masked copy), of whole vectors, and a few
+    elements past them (the last vector overlaps the one before) within slivers of many rows."""
+    t = Target.preset(target)
+    lanes = t.lanes(4 if dtype == "float" else 8)
+    src = PADDED.replace("float", dtype)
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(lanes + threads)
+    for width in sorted({max(1, lanes - 3), lanes, lanes + 1, 2 * lanes + 3, 3 * lanes - 1}):
+        I = rng.standard_normal((2, 4, 5, width)).astype(np_type)
+        Wt = rng.standard_normal((9, 4, 3, 3)).astype(np_type)
+        kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=threads))
+        assert _engine(kernel, I, Wt)
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        got = kernel(I, Wt)
+        assert got.shape == want.shape and got.dtype == np_type
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))

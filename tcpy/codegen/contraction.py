@@ -341,11 +341,35 @@ class _Renderer:
         w("int64_t lo = 0, hi = rn[r];", 4)
         for i, d in enumerate(slopes):
             _clamp_run(w, f"gk{i} + rg[r][{i}]", d, 4)
-        w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({step}) * c];", 4)
+        if not self.copy_run(w, "dk + r0[r]", "src + ro[r]", width, step, src_t, 4):
+            w(f"for (int64_t c = lo; c < hi; c++) dk[r0[r] + c] = ({T})src[ro[r] + INT64_C({step}) * c];", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def copy_run(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str, depth: int) -> bool:
+        """``dst[c] = src[c]`` for ``lo <= c < hi`` (a run's valid part, at most ``width``) by whole
+        vectors, the last one overlapping the one before, or one masked copy when the run is
+        shorter than a vector: nothing outside the part is read or written. False (nothing
+        written) unless the step is 1 and the types agree."""
+        p, T, L, s = self.p, self.T, self.plan.lanes, self.s
+        if step != 1 or src_t != T or s not in (4, 8):
+            return False
+        w("{", depth)
+        w(f"const int64_t n = hi - lo; {T} *TCPY_RESTRICT o = {dst} + lo; const {T} *TCPY_RESTRICT i = {src} + lo;",
+          depth + 1)
+        w(f"if (n >= {L}) {{", depth + 1)
+        # (no loop: gcc would turn a loop of vector copies into a call of memcpy)
+        w(f"*({p}_vu *)o = *(const {p}_vu *)i;", depth + 2)
+        for v in range(1, width // L):
+            w(f"if (n >= {(v + 1) * L}) *({p}_vu *)(o + {v * L}) = *(const {p}_vu *)(i + {v * L});", depth + 2)
+        w(f"if (n % {L}) *({p}_vu *)(o + n - {L}) = *(const {p}_vu *)(i + n - {L});", depth + 2)
+        w("} else if (n > 0) {", depth + 1)
+        w(f"tcpy_copy_short{s}(o, i, n);", depth + 2)
+        w("}", depth + 1)
+        w("}", depth)
+        return True
 
     def copy_every_other(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str,
                          depth: int) -> bool:

@@ -152,10 +152,14 @@ def test_the_engine_is_an_option():
 def test_micro_tiles_fit_each_register_file():
     assert micro_tile(Target.preset("x86-64-v3"), 4) == (6, 2)  # 6 x 16 floats
     assert micro_tile(Target.preset("x86-64-v4"), 4) == (8, 3)  # at most 8 rows: 8 x 48 floats
+    # N's extent: 64 columns fit one 6 x 64 tile (8 x 48 tiles would compute 96); 784 fit 8 x 48
+    v4 = Target.preset("x86-64-v4")
+    assert micro_tile(v4, 4, 64) == (6, 4) and micro_tile(v4, 4, 784) == (8, 3)
+    assert (plan(_gemm(512, 64, 512), v4, 1).mr, plan(_gemm(512, 64, 512), v4, 1).nr) == (6, 64)
     for name in PRESETS:
         t = Target.preset(name)
-        for size in (4, 8):
-            mr, nv = micro_tile(t, size)
+        for size, n in ((4, None), (8, None), (4, 64), (8, 49)):
+            mr, nv = micro_tile(t, size, n)
             assert mr * nv + nv + 1 <= t.vector_registers
             assert mr + nv <= mr * nv
 

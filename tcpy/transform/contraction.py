@@ -459,26 +459,36 @@ SPAWN_COST = 10000.0  # cycles to wake and join an OpenMP team whose threads sle
 # per k, every register taken) ran 5-15% below 8x3 with 32 wide registers in float and double,
 # GEMMs and convolutions alike; with 16 registers the bound leaves 6x2, the tallest that fits.
 MAX_TILE_ROWS = 8
+NARROW_N_GAIN = 1.05  # a tile fitting N's extent better must win by this (8x3 ran ~5% above 6x4)
 ONE_K_BLOCK_SLACK = 1.5  # K up to this many L1-sized K blocks runs as one when the output is beyond L2
 
 
-def micro_tile(target: Target, element_bytes: int) -> tuple[int, int]:
+def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> tuple[int, int]:
     """``(MR, NR vectors)``: accumulators ``MR x NRv`` + ``NRv`` vectors of B + one broadcast of
-    A fit the vector registers; most FMAs per k, with no more loads (MR broadcasts + NRv
-    vectors) than FMAs and at most ``MAX_TILE_ROWS`` rows; on ties the taller tile (a narrower B
-    sliver leaves L1 room for kc)."""
-    regs = target.vector_registers
-    best = None
+    A fit the vector registers, with no more loads (MR broadcasts + NRv vectors) than FMAs and
+    at most ``MAX_TILE_ROWS`` rows. Most FMAs per k, on ties the taller tile (a narrower B
+    sliver leaves L1 room for kc); given N's extent ``n``, a tile whose FMAs times the useful
+    share of its columns (N in whole tiles) is ``NARROW_N_GAIN`` higher replaces it (N = 64
+    with 48-wide tiles would compute 96 columns)."""
+    regs, lanes = target.vector_registers, target.lanes(element_bytes)
+    tallest = {}
     for nv in range(1, 5):
-        for mr in range(1, MAX_TILE_ROWS + 1):
-            if mr * nv + nv + 1 > regs or mr + nv > mr * nv:
-                continue
-            key = (mr * nv, mr)
-            if best is None or key > best[0]:
-                best = (key, (mr, nv))
-    if best is None:  # a tiny register file: one row, one vector
+        fits = [mr for mr in range(1, MAX_TILE_ROWS + 1) if mr * nv + nv + 1 <= regs and mr + nv <= mr * nv]
+        if fits:
+            tallest[nv] = max(fits)
+    if not tallest:  # a tiny register file: one row, one vector
         return 1, 1
-    return best[1]
+    best = max(((mr, nv) for nv, mr in tallest.items()), key=lambda t: (t[0] * t[1], t[0]))
+    if n is None:
+        return best
+
+    def useful(tile):
+        mr, nv = tile
+        nr = nv * lanes
+        return mr * nv * n / (-(-n // nr) * nr)
+
+    narrow = max(((mr, nv) for nv, mr in tallest.items()), key=lambda t: (useful(t), t[0]))
+    return narrow if useful(narrow) > NARROW_N_GAIN * useful(best) else best
 
 
 def _round_down(x: int, m: int) -> int:
@@ -501,9 +511,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     small path (B read in place) never pays: ``stream`` or ``packed``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
-    mr, nv = micro_tile(target, s)
-    nr = nv * lanes
     batch, M, N, K = con.sizes
+    mr, nv = micro_tile(target, s, N)
+    nr = nv * lanes
     unroll = 4
     if _direct_ok(con):
         # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that

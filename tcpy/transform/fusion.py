@@ -32,6 +32,7 @@ other operands depend only on the batch loops, so they are packed once per batch
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping, Optional
 
 import islpy as isl
@@ -124,7 +125,7 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     members = (first,) + group.statements + (last,)
     temporaries = {t.name for t in program.def_.temporaries}
     produced = head.stmt.target
-    (_, head_plan), (tail_con, _) = engines
+    (_, head_plan), (tail_con, tail_plan) = engines
     consumed = [acc.tensor for acc in (tail_con.a, tail_con.b) if acc.tensor in temporaries]
     if produced not in temporaries or len(consumed) != 1 or consumed[0] == produced:
         return None
@@ -147,7 +148,7 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
                         program.shapes[tensor]):
             row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
-    rows, reasons = _row_block(program, blocked, ranges, shared, head_plan, options)
+    rows, reasons = _row_block(program, blocked, ranges, shared, math.lcm(head_plan.mr, tail_plan.mr), options)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     for s, (con, _) in zip((head, tail), engines):
         if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program) is None:
@@ -155,10 +156,11 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons))
 
 
-def _row_block(program: Program, blocked, ranges, shared, head_plan, options: Options) -> tuple[int, tuple[str, ...]]:
+def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Options) -> tuple[int, tuple[str, ...]]:
     """Rows per block: the block buffers fit half of L2 (the other half holds the operands'
-    slivers), a multiple of the micro-tile's rows, and enough blocks for every thread."""
-    target, mr = options.target, head_plan.mr
+    slivers), a multiple of ``mr`` (both products' micro-tile rows), and enough blocks for
+    every thread."""
+    target = options.target
     block_var = shared[-1]
     row_bytes = sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
     extent = ranges[block_var][1] - ranges[block_var][0]
@@ -171,7 +173,7 @@ def _row_block(program: Program, blocked, ranges, shared, head_plan, options: Op
     while rows > mr and outer * -(-extent // rows) < threads:
         rows -= mr  # fewer rows per block so that every thread has one
     names = ", ".join(tensor for tensor, _, _ in blocked)
-    reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tile's {mr}): the block buffers "
+    reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tiles' {mr}): the block buffers "
                f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "
                f"({target.l2 // 1024} KiB)"]
     if rows * row_bytes > target.l2 // 2:

@@ -165,16 +165,22 @@ def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad, target):
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("dtype", ["float", "double"])
 @pytest.mark.parametrize("threads", [1, 2, 7])
-def test_padded_rows_of_every_length_around_a_vector(dtype, target, threads):
-    """Padded 3x3 rows shorter than a vector (a masked copy), of whole vectors, and a few
-    elements past them (the last vector overlaps the one before) within slivers of many rows."""
+@pytest.mark.parametrize("stride", [1, 2])
+def test_padded_rows_of_every_length_around_a_vector(dtype, target, threads, stride):
+    """Padded 3x3 output rows shorter than a vector (a masked copy), of whole vectors, and a
+    few elements past them (the last vector overlaps the one before) within slivers of many
+    rows; at stride 2 the vectors hold every other input element."""
     t = Target.preset(target)
     lanes = t.lanes(4 if dtype == "float" else 8)
-    src = PADDED.replace("float", dtype)
+    src = f"""def conv({dtype}(N,C,H,W) I, {dtype}(F,C,3,3) Wt) -> (O) {{
+        O(n, f, h, w) +=! ({stride}*h + kh >= 1 && {stride}*h + kh <= H && {stride}*w + kw >= 1 && {stride}*w + kw <= W)
+                          ? I(n, c, {stride}*h + kh - 1, {stride}*w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+            where h in 0:(H - 1) / {stride} + 1, w in 0:(W - 1) / {stride} + 1, kh in 0:3, kw in 0:3
+    }}"""
     np_type = np.float32 if dtype == "float" else np.float64
     rng = np.random.default_rng(lanes + threads)
     for width in sorted({max(1, lanes - 3), lanes, lanes + 1, 2 * lanes + 3, 3 * lanes - 1}):
-        I = rng.standard_normal((2, 4, 5, width)).astype(np_type)
+        I = rng.standard_normal((2, 4, 5, stride * width)).astype(np_type)
         Wt = rng.standard_normal((9, 4, 3, 3)).astype(np_type)
         kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=threads))
         assert _engine(kernel, I, Wt)

@@ -349,24 +349,35 @@ class _Renderer:
         w("}")
 
     def copy_run(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str, depth: int) -> bool:
-        """``dst[c] = src[c]`` for ``lo <= c < hi`` (a run's valid part, at most ``width``) by whole
-        vectors, the last one overlapping the one before, or one masked copy when the run is
-        shorter than a vector: nothing outside the part is read or written. False (nothing
-        written) unless the step is 1 and the types agree."""
+        """``dst[c] = src[step * c]`` for ``lo <= c < hi`` (a run's valid part, at most ``width``)
+        by whole vectors (of every other element for step 2: :meth:`copy_every_other`), the last
+        one overlapping the one before; a run shorter than a vector by one masked copy (step 1)
+        or element by element: nothing outside the part is read or written. False (nothing
+        written) unless the step is 1 or 2 and the types agree."""
         p, T, L, s = self.p, self.T, self.plan.lanes, self.s
-        if step != 1 or src_t != T or s not in (4, 8):
+        if step not in (1, 2) or src_t != T or s not in (4, 8) or L < 2:
             return False
         w("{", depth)
-        w(f"const int64_t n = hi - lo; {T} *TCPY_RESTRICT o = {dst} + lo; const {T} *TCPY_RESTRICT i = {src} + lo;",
-          depth + 1)
+        w(f"const int64_t n = hi - lo; {T} *TCPY_RESTRICT o = {dst} + lo; "
+          f"const {T} *TCPY_RESTRICT i = {src} + {step} * lo;", depth + 1)
         w(f"if (n >= {L}) {{", depth + 1)
-        # (no loop: gcc would turn a loop of vector copies into a call of memcpy)
-        w(f"*({p}_vu *)o = *(const {p}_vu *)i;", depth + 2)
-        for v in range(1, width // L):
-            w(f"if (n >= {(v + 1) * L}) *({p}_vu *)(o + {v * L}) = *(const {p}_vu *)(i + {v * L});", depth + 2)
-        w(f"if (n % {L}) *({p}_vu *)(o + n - {L}) = *(const {p}_vu *)(i + n - {L});", depth + 2)
+
+        def chunk(at: str, guard: str):  # (no loop: gcc would turn a loop of vector copies into memcpy)
+            w(f"if ({guard}) {{", depth + 2)
+            if step == 1:
+                w(f"*({p}_vu *)(o + {at}) = *(const {p}_vu *)(i + {at});", depth + 3)
+            else:
+                self.copy_every_other(w, f"o + {at}", f"i + 2 * ({at})", L, 2, src_t, depth + 3)
+            w("}", depth + 2)
+
+        for v in range(width // L):
+            chunk(str(v * L), f"n >= {(v + 1) * L}")
+        chunk(f"n - {L}", f"n % {L}")
         w("} else if (n > 0) {", depth + 1)
-        w(f"tcpy_copy_short{s}(o, i, n);", depth + 2)
+        if step == 1:
+            w(f"tcpy_copy_short{s}(o, i, n);", depth + 2)
+        else:
+            w("for (int64_t c = 0; c < n; c++) o[c] = i[2 * c];", depth + 2)
         w("}", depth + 1)
         w("}", depth)
         return True

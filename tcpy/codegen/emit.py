@@ -18,6 +18,8 @@ installed package runs the compiled module (``COMPILED``), while linters, type c
 coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
 :mod:`tcpy.codegen`).
 """
+import re
+
 import cython
 
 from tcpy.lang import ast
@@ -56,6 +58,7 @@ static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int cod
 
 
 _C_BINARY = {"+", "-", "*", "<=", "<", ">=", ">", "==", "&&", "||"}
+REDUCTION_STRIPS = 4  # accumulators of a long SIMD reduction loop (see _Emitter.strip_reduction)
 _PART = "split.part"  # the part index of a split reduction's partial results (a generated name)
 
 
@@ -446,6 +449,11 @@ class _Emitter:
 
     def loop(self, node, depth):
         simd = node.simd and (node.simd_reduction or not node.unroll)
+        if simd and node.simd_reduction and not node.parallel:
+            strips = self._strips(node)
+            if strips:
+                self.strip_reduction(node, *strips, depth)
+                return
         reduction = ""
         if node.simd_reduction:
             reduction = f" reduction({node.simd_reduction}:tcpy_acc)"
@@ -481,6 +489,67 @@ class _Emitter:
         self.loops -= 1
         self.in_simd -= bool(simd)
         self.collapsed = outer_collapsed
+        self.emit("}", depth)
+
+    def _strips(self, node):
+        """``(lo, strip, hi)`` when the SIMD reduction loop ``node`` runs as REDUCTION_STRIPS
+        strips: constant bounds, points only in its body, at least two vectors per strip."""
+        if node.step != 1 or not isinstance(node.lo, Const) or not all(isinstance(n, Point) for n in node.body):
+            return None
+        cond = node.cond
+        if not (isinstance(cond, BinOp) and cond.op in ("<", "<=") and cond.lhs == Var(node.var)
+                and isinstance(cond.rhs, Const)):
+            return None
+        lo, hi = node.lo.value, cond.rhs.value + (cond.op == "<=")
+        acc_type = accumulator_type(self.types[self.stmts[self.stmt_index].target])
+        strip = (hi - lo) // REDUCTION_STRIPS
+        if strip < 2 * self.ir.options.target.lanes(acc_type.bits // 8):
+            return None
+        return lo, strip, hi
+
+    def strip_reduction(self, node, lo, strip, hi, depth):
+        """A long SIMD reduction as REDUCTION_STRIPS contiguous strips, each with its own
+        accumulator, one loop over all of them: one accumulator's chain of dependent vector adds
+        (or compares) bounds a single loop at one vector per add latency. The strips combine in a
+        fixed order after the loop (a reduction's order already differs from the sequential one:
+        ``omp simd`` reassociates). ``tcpy_acc`` (and ``tcpy_nan``) carry in and out."""
+        stmt = self.stmts[self.stmt_index]
+        acc_type = accumulator_type(self.types[stmt.target])
+        op = node.simd_reduction
+        flagged = _nan_flagged(op, acc_type)
+        accs = ["tcpy_acc"] + [f"tcpy_acc{k}" for k in range(1, REDUCTION_STRIPS)]
+        nans = ["tcpy_nan"] + [f"tcpy_nan{k}" for k in range(1, REDUCTION_STRIPS)]
+        clause = f" reduction({op}:{', '.join(accs)})" + (f" reduction(|:{', '.join(nans)})" if flagged else "")
+        start = f"{node.var}_strip"
+        self.emit("{", depth)
+        self.emit(f"{acc_type.c_type} {', '.join(f'{a} = {identity(op, acc_type)}' for a in accs[1:])};", depth + 1)
+        if flagged:
+            self.emit(f"int {', '.join(f'{n} = 0' for n in nans[1:])};", depth + 1)
+        self.emit(f"#pragma omp simd{clause}", depth + 1)
+        self.emit(f"for (int64_t {start} = {lo}; {start} < {lo + strip}; {start}++) {{", depth + 1)
+        self.in_simd += 1
+        for k in range(REDUCTION_STRIPS):
+            self.emit(f"{{ const int64_t {node.var} = {start} + {k * strip};", depth + 2)
+            first = len(self.lines)
+            self.nodes(node.body, depth + 3)
+            if k:  # this strip's accumulator (generated names: no TC identifier matches them)
+                self.lines[first:] = [re.sub(r"\btcpy_(acc|nan)\b", rf"tcpy_\g<1>{k}", line)
+                                      for line in self.lines[first:]]
+            self.emit("}", depth + 2)
+        self.emit("}", depth + 1)
+        if lo + REDUCTION_STRIPS * strip < hi:
+            self.emit(f"#pragma omp simd reduction({op}:tcpy_acc)" + (" reduction(|:tcpy_nan)" if flagged else ""),
+                      depth + 1)
+            self.emit(f"for (int64_t {node.var} = {lo + REDUCTION_STRIPS * strip}; {node.var} < {hi}; "
+                      f"{node.var}++) {{", depth + 1)
+            self.nodes(node.body, depth + 2)
+            self.emit("}", depth + 1)
+        self.in_simd -= 1
+        while len(accs) > 1:  # pairwise: ((acc + acc1) + (acc2 + acc3))
+            accs = [combine(op, a, b, acc_type) for a, b in zip(accs[::2], accs[1::2])] + accs[len(accs) // 2 * 2:]
+        self.emit(f"tcpy_acc = {accs[0]};", depth + 1)
+        if flagged:
+            self.emit(f"tcpy_nan |= {' | '.join(nans[1:])};", depth + 1)
         self.emit("}", depth)
 
     def block_chain(self, node, depth):

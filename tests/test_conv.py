@@ -70,6 +70,47 @@ def test_other_guards_keep_the_loop_path(cond):
                       " where h in 1:H-1, k in 0:3 }", (1, 2, 6), (3, 2, 3)) is None
 
 
+def _after_nan(rng, shape, dtype):
+    """A C-contiguous array of ``shape`` whose memory is preceded and followed by NaN (a view
+    into a larger buffer, so the launcher passes it as it is): a read out of its bounds shows."""
+    size = int(np.prod(shape))
+    buffer = np.full(size + 64, np.nan, dtype)
+    buffer[32:32 + size] = rng.standard_normal(size)
+    return buffer[32:32 + size].reshape(shape)
+
+
+ONE_ROW_WINDOW = """
+def dw({t}(N,C,H,W) I, {t}(C,KH,KW) Wt) -> (O) {{
+ O(n, c, y, x) +=! (2*y + a - 1 >= 0 && 2*y + a - 1 < H && 2*x + b >= 0 && 2*x + b < W) ?
+     I(n, c, 2*y + a - 1, 2*x + b) * Wt(c, a, b) : 0.0 where y in 0:1, x in 0:1, a in 0:3, b in 0:7
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float", "double"])
+@pytest.mark.parametrize("depthwise", [True, False])
+def test_the_guard_stays_on_the_operand_it_protects(dtype, depthwise):
+    """One output row: the padding guard's variables (the window's) index both operands, and
+    the weights are always in bounds while the image is not (its row above is padding): the
+    image must be the guarded operand, read only where the guard holds (it was read at offset
+    -W, before the array, and NaN there gave a NaN output)."""
+    src = ONE_ROW_WINDOW.format(t=dtype)
+    if not depthwise:
+        src = (src.replace("(C,KH,KW) Wt", "(F,C,KH,KW) Wt").replace("Wt(c, a, b)", "Wt(f, c, a, b)")
+               .replace("O(n, c, y, x)", "O(n, f, y, x)"))
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(1)
+    I = _after_nan(rng, (1, 2, 1, 8), np_type)
+    Wt = rng.standard_normal((2, 3, 7) if depthwise else (3, 2, 3, 7)).astype(np_type)
+    con = recognized(src, I.shape, Wt.shape)
+    assert con is None or getattr(con, con.guarded).tensor == "I"
+    want = tcpy.define(src, backend="reference")(I, Wt)
+    assert np.isfinite(want).all()
+    for target in RUNNABLE:
+        got = tcpy.define(src, options=tcpy.Options(target=target))(I, Wt)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_depthwise_convolutions_take_the_direct_path():
     src = ("def dw(float(N,C,H,W) I, float(C,3,3) Wt) -> (O) {"
            " O(n, c, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)"

@@ -216,6 +216,21 @@ def _affine(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[tuple[
     return None
 
 
+def _in_bounds(access: ast.Access, ranges, sizes, shapes) -> bool:
+    """Whether ``access`` reads inside its tensor at every point of the rectangular ``ranges``
+    (not only where a guard holds)."""
+    for index, extent in zip(access.indices, shapes[access.tensor]):
+        aff = _affine(index, sizes, shapes)
+        if aff is None or any(v not in ranges for v in aff[1]):
+            return False
+        const, coef = aff
+        low = const + sum(min(x * ranges[v][0], x * (ranges[v][1] - 1)) for v, x in coef.items())
+        high = const + sum(max(x * ranges[v][0], x * (ranges[v][1] - 1)) for v, x in coef.items())
+        if low < 0 or high >= extent:
+            return False
+    return True
+
+
 def _access(tensor: str, indices, dtype, ranges, sizes, shapes) -> Optional[AffineAccess]:
     shape = shapes[tensor]
     if len(indices) != len(shape):
@@ -349,6 +364,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     if c is None:
         return None
     a, b = accesses
+    operand_reads = {"a": first, "b": second}
     out = set(stmt.output_vars)
     in_a = {v for v, s in a.strides}
     in_b = {v for v, s in b.strides}
@@ -368,10 +384,16 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     c_inner = min(reversed(stmt.output_vars), key=lambda v: abs(c.stride(v)), default=None)
     if c_inner in roles["m"]:
         a, b = b, a
+        operand_reads = {"a": second, "b": first}
         roles["m"], roles["n"] = roles["n"], roles["m"]
-    # the guards are decided while packing one operand: every guard variable must index it
+    # The guards are decided while packing one operand: every guard variable must index it.
+    # The other operand is read at every point of the domain, so it must be inside its tensor
+    # everywhere, also where the guard fails (a padded window can put the guard on the weights'
+    # side when the image's output extent is 1, while the image is what it protects).
     guard_vars = {v for g in guards for v, _ in g.coefs}
-    guarded = next((w for w, free in (("b", "m"), ("a", "n")) if not guard_vars & set(roles[free])), None)
+    guarded = next((w for w, free, other in (("b", "m", "a"), ("a", "n", "b"))
+                    if not guard_vars & set(roles[free])
+                    and (not guards or _in_bounds(operand_reads[other], ranges, sizes, shapes))), None)
     if guarded is None:
         return None
     accs = {"a": a, "b": b, "c": c, **{f"g{i}": g for i, g in enumerate(guards)}}
@@ -612,8 +634,10 @@ DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, 
 def _direct_ok(con: Contraction) -> bool:
     """M = 1 (no M variables) with a short K: a micro-tile would fill one of its MR rows, so each
     output row is computed directly (depthwise convolution, pooling-like windows). The output's
-    inner N variable must be contiguous (vector stores)."""
-    return not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
+    inner N variable must be contiguous (vector stores), and a guard must be B's (its runs along N
+    are what the path clamps)."""
+    return (not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
+            and con.guarded != "a")
 
 
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:

@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 import tcpy
-from tcpy.target import PRESETS, Target
+from test_contraction import RUNNABLE
 
 ROW_REDUCTION = """
 def rows({dtype}(M,N) X) -> (R) {{
     R(m) {op}=! X(m, n)
 }}
 """
-RUNNABLE = [p for p in PRESETS if Target.preset(p).can_run_here()]
 
 
 def reduce(op, dtype, x, threads, target=None):

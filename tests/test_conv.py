@@ -231,6 +231,38 @@ def test_padded_rows_of_every_length_around_a_vector(dtype, target, threads, str
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("dtype", ["float", "double"])
+@pytest.mark.parametrize("window, dilation", [(3, 1), (5, 1), (7, 1), (3, 2)])
+def test_slivers_across_image_rows_zero_their_padded_lanes(dtype, target, window, dilation):
+    """Stride 1: a sliver of output pixels is contiguous in the input even where it crosses the
+    end of an image row, so its rows are copied whole, with the lanes that read the padding
+    zeroed (the element loaded there is another pixel's). Images narrower than a vector, around
+    it and wider (slivers cross one or several row ends), a batch of two (slivers that cross
+    images are not contiguous), the input surrounded by NaN (its first and last rows are read
+    with lanes before and after it)."""
+    t = Target.preset(target)
+    pad = dilation * (window // 2)
+    src = f"""def conv({dtype}(N,C,H,W) I, {dtype}(F,C,{window},{window}) Wt) -> (O) {{
+        O(n, f, h, w) +=! (h + {dilation}*kh >= {pad} && h + {dilation}*kh < H + {pad} &&
+                           w + {dilation}*kw >= {pad} && w + {dilation}*kw < W + {pad})
+                          ? I(n, c, h + {dilation}*kh - {pad}, w + {dilation}*kw - {pad}) * Wt(f, c, kh, kw) : 0.0
+            where h in 0:H, w in 0:W, kh in 0:{window}, kw in 0:{window}
+    }}"""
+    np_type = np.float32 if dtype == "float" else np.float64
+    lanes = t.lanes(np.dtype(np_type).itemsize)
+    rng = np.random.default_rng(window + lanes)
+    for width in sorted({2, lanes - 1, lanes + 1, 2 * lanes + 3}):
+        I = _after_nan(rng, (2, 3, 6, width), np_type)
+        Wt = rng.standard_normal((7, 3, window, window)).astype(np_type)
+        kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=2))
+        assert _engine(kernel, I, Wt)
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        got = kernel(I, Wt)
+        assert got.shape == want.shape and got.dtype == np_type and np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))

@@ -283,33 +283,62 @@ class _Renderer:
             values = ", ".join(f"INT64_C({g.const}) + {self.p}_off_g{i}_batch(bi)" for i, g in enumerate(self.con.guards))
             w(f"const int64_t gb[{len(self.con.guards)}] = {{{values}}};", depth)
 
+    @property
+    def tables_kc(self) -> int:
+        """Entries of the guarded operand's K tables (one K block)."""
+        return max(1, min(self.K, self.plan.kc))
+
+    def declare_tables(self, w: _Writer, depth: int):
+        """The guarded operand's K tables in the cell, and the K block they hold (none yet)."""
+        if self.con.guards:
+            w(f"int64_t kt[{self.tables_kc}], gt[{len(self.con.guards)}][{self.tables_kc}], tables_p0 = -1;", depth)
+
+    def tables_for(self, w: _Writer, pc: str, kc: str, depth: int) -> str:
+        """Fill the K tables for the block at ``pc`` unless they hold it; the pack's arguments
+        (gb and the tables) for a guarded operand."""
+        if not self.con.guards:
+            return ""
+        w(f"if (tables_p0 != {pc}) {{ {self.p}_tables({pc}, {kc}, kt, gt); tables_p0 = {pc}; }}", depth)
+        args = ", gb, kt, (const int64_t (*)[" + str(self.tables_kc) + "])gt"
+        if self.con.guarded == "b":
+            args += f", B, B + INT64_C({self.con.b.elements})"
+        return args
+
     def packed_guarded(self, w: _Writer, which: str):
         """``<p>_pack_a`` or ``<p>_pack_b`` of the guarded operand: zeros where a guard fails.
         A sliver's rows (A) or columns (B) split into runs of the innermost M or N group, along
         which the operand's offset and every guard are linear, so per k each run's valid part is
         one interval (clamped from the guards); a sliver that is one valid run is copied
-        without tests."""
+        without tests. B's slivers whose lanes are contiguous in B (a stride-1 convolution's
+        output pixels, across the ends of image rows) copy each row as whole vectors, zeroing
+        the lanes where a guard fails (:meth:`contiguous_row`)."""
         p, T, con = self.p, self.T, self.con
         role, width, src_t = ("m", self.plan.mr, self.TA) if which == "a" else ("n", self.plan.nr, self.TB)
         count = len(con.guards)
         groups = getattr(con, role)
         inner = groups[-1] if groups else Group((), 1, 0, 0, 0, (0,) * count)
         step = inner.stride(which)
-        if which == "a":
-            w(f"static void {p}_pack_a(const {src_t} *TCPY_RESTRICT ab, int64_t x0, int64_t xc, int64_t p0, "
-              f"int64_t kc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
-        else:
-            w(f"static void {p}_pack_b(const {src_t} *TCPY_RESTRICT ab, int64_t p0, int64_t kc, int64_t x0, "
-              f"int64_t xc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb) {{")
-        # the K block's offsets and guard parts, once for all slivers (div/mod chains over the
-        # K groups: per sliver and k they cost as much as the copy)
-        kc_max = min(self.K, self.plan.kc)
-        w(f"int64_t kt[{kc_max}], gt[{max(1, count)}][{kc_max}];", 1)
+        # the K block's offsets and guard parts (div/mod chains over the K groups: per sliver and
+        # k they would cost as much as the copy), computed by the caller once per K block
+        kc_max = self.tables_kc
+        w(f"static void {p}_tables(int64_t p0, int64_t kc, int64_t *TCPY_RESTRICT kt, "
+          f"int64_t (*TCPY_RESTRICT gt)[{kc_max}]) {{")
         w("for (int64_t k = 0; k < kc; k++) {", 1)
         w(f"kt[k] = {p}_off_{which}_k(p0 + k);", 2)
         for i in range(count):
             w(f"gt[{i}][k] = {p}_off_g{i}_k(p0 + k);", 2)
         w("}", 1)
+        w("}")
+        tables = f"const int64_t *TCPY_RESTRICT kt, const int64_t (*TCPY_RESTRICT gt)[{kc_max}]"
+        if which == "a":
+            w(f"static void {p}_pack_a(const {src_t} *TCPY_RESTRICT ab, int64_t x0, int64_t xc, int64_t p0, "
+              f"int64_t kc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb, {tables}) {{")
+        else:  # (lo_b, hi_b: B's extent, which a whole row read must stay inside)
+            w(f"static void {p}_pack_b(const {src_t} *TCPY_RESTRICT ab, int64_t p0, int64_t kc, int64_t x0, "
+              f"int64_t xc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb, {tables}, "
+              f"const {src_t} *lo_b, const {src_t} *hi_b) {{")
+            w("(void)lo_b; (void)hi_b;", 1)
+        w("(void)p0;", 1)
         w(f"for (int64_t s = 0; s < xc; s += {width}) {{", 1)
         w(f"{T} *TCPY_RESTRICT d = dst + s * kc;", 2)
         w(f"const int64_t len = xc - s < {width} ? xc - s : {width};", 2)
@@ -323,19 +352,25 @@ class _Renderer:
             w(f"rg[runs][{i}] = gb[{i}] + {p}_off_g{i}_{role}(x);", 3)
         w("c += rn[runs];", 3)
         w("}", 2)
+        # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
+        slopes = [inner.stride(f"g{i}") for i in range(count)]
+        masked = which == "b" and self.masked_rows_ok(step, src_t)
+        if masked:
+            self.contiguous_sliver(w, slopes)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
         w(f"const {src_t} *TCPY_RESTRICT src = ab + kt[k];", 3)
         w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
         w("const int64_t " + ", ".join(f"gk{i} = gt[{i}][k]" for i in range(count)) + ";", 3)
-        # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
-        slopes = [inner.stride(f"g{i}") for i in range(count)]
-        whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
-        w(f"if (runs == 1 && len == {width} && {whole}) {{", 3)
-        if not self.copy_every_other(w, "dk", "src + ro[0]", width, step, src_t, 4):
-            w(f"#pragma GCC unroll {width}", 4)
-            w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
-        w("continue;", 4)
-        w("}", 3)
+        if masked:
+            self.contiguous_row(w, 3)
+        else:  # a sliver that is one valid run is copied without tests
+            whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
+            w(f"if (runs == 1 && len == {width} && {whole}) {{", 3)
+            if not self.copy_every_other(w, "dk", "src + ro[0]", width, step, src_t, 4):
+                w(f"#pragma GCC unroll {width}", 4)
+                w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
+            w("continue;", 4)
+            w("}", 3)
         w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})0;", 3)
         w("for (int r = 0; r < runs; r++) {", 3)
         w("int64_t lo = 0, hi = rn[r];", 4)
@@ -347,6 +382,64 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def masked_rows_ok(self, step: int, src_t: str) -> bool:
+        """Whether B's packing may copy a contiguous sliver's row as whole vectors with the lanes
+        where a guard fails zeroed (:meth:`contiguous_row`): unit step, same type, whole vectors,
+        B's extent known, and every guard's value fits the lanes' integer type."""
+        con, L = self.con, self.plan.lanes
+        if step != 1 or src_t != self.T or self.plan.nr % L or L < 2 or not con.b.elements:
+            return False
+        groups = (*con.batch, *con.m, *con.n, *con.k)
+        bound = max(abs(g.const) + sum(abs(grp.stride(f"g{i}")) * grp.extent for grp in groups)
+                    for i, g in enumerate(con.guards))
+        return bound < 2 ** (self.s * 8 - 2)
+
+    def contiguous_sliver(self, w: _Writer, slopes):
+        """Per sliver of B: whether its lanes follow each other in B (``lin``: whole, each run
+        starting where the one before ended), each guard's least value over the lanes (a guard
+        is its K part plus its N part, so it holds on every lane when the K part is at least
+        minus that), and the guards' N parts lane by lane as vectors."""
+        p, T, width, L = self.p, self.T, self.plan.nr, self.plan.lanes
+        count, nv = len(self.con.guards), self.plan.nr_vectors
+        lane_t = f"int{self.s * 8}_t"
+        w(f"int lin = len == {width};", 2)
+        w("for (int r = 1; r < runs; r++) lin &= ro[r] == ro[0] + r0[r];", 2)
+        w(f"int64_t gmin[{count}];", 2)
+        w(f"{p}_m gv[{count}][{nv}];", 2)
+        w(f"{lane_t} *lanes = ({lane_t} *)gv;", 2)
+        for i, d in enumerate(slopes):
+            w(f"gmin[{i}] = INT64_MAX;", 2)
+            w("for (int r = 0; r < runs; r++) {", 2)
+            w(f"gmin[{i}] = tcpy_min_int64(gmin[{i}], rg[r][{i}] + {min(0, d)} * (rn[r] - 1));", 3)
+            w(f"for (int64_t c = 0; c < rn[r]; c++) lanes[{i * width} + r0[r] + c] = ({lane_t})(rg[r][{i}] + "
+              f"{d} * c);", 3)
+            w("}", 2)
+        w(f"const {T} *TCPY_RESTRICT row0 = ab + ro[0];", 2)
+
+    def contiguous_row(self, w: _Writer, depth: int):
+        """Row k of a contiguous sliver (:meth:`contiguous_sliver`): copied as whole vectors when
+        every guard holds on every lane, else (when the row lies inside B) loaded whole with the
+        lanes where a guard fails zeroed; other rows fall through to the runs' copy."""
+        p, T, L, nv, width = self.p, self.T, self.plan.lanes, self.plan.nr_vectors, self.plan.nr
+        count = len(self.con.guards)
+        lane_t = f"int{self.s * 8}_t"
+        everywhere = " && ".join(f"gk{i} + gmin[{i}] >= 0" for i in range(count))
+        w("if (lin) {", depth)
+        w(f"const {T} *TCPY_RESTRICT row = row0 + kt[k];", depth + 1)
+        w(f"if ({everywhere}) {{", depth + 1)
+        for v in range(nv):
+            w(f"*({p}_vu *)(dk + {v * L}) = *(const {p}_vu *)(row + {v * L});", depth + 2)
+        w("continue;", depth + 2)
+        w("}", depth + 1)
+        w(f"if ((uintptr_t)row >= (uintptr_t)lo_b && (uintptr_t)(row + {width}) <= (uintptr_t)hi_b) {{", depth + 1)
+        for v in range(nv):
+            mask = " & ".join(f"(gv[{i}][{v}] + ({lane_t})gk{i} >= 0)" for i in range(count))
+            w(f"*({p}_vu *)(dk + {v * L}) = ({p}_v)((({p}_m)*(const {p}_vu *)(row + {v * L})) & ({mask}));",
+              depth + 2)
+        w("continue;", depth + 2)
+        w("}", depth + 1)
+        w("}", depth)
 
     def copy_run(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str, depth: int) -> bool:
         """``dst[c] = src[step * c]`` for ``lo <= c < hi`` (a run's valid part, at most ``width``)
@@ -580,31 +673,34 @@ class _Renderer:
         # (+ lanes: the transposing pack's last store may write past the last sliver)
         w(f"{T} *ap = ({T} *)tcpy_scratch(0, sizeof({T}) * {regions * MC * KC + self.plan.lanes});", 1)
         w(f"{T} *bp = bpre ? 0 : ({T} *)tcpy_scratch(1, sizeof({T}) * {KC * NC});", 1)
+        self.declare_tables(w, 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         w(f"{T} *pb = P ? P + (bi - b0) * prows * ldp : 0;", 2)
         self.guard_base(w, 2)
-        gb = ", gb" if con.guards else ""
-        gb_a, gb_b = (gb if con.guarded == which else "" for which in "ab")
         if once:  # one M block (mc >= the cell's rows): the K blocks of A, each at its region
-            w(f"for (int64_t pc = k0; pc < k1; pc += {KC})", 2)
-            w(f"{p}_pack_a(ab, m0, m1 - m0, pc, k1 - pc < {KC} ? k1 - pc : {KC}, ap + (pc - k0) / {KC} * {MC * KC}"
-              f"{gb_a});", 3)
+            w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 2)
+            w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 3)
+            guard = self.tables_for(w, "pc", "kc", 3) if con.guarded == "a" else ""
+            w(f"{p}_pack_a(ab, m0, m1 - m0, pc, kc, ap + (pc - k0) / {KC} * {MC * KC}{guard});", 3)
+            w("}", 2)
         w(f"for (int64_t jc = n0; jc < n1; jc += {NC}) {{", 2)
         w(f"const int64_t nc = n1 - jc < {NC} ? n1 - jc : {NC};", 3)
         w(f"for (int64_t pc = k0; pc < k1; pc += {KC}) {{", 3)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
+        guard_b = self.tables_for(w, "pc", "kc", 4) if con.guarded == "b" else ""
         w(f"const {T} *bq = bpre ? bpre + pc * INT64_C({self.npad}) + jc * kc : bp;", 4)
-        w(f"if (!bpre) {p}_pack_b(bb, pc, kc, jc, nc, bp{gb_b});", 4)
+        w(f"if (!bpre) {p}_pack_b(bb, pc, kc, jc, nc, bp{guard_b});", 4)
         w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
         w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
         if once:
             w(f"const {T} *TCPY_RESTRICT ak = ap + (pc - k0) / {KC} * {MC * KC};", 5)
         else:
-            w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap{gb_a});", 5)
+            guard_a = self.tables_for(w, "pc", "kc", 5) if con.guarded == "a" else ""
+            w(f"{p}_pack_a(ab, ic, mc, pc, kc, ap{guard_a});", 5)
             w(f"const {T} *TCPY_RESTRICT ak = ap;", 5)
         w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
         w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
@@ -650,17 +746,20 @@ class _Renderer:
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
           f" const volatile int *stop, const {T} *TCPY_RESTRICT bpre{self.cell_params}) {{")
         w(f"{T} *bp = bpre ? 0 : ({T} *)tcpy_scratch(1, sizeof({T}) * {min(K, KC) * npart});", 1)
+        self.declare_tables(w, 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
         w(f"const {TB} *bb = B + INT64_C({con.b.offset}) + {p}_off_b_batch(bi);", 2)
         w(f"{T} *cb = C + INT64_C({con.c.offset}) + {p}_off_c_batch(bi);", 2)
         self.guard_base(w, 2)
-        gb = ", gb" if con.guards else ""
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
         w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 3)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
         w(f"const {T} *bq = bpre ? bpre + pc * INT64_C({self.npad}) + n0 * kc : bp;", 3)
-        w(f"if (!bpre) {p}_pack_b(bb, pc, kc, n0, n1 - n0, bp{gb});", 3)
+        w("if (!bpre) {", 3)
+        guard = self.tables_for(w, "pc", "kc", 4)
+        w(f"{p}_pack_b(bb, pc, kc, n0, n1 - n0, bp{guard});", 4)
+        w("}", 3)
         overwrite = "pc == 0" if con.init else "0"
         w(f"for (int64_t i = m0; i < m1; i += {mr})", 3)
         w(f"for (int64_t jr = 0; jr < n1 - n0; jr += {nr})", 4)

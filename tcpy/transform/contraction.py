@@ -66,6 +66,7 @@ class AffineAccess:
     dtype: ScalarType
     offset: int
     strides: tuple[tuple[str, int], ...]
+    elements: int = 0  # the tensor's element count (0: not known, as for a block's buffer)
 
     def stride(self, var: str) -> int:
         return dict(self.strides).get(var, 0)
@@ -250,7 +251,8 @@ def _access(tensor: str, indices, dtype, ranges, sizes, shapes) -> Optional[Affi
                 return None
             offset += row[d] * x * ranges[v][0]
             strides[v] = strides.get(v, 0) + row[d] * x
-    return AffineAccess(tensor, dtype, offset, tuple(sorted((v, s) for v, s in strides.items() if s)))
+    return AffineAccess(tensor, dtype, offset, tuple(sorted((v, s) for v, s in strides.items() if s)),
+                        math.prod(shape))
 
 
 def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:

@@ -637,10 +637,14 @@ class _Renderer:
         a_load = lambda r: f"a[k * {mr} + {r}]"  # noqa: E731
         full = self.plan
         # ukr1: the last tile of N when it needs one vector: half the FMAs of a full tile (its
-        # B sliver keeps the full width's layout)
-        for name, plan in (("ukr", full), ("ukr1", dataclasses.replace(full, nr=full.lanes))):
-            if name == "ukr1" and full.nr_vectors == 1:
-                break
+        # B sliver keeps the full width's layout); ukr_r: the last tile of M, its M % MR rows
+        # only (the A sliver keeps MR rows per k): 64 rows in tiles of 6 would compute 66
+        kernels = [("ukr", full)]
+        if full.nr_vectors > 1:
+            kernels.append(("ukr1", dataclasses.replace(full, nr=full.lanes)))
+        if self.M % mr:
+            kernels.append(("ukr_r", dataclasses.replace(full, mr=self.M % mr)))
+        for name, plan in kernels:
             self.plan = plan
             w(f"static __attribute__((noinline)) void {p}_{name}(int64_t kc, const {T} *TCPY_RESTRICT a, "
               f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, int64_t i, int64_t j, int64_t mr, int64_t nr, "
@@ -712,10 +716,13 @@ class _Renderer:
         overwrite = "pc == k0" if con.init else "0"
         last = ", pc + kc >= k1, bi, tcpy_buffers" if self.epi else ""
         args = f"(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});"
-        if self.plan.nr_vectors > 1:  # direct calls: gcc specialises each for the constant arguments
-            w(f"if (nr <= {self.plan.lanes}) {p}_ukr1{args} else {p}_ukr{args}", 7)
-        else:
-            w(f"{p}_ukr{args}", 7)
+        # direct calls: gcc specialises each for the constant arguments
+        call = f"{p}_ukr{args}"
+        if self.plan.nr_vectors > 1:
+            call = f"if (nr <= {self.plan.lanes}) {p}_ukr1{args} else {call}"
+        if self.M % mr:
+            call = f"if (mr == {self.M % mr}) {p}_ukr_r{args} else {call}"
+        w(call, 7)
         for depth in range(6, 1, -1):
             w("}", depth)
         w("}", 1)

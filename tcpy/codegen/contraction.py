@@ -291,15 +291,16 @@ class _Renderer:
     def declare_tables(self, w: _Writer, depth: int):
         """The guarded operand's K tables in the cell, and the K block they hold (none yet)."""
         if self.con.guards:
-            w(f"int64_t kt[{self.tables_kc}], gt[{len(self.con.guards)}][{self.tables_kc}], tables_p0 = -1;", depth)
+            count = len(self.con.guards)
+            w(f"int64_t kt[{self.tables_kc}], gt[{count}][{self.tables_kc}], gkmin[{count}], tables_p0 = -1;", depth)
 
     def tables_for(self, w: _Writer, pc: str, kc: str, depth: int) -> str:
         """Fill the K tables for the block at ``pc`` unless they hold it; the pack's arguments
         (gb and the tables) for a guarded operand."""
         if not self.con.guards:
             return ""
-        w(f"if (tables_p0 != {pc}) {{ {self.p}_tables({pc}, {kc}, kt, gt); tables_p0 = {pc}; }}", depth)
-        args = ", gb, kt, (const int64_t (*)[" + str(self.tables_kc) + "])gt"
+        w(f"if (tables_p0 != {pc}) {{ {self.p}_tables({pc}, {kc}, kt, gt, gkmin); tables_p0 = {pc}; }}", depth)
+        args = ", gb, kt, (const int64_t (*)[" + str(self.tables_kc) + "])gt, gkmin"
         if self.con.guarded == "b":
             args += f", B, B + INT64_C({self.con.b.elements})"
         return args
@@ -322,14 +323,17 @@ class _Renderer:
         # k they would cost as much as the copy), computed by the caller once per K block
         kc_max = self.tables_kc
         w(f"static void {p}_tables(int64_t p0, int64_t kc, int64_t *TCPY_RESTRICT kt, "
-          f"int64_t (*TCPY_RESTRICT gt)[{kc_max}]) {{")
+          f"int64_t (*TCPY_RESTRICT gt)[{kc_max}], int64_t *TCPY_RESTRICT gkmin) {{")
+        w(f"for (int i = 0; i < {count}; i++) gkmin[i] = INT64_MAX;", 1)
         w("for (int64_t k = 0; k < kc; k++) {", 1)
         w(f"kt[k] = {p}_off_{which}_k(p0 + k);", 2)
         for i in range(count):
             w(f"gt[{i}][k] = {p}_off_g{i}_k(p0 + k);", 2)
+            w(f"gkmin[{i}] = tcpy_min_int64(gkmin[{i}], gt[{i}][k]);", 2)
         w("}", 1)
         w("}")
-        tables = f"const int64_t *TCPY_RESTRICT kt, const int64_t (*TCPY_RESTRICT gt)[{kc_max}]"
+        tables = (f"const int64_t *TCPY_RESTRICT kt, const int64_t (*TCPY_RESTRICT gt)[{kc_max}], "
+                  "const int64_t *TCPY_RESTRICT gkmin")
         if which == "a":
             w(f"static void {p}_pack_a(const {src_t} *TCPY_RESTRICT ab, int64_t x0, int64_t xc, int64_t p0, "
               f"int64_t kc, {T} *TCPY_RESTRICT dst, const int64_t *TCPY_RESTRICT gb, {tables}) {{")
@@ -354,9 +358,28 @@ class _Renderer:
         w("}", 2)
         # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
         slopes = [inner.stride(f"g{i}") for i in range(count)]
+        # each guard's least value over the sliver's lanes: a guard is its K part plus its N (or
+        # M) part, so it holds on every lane of row k when gt[k] is at least minus that
+        w(f"int64_t gmin[{count}];", 2)
+        for i, d in enumerate(slopes):
+            w(f"gmin[{i}] = INT64_MAX;", 2)
+            w(f"for (int r = 0; r < runs; r++) gmin[{i}] = tcpy_min_int64(gmin[{i}], rg[r][{i}] + {min(0, d)} * "
+              "(rn[r] - 1));", 2)
         masked = which == "b" and self.masked_rows_ok(step, src_t)
         if masked:
             self.contiguous_sliver(w, slopes)
+        # a sliver read at one stride (its lanes contiguous in B, or one run) whose guards hold
+        # on every lane of every row of the K block (away from the padding): copies without tests
+        contiguous = "lin" if masked else f"runs == 1 && len == {width}"
+        everywhere = " && ".join(f"gkmin[{i}] + gmin[{i}] >= 0" for i in range(count))
+        w(f"if ({contiguous} && {everywhere}) {{", 2)
+        w("for (int64_t k = 0; k < kc; k++) {", 3)
+        w(f"const {src_t} *TCPY_RESTRICT src = ab + kt[k] + ro[0];", 4)
+        w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 4)
+        self.copy_sliver_row(w, "dk", "src", width, step, src_t, 4)
+        w("}", 3)
+        w("continue;", 3)
+        w("}", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
         w(f"const {src_t} *TCPY_RESTRICT src = ab + kt[k];", 3)
         w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
@@ -366,9 +389,7 @@ class _Renderer:
         else:  # a sliver that is one valid run is copied without tests
             whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
             w(f"if (runs == 1 && len == {width} && {whole}) {{", 3)
-            if not self.copy_every_other(w, "dk", "src + ro[0]", width, step, src_t, 4):
-                w(f"#pragma GCC unroll {width}", 4)
-                w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})src[ro[0] + INT64_C({step}) * c];", 4)
+            self.copy_sliver_row(w, "dk", "src + ro[0]", width, step, src_t, 4)
             w("continue;", 4)
             w("}", 3)
         w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})0;", 3)
@@ -382,6 +403,16 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def copy_sliver_row(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str, depth: int):
+        """``dst[c] = src[step * c]`` for a whole sliver row (``width`` elements)."""
+        p, T, L = self.p, self.T, self.plan.lanes
+        if step == 1 and src_t == T and width % L == 0 and L >= 2:
+            for v in range(width // L):
+                w(f"*({p}_vu *)({dst} + {v * L}) = *(const {p}_vu *)({src} + {v * L});", depth)
+        elif not self.copy_every_other(w, dst, src, width, step, src_t, depth):
+            w(f"#pragma GCC unroll {width}", depth)
+            w(f"for (int64_t c = 0; c < {width}; c++) ({dst})[c] = ({T})({src})[INT64_C({step}) * c];", depth)
 
     def masked_rows_ok(self, step: int, src_t: str) -> bool:
         """Whether B's packing may copy a contiguous sliver's row as whole vectors with the lanes
@@ -397,24 +428,18 @@ class _Renderer:
 
     def contiguous_sliver(self, w: _Writer, slopes):
         """Per sliver of B: whether its lanes follow each other in B (``lin``: whole, each run
-        starting where the one before ended), each guard's least value over the lanes (a guard
-        is its K part plus its N part, so it holds on every lane when the K part is at least
-        minus that), and the guards' N parts lane by lane as vectors."""
+        starting where the one before ended) and the guards' N parts lane by lane as vectors."""
         p, T, width, L = self.p, self.T, self.plan.nr, self.plan.lanes
         count, nv = len(self.con.guards), self.plan.nr_vectors
         lane_t = f"int{self.s * 8}_t"
         w(f"int lin = len == {width};", 2)
         w("for (int r = 1; r < runs; r++) lin &= ro[r] == ro[0] + r0[r];", 2)
-        w(f"int64_t gmin[{count}];", 2)
         w(f"{p}_m gv[{count}][{nv}];", 2)
         w(f"{lane_t} *lanes = ({lane_t} *)gv;", 2)
         for i, d in enumerate(slopes):
-            w(f"gmin[{i}] = INT64_MAX;", 2)
-            w("for (int r = 0; r < runs; r++) {", 2)
-            w(f"gmin[{i}] = tcpy_min_int64(gmin[{i}], rg[r][{i}] + {min(0, d)} * (rn[r] - 1));", 3)
+            w("for (int r = 0; r < runs; r++)", 2)
             w(f"for (int64_t c = 0; c < rn[r]; c++) lanes[{i * width} + r0[r] + c] = ({lane_t})(rg[r][{i}] + "
               f"{d} * c);", 3)
-            w("}", 2)
         w(f"const {T} *TCPY_RESTRICT row0 = ab + ro[0];", 2)
 
     def contiguous_row(self, w: _Writer, depth: int):

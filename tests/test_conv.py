@@ -233,14 +233,16 @@ def test_padded_rows_of_every_length_around_a_vector(dtype, target, threads, str
 
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("dtype", ["float", "double"])
-@pytest.mark.parametrize("window, dilation", [(3, 1), (5, 1), (7, 1), (3, 2)])
+@pytest.mark.parametrize("window, dilation", [(3, 1), (5, 1), (7, 1), (3, 2), (9, 1)])
 def test_slivers_across_image_rows_zero_their_padded_lanes(dtype, target, window, dilation):
     """Stride 1: a sliver of output pixels is contiguous in the input even where it crosses the
     end of an image row, so its rows are copied whole, with the lanes that read the padding
     zeroed (the element loaded there is another pixel's). Images narrower than a vector, around
     it and wider (slivers cross one or several row ends), a batch of two (slivers that cross
     images are not contiguous), the input surrounded by NaN (its first and last rows are read
-    with lanes before and after it)."""
+    with lanes before and after it). Windows of up to 7x7 classify a sliver's rows once per
+    window position (the guards repeat along the input channels); 9x9 (81 positions) tests
+    each row."""
     t = Target.preset(target)
     pad = dilation * (window // 2)
     src = f"""def conv({dtype}(N,C,H,W) I, {dtype}(F,C,{window},{window}) Wt) -> (O) {{

@@ -50,6 +50,7 @@ from ..transform.contraction import Contraction, Group, Plan
 PACK_B_SLIVERS = 16  # slivers pack_b fills row by row at a time (their writes touch 16 pages)
 DIRECT_ENDS = 8  # padded positions of a run whose taps the direct path lists (beyond: tested per tap)
 PACK_B_AHEAD = 4  # pack_b prefetches B's row this many K rows ahead (a row's copy is shorter than a miss)
+GUARD_PERIOD_MAX = 64  # longest period of the guards along K for which a sliver classifies its rows once
 
 
 def _c(stype: ScalarType) -> str:
@@ -380,11 +381,23 @@ class _Renderer:
         w("}", 3)
         w("continue;", 3)
         w("}", 2)
-        w("for (int64_t k = 0; k < kc; k++) {", 2)
+        period = self.guard_period()
+        if period:
+            self.row_classes(w, period, masked, contiguous)
+            w(f"for (int64_t k = 0, kp = 0; k < kc; k++, kp = kp + 1 == {period} ? 0 : kp + 1) {{", 2)
+        else:
+            w("for (int64_t k = 0; k < kc; k++) {", 2)
         w(f"const {src_t} *TCPY_RESTRICT src = ab + kt[k];", 3)
         w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
         w("const int64_t " + ", ".join(f"gk{i} = gt[{i}][k]" for i in range(count)) + ";", 3)
-        if masked:
+        if period:
+            w("if (cls[kp] == 0) {", 3)
+            self.copy_sliver_row(w, "dk", "src + ro[0]", width, step, src_t, 4)
+            w("continue;", 4)
+            w("}", 3)
+            if masked:
+                self.masked_row(w, lambda v: f"mk[kp][{v}]", 3)
+        elif masked:
             self.contiguous_row(w, 3)
         else:  # a sliver that is one valid run is copied without tests
             whole = " && ".join(f"gk{i} + rg[0][{i}] >= {max(0, -d * (width - 1))}" for i, d in enumerate(slopes))
@@ -442,29 +455,67 @@ class _Renderer:
               f"{d} * c);", 3)
         w(f"const {T} *TCPY_RESTRICT row0 = ab + ro[0];", 2)
 
-    def contiguous_row(self, w: _Writer, depth: int):
-        """Row k of a contiguous sliver (:meth:`contiguous_sliver`): copied as whole vectors when
-        every guard holds on every lane, else (when the row lies inside B) loaded whole with the
-        lanes where a guard fails zeroed; other rows fall through to the runs' copy."""
-        p, T, L, nv, width = self.p, self.T, self.plan.lanes, self.plan.nr_vectors, self.plan.nr
-        count = len(self.con.guards)
+    def guard_period(self) -> Optional[int]:
+        """The period of the guarded operand's guards along K: K groups that no guard reads
+        (a convolution's input channels, outermost) repeat the inner groups' guard values, so
+        the rows of a sliver fall into as many classes as the inner groups have positions
+        (a 3x3 window: 9). None when that is more than GUARD_PERIOD_MAX."""
+        groups = list(self.con.k)
+        while groups and not any(groups[0].g):
+            groups.pop(0)
+        period = 1
+        for g in groups:
+            period *= g.extent
+        return period if period <= GUARD_PERIOD_MAX else None
+
+    def row_classes(self, w: _Writer, period: int, masked: bool, contiguous: str):
+        """A sliver's row classes over one period of K: 0 every guard holds on every lane (a
+        plain copy), 1 some lanes of a contiguous sliver fail (copied whole with the lane mask
+        ``mk``), 2 the runs' copy."""
+        p, count, nv = self.p, len(self.con.guards), self.plan.nr_vectors
         lane_t = f"int{self.s * 8}_t"
-        everywhere = " && ".join(f"gk{i} + gmin[{i}] >= 0" for i in range(count))
+        w(f"unsigned char cls[{period}];", 2)
+        if masked:
+            w(f"{p}_m mk[{period}][{nv}];", 2)
+        w(f"for (int64_t k = 0; k < kc && k < {period}; k++) {{", 2)
+        everywhere = " && ".join(f"gt[{i}][k] + gmin[{i}] >= 0" for i in range(count))
+        w(f"cls[k] = {contiguous} && {everywhere} ? 0 : 2;", 3)
+        if masked:
+            w("if (cls[k] == 2 && lin) {", 3)
+            w("cls[k] = 1;", 4)
+            for v in range(nv):
+                mask = " & ".join(f"(gv[{i}][{v}] + ({lane_t})gt[{i}][k] >= 0)" for i in range(count))
+                w(f"mk[k][{v}] = {mask};", 4)
+            w("}", 3)
+        w("}", 2)
+
+    def masked_row(self, w: _Writer, mask, depth: int):
+        """Row k of a contiguous sliver (:meth:`contiguous_sliver`) loaded whole, with the lanes
+        where a guard fails zeroed (``mask(v)``: the mask of vector v), when it lies inside B;
+        other rows fall through to the runs' copy."""
+        p, T, L, nv, width = self.p, self.T, self.plan.lanes, self.plan.nr_vectors, self.plan.nr
         w("if (lin) {", depth)
         w(f"const {T} *TCPY_RESTRICT row = row0 + kt[k];", depth + 1)
-        w(f"if ({everywhere}) {{", depth + 1)
-        for v in range(nv):
-            w(f"*({p}_vu *)(dk + {v * L}) = *(const {p}_vu *)(row + {v * L});", depth + 2)
-        w("continue;", depth + 2)
-        w("}", depth + 1)
         w(f"if ((uintptr_t)row >= (uintptr_t)lo_b && (uintptr_t)(row + {width}) <= (uintptr_t)hi_b) {{", depth + 1)
         for v in range(nv):
-            mask = " & ".join(f"(gv[{i}][{v}] + ({lane_t})gk{i} >= 0)" for i in range(count))
-            w(f"*({p}_vu *)(dk + {v * L}) = ({p}_v)((({p}_m)*(const {p}_vu *)(row + {v * L})) & ({mask}));",
+            w(f"*({p}_vu *)(dk + {v * L}) = ({p}_v)((({p}_m)*(const {p}_vu *)(row + {v * L})) & ({mask(v)}));",
               depth + 2)
         w("continue;", depth + 2)
         w("}", depth + 1)
         w("}", depth)
+
+    def contiguous_row(self, w: _Writer, depth: int):
+        """Row k of a contiguous sliver when the guards have no short period along K: copied as
+        whole vectors when every guard holds on every lane, else :meth:`masked_row` with the
+        mask computed here."""
+        count, width, step = len(self.con.guards), self.plan.nr, 1
+        lane_t = f"int{self.s * 8}_t"
+        everywhere = " && ".join(f"gk{i} + gmin[{i}] >= 0" for i in range(count))
+        w(f"if (lin && {everywhere}) {{", depth)
+        self.copy_sliver_row(w, "dk", "src + ro[0]", width, step, self.T, depth + 1)
+        w("continue;", depth + 1)
+        w("}", depth)
+        self.masked_row(w, lambda v: " & ".join(f"(gv[{i}][{v}] + ({lane_t})gk{i} >= 0)" for i in range(count)), depth)
 
     def copy_run(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str, depth: int) -> bool:
         """``dst[c] = src[step * c]`` for ``lo <= c < hi`` (a run's valid part, at most ``width``)

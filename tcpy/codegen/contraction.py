@@ -28,7 +28,11 @@ on the thread count at run time.
 
 A guarded operand (a padded convolution's input) is packed by one routine for A or B: a
 sliver's lanes split into runs of the innermost M or N group, along which the offset and every
-guard are linear, so each run's valid part per k is one clamped interval; zeros elsewhere. With
+guard are linear, so each run's valid part per k is one clamped interval; zeros elsewhere.
+Slivers away from the padding copy plain rows; the others classify their rows once per period
+of the guards along K (a 3x3 window: 9 classes, repeated for every input channel), and a B
+sliver contiguous in B (stride 1, also across the ends of image rows) copies a row that crosses
+the padding as whole vectors with a lane mask. With
 ``a_once`` the whole of a cell's A is packed before its N loop and B panels are sized for L2.
 
 **Small path**: operands read in place (B rows as unaligned vectors, A elements broadcast), no
@@ -310,10 +314,13 @@ class _Renderer:
         """``<p>_pack_a`` or ``<p>_pack_b`` of the guarded operand: zeros where a guard fails.
         A sliver's rows (A) or columns (B) split into runs of the innermost M or N group, along
         which the operand's offset and every guard are linear, so per k each run's valid part is
-        one interval (clamped from the guards); a sliver that is one valid run is copied
-        without tests. B's slivers whose lanes are contiguous in B (a stride-1 convolution's
-        output pixels, across the ends of image rows) copy each row as whole vectors, zeroing
-        the lanes where a guard fails (:meth:`contiguous_row`)."""
+        one interval (clamped from the guards). A sliver whose guards hold on every lane of
+        every row of the K block (away from the padding) is copied row by row without tests.
+        Otherwise, when the guards repeat along K (:meth:`guard_period`), the rows of one period
+        are classified once (:meth:`row_classes`). B's slivers whose lanes are contiguous in B
+        (a stride-1 convolution's output pixels, across the ends of image rows) copy a row that
+        crosses the padding as whole vectors with the failing lanes zeroed (:meth:`masked_row`);
+        other rows copy each run's valid interval."""
         p, T, con = self.p, self.T, self.con
         role, width, src_t = ("m", self.plan.mr, self.TA) if which == "a" else ("n", self.plan.nr, self.TB)
         count = len(con.guards)

@@ -1043,12 +1043,13 @@ class _Renderer:
         w("}")
 
     def _direct_vectors(self, w: _Writer, depth: int):
-        """The direct path's interior ``[c, hi_all)`` of a contiguous run in vectors of two
-        (vectors one when shorter), one sum per vector (the steps are independent, so their
-        chains of K FMAs overlap; a second partial sum per vector ran 6% slower, its registers
-        spilling the taps' weights); all K taps unrolled when all read the run. An overwriting
-        store ends with a step that overlaps the previous one (the same values again) instead
-        of leftovers; an accumulating one leaves them to the scalar loop."""
+        """The direct path's interior ``[c, hi_all)`` of a contiguous run in steps of four
+        vectors when overwriting (two or one when shorter), two when accumulating, one sum per
+        vector: four independent chains of K FMAs hide the FMA latency within a step (a second
+        partial sum per vector instead ran 6% slower, its registers spilling the taps'
+        weights); all K taps unrolled when all read the run. An overwriting store ends with a
+        step that overlaps the previous one (the same values again) instead of leftovers; an
+        accumulating one leaves them to the scalar loop."""
         p, T, L, K = self.p, self.T, self.plan.lanes, self.K
 
         def body(width: int, taps: str, d: int):
@@ -1068,18 +1069,19 @@ class _Renderer:
         for taps, test in ((str(K), f"nt == {K}"), ("nt", None)):
             w(f"if ({test}) {{" if test else "else {", depth)
             if self.con.init:
-                w(f"if (hi_all - c >= {2 * L}) {{", depth + 1)
+                w(f"if (hi_all - c >= {4 * L}) {{", depth + 1)
                 w("for (;;) {", depth + 2)
-                body(2, taps, depth + 3)
-                w(f"c += {2 * L};", depth + 3)
+                body(4, taps, depth + 3)
+                w(f"c += {4 * L};", depth + 3)
                 w("if (c >= hi_all) break;", depth + 3)
-                w(f"if (c + {2 * L} > hi_all) c = hi_all - {2 * L};", depth + 3)
+                w(f"if (c + {4 * L} > hi_all) c = hi_all - {4 * L};", depth + 3)
                 w("}", depth + 2)
-                w(f"}} else if (hi_all - c >= {L}) {{", depth + 1)
-                body(1, taps, depth + 2)
-                w(f"c = hi_all - {L};", depth + 2)
-                body(1, taps, depth + 2)
-                w("c = hi_all;", depth + 2)
+                for width in (2, 1):  # shorter interiors: two steps, the second overlapping
+                    w(f"}} else if (hi_all - c >= {width * L}) {{", depth + 1)
+                    body(width, taps, depth + 2)
+                    w(f"c = hi_all - {width * L};", depth + 2)
+                    body(width, taps, depth + 2)
+                    w("c = hi_all;", depth + 2)
                 w("}", depth + 1)
             else:
                 for width in (2, 1):

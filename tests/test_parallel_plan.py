@@ -102,6 +102,22 @@ def test_attention_chunks(threads, b, h, s):
     check_plan(kernel, threads, q, q, q, 0.125)
 
 
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("batch, channels, hw", [(1, 256, 56), (8, 256, 56), (1, 32, 112), (2, 3, 224)])
+def test_depthwise_cells_keep_whole_images(threads, batch, channels, hw):
+    """The direct path (its batch: the channels) splits the channels before the rows when both
+    give the slowest thread the same work: a cell keeps whole images, whose tap tables it builds
+    once. Channels that do not divide among the threads leave the rows to the cost model."""
+    case = demo.resnet_conv_case(batch, channels, channels, hw, 3, 1, depthwise=True)
+    kernel = tcpy.define(case.source, options=tcpy.Options(num_threads=threads))
+    (node,) = [n for nest in kernel.specialize((batch, channels, hw, hw), (channels, 3, 3)).ir.nests
+               for n in nest.body if isinstance(n, ContractionNest)]
+    assert node.plan.path == "direct"
+    if channels % threads == 0:
+        assert node.plan.grid == (threads, 1, 1, 1), node.plan.describe()
+    check_engine_plans(kernel, threads, (batch, channels, hw, hw), (channels, 3, 3))
+
+
 def test_explain_names_chunks_and_threads():
     # (a fixed target: the register tile, and so the parallel loops, depend on the registers)
     options = tcpy.Options(num_threads=16, contraction=False, target=tcpy.Target.preset("x86-64-v3"))

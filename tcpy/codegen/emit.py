@@ -18,8 +18,6 @@ installed package runs the compiled module (``COMPILED``), while linters, type c
 coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
 :mod:`tcpy.codegen`).
 """
-import re
-
 import cython
 
 from tcpy.lang import ast
@@ -164,6 +162,7 @@ class _Emitter:
         self.loops = 0  # loops around the node being emitted
         self.collapsed = 0  # loops still to come that a collapse clause needs perfectly nested
         self.registers = {}  # tensor -> the C local holding the element an epilogue is at
+        self.strip = ""  # suffix of the accumulator a reduction point adds to (its strip's: see strip_reduction)
 
     # -- error table -------------------------------------------------------------------------
 
@@ -328,13 +327,14 @@ class _Emitter:
         if node.mode is Mode.REGISTER:
             acc_type = accumulator_type(target_type)
             rhs = convert(self.value(stmt.rhs), rhs_type, acc_type)
+            acc, nan = f"tcpy_acc{self.strip}", f"tcpy_nan{self.strip}"
             if _nan_flagged(stmt.reduction, acc_type):
                 # NaN tracked apart from the comparison so both vectorize (see accumulate)
                 cmp = ">" if stmt.reduction == "max" else "<"
-                self.emit(f"{{ {acc_type.c_type} tcpy_x = {rhs}; tcpy_nan |= tcpy_x != tcpy_x; "
-                          f"tcpy_acc = tcpy_x {cmp} tcpy_acc ? tcpy_x : tcpy_acc; }}", depth)
+                self.emit(f"{{ {acc_type.c_type} tcpy_x = {rhs}; {nan} |= tcpy_x != tcpy_x; "
+                          f"{acc} = tcpy_x {cmp} {acc} ? tcpy_x : {acc}; }}", depth)
                 return
-            self.emit(f"tcpy_acc = {combine(stmt.reduction, 'tcpy_acc', rhs, acc_type)};", depth)
+            self.emit(f"{acc} = {combine(stmt.reduction, acc, rhs, acc_type)};", depth)
             return
         rhs = convert(self.value(stmt.rhs), rhs_type, target_type)
         if node.mode is Mode.ASSIGN:
@@ -530,11 +530,9 @@ class _Emitter:
         self.in_simd += 1
         for k in range(REDUCTION_STRIPS):
             self.emit(f"{{ const int64_t {node.var} = {start} + {k * strip};", depth + 2)
-            first = len(self.lines)
+            self.strip = str(k) if k else ""  # this strip's accumulator
             self.nodes(node.body, depth + 3)
-            if k:  # this strip's accumulator (generated names: no TC identifier matches them)
-                self.lines[first:] = [re.sub(r"\btcpy_(acc|nan)\b", rf"tcpy_\g<1>{k}", line)
-                                      for line in self.lines[first:]]
+            self.strip = ""
             self.emit("}", depth + 2)
         self.emit("}", depth + 1)
         if lo + REDUCTION_STRIPS * strip < hi:

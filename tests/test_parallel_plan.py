@@ -105,9 +105,9 @@ def test_attention_chunks(threads, b, h, s):
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("batch, channels, hw", [(1, 256, 56), (8, 256, 56), (1, 32, 112), (2, 3, 224)])
 def test_depthwise_cells_keep_whole_images(threads, batch, channels, hw):
-    """The direct path (its batch: the channels) splits the channels before the rows when both
-    give the slowest thread the same work: a cell keeps whole images, whose tap tables it builds
-    once. Channels that do not divide among the threads leave the rows to the cost model."""
+    """The direct path (its batch: the channels) splits the channels before the rows when they
+    divide among the threads: each batch index a cell starts costs its tap tables, so a cell keeps
+    whole images. Channels that do not divide leave the choice to the compute balance."""
     case = demo.resnet_conv_case(batch, channels, channels, hw, 3, 1, depthwise=True)
     kernel = tcpy.define(case.source, options=tcpy.Options(num_threads=threads))
     (node,) = [n for nest in kernel.specialize((batch, channels, hw, hw), (channels, 3, 3)).ir.nests

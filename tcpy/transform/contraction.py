@@ -479,6 +479,10 @@ FMA_PIPES = 2  # vector FMAs issued per cycle (the cost model's unit; Target has
 COPY_B_MIN_TILES = 4
 PACK_SHARE_MAX = 0.05  # packing A may cost this share of the FMA time (else the stream path)
 SPAWN_COST = 10000.0  # cycles to wake and join an OpenMP team whose threads sleep (a few us)
+# cycles a direct-path cell spends on each batch index it starts (a depthwise 3x3 layer of 56x56
+# images split by rows at two threads, each cell starting every channel instead of half of them,
+# ran 40 us slower: ~1000 cycles per channel)
+DIRECT_BATCH_COST = 1000.0
 # Rows of a micro-tile: taller tiles with fewer B vectors (14x2 with 32 registers: 14 broadcasts
 # per k, every register taken) ran 5-15% below 8x3 with 32 wide registers in float and double,
 # GEMMs and convolutions alike; with 16 registers the bound leaves 6x2, the tallest that fits.
@@ -691,6 +695,8 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
         pack = bp * (mp * kp * -(-np_ // nc) + kp * np_) * PACK_COST
     elif path == "stream":  # B's block packed; A read in place by every cell that needs it
         pack = bp * kp * (np_ * PACK_COST + mp * READ_COST)
+    if path == "direct":  # each batch index a cell starts: its A values, tap tables, padded rows
+        pack = bp * DIRECT_BATCH_COST
     combine = (batch * M * N * tk / threads * COMBINE_COST) if tk > 1 else 0.0
     spawn = SPAWN_COST if cells > 1 else 0.0
     return rounds * (compute + pack) + combine + spawn
@@ -703,12 +709,8 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads) -> tuple[int, int, int,
     for grid in _grids(limits, threads):
         cost = cell_cost(con, path, mr, nr, nc, lanes, grid, threads)
         # ties: no split K, then more cells (the same slowest cell, less work for the others and
-        # for a descheduled thread), then split N before M (each thread packs its own B); the
-        # direct path splits the batch first (a cell keeps whole rows of whole images: a split N
-        # cuts each image in two, and each half pays its own tap tables; a depthwise 3x3
-        # convolution of a 56x56 image at two threads ran 14% faster split by channels)
-        order = -grid[0] if path == "direct" else grid[1]
-        key = (round(cost, 6), grid[3], -math.prod(grid), order)
+        # for a descheduled thread), then split N before M (each thread packs its own B)
+        key = (round(cost, 6), grid[3], -math.prod(grid), grid[1])
         if best is None or key < best[0]:
             best = (key, grid)
     return best[1]

@@ -436,7 +436,7 @@ class _Renderer:
 
     def masked_rows_ok(self, step: int, src_t: str) -> bool:
         """Whether B's packing may copy a contiguous sliver's row as whole vectors with the lanes
-        where a guard fails zeroed (:meth:`contiguous_row`): unit step, same type, whole vectors,
+        where a guard fails zeroed (:meth:`masked_row`): unit step, same type, whole vectors,
         B's extent known, and every guard's value fits the lanes' integer type."""
         con, L = self.con, self.plan.lanes
         if step != 1 or src_t != self.T or self.plan.nr % L or L < 2 or not con.b.elements:
@@ -475,12 +475,17 @@ class _Renderer:
             period *= g.extent
         return period if period <= GUARD_PERIOD_MAX else None
 
+    def lane_mask(self, v: int, gk) -> str:
+        """Vector v of a contiguous sliver's row: lanes where every guard holds, given the
+        guards' K parts ``gk(i)`` (C expressions)."""
+        lane_t = f"int{self.s * 8}_t"
+        return " & ".join(f"(gv[{i}][{v}] + ({lane_t}){gk(i)} >= 0)" for i in range(len(self.con.guards)))
+
     def row_classes(self, w: _Writer, period: int, masked: bool, contiguous: str):
         """A sliver's row classes over one period of K: 0 every guard holds on every lane (a
         plain copy), 1 some lanes of a contiguous sliver fail (copied whole with the lane mask
         ``mk``), 2 the runs' copy."""
         p, count, nv = self.p, len(self.con.guards), self.plan.nr_vectors
-        lane_t = f"int{self.s * 8}_t"
         w(f"unsigned char cls[{period}];", 2)
         if masked:
             w(f"{p}_m mk[{period}][{nv}];", 2)
@@ -491,8 +496,7 @@ class _Renderer:
             w("if (cls[k] == 2 && lin) {", 3)
             w("cls[k] = 1;", 4)
             for v in range(nv):
-                mask = " & ".join(f"(gv[{i}][{v}] + ({lane_t})gt[{i}][k] >= 0)" for i in range(count))
-                w(f"mk[k][{v}] = {mask};", 4)
+                w(f"mk[k][{v}] = {self.lane_mask(v, lambda i: f'gt[{i}][k]')};", 4)
             w("}", 3)
         w("}", 2)
 
@@ -515,14 +519,13 @@ class _Renderer:
         """Row k of a contiguous sliver when the guards have no short period along K: copied as
         whole vectors when every guard holds on every lane, else :meth:`masked_row` with the
         mask computed here."""
-        count, width, step = len(self.con.guards), self.plan.nr, 1
-        lane_t = f"int{self.s * 8}_t"
+        count, width = len(self.con.guards), self.plan.nr
         everywhere = " && ".join(f"gk{i} + gmin[{i}] >= 0" for i in range(count))
         w(f"if (lin && {everywhere}) {{", depth)
-        self.copy_sliver_row(w, "dk", "src + ro[0]", width, step, self.T, depth + 1)
+        self.copy_sliver_row(w, "dk", "src + ro[0]", width, 1, self.T, depth + 1)
         w("continue;", depth + 1)
         w("}", depth)
-        self.masked_row(w, lambda v: " & ".join(f"(gv[{i}][{v}] + ({lane_t})gk{i} >= 0)" for i in range(count)), depth)
+        self.masked_row(w, lambda v: self.lane_mask(v, lambda i: f"gk{i}"), depth)
 
     def copy_run(self, w: _Writer, dst: str, src: str, width: int, step: int, src_t: str, depth: int) -> bool:
         """``dst[c] = src[step * c]`` for ``lo <= c < hi`` (a run's valid part, at most ``width``)

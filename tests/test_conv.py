@@ -125,6 +125,39 @@ def test_depthwise_convolutions_take_the_direct_path():
         np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
 
 
+DEPTHWISE_GUARDED = """
+def dw(float(N,C,H,W) I, float(C,3,3) Wt) -> (O) {{
+    O(n, c, h, w) +=! ({cond}) ? I(n, c, h + kh - 1, w + kw - 1) * Wt(c, kh, kw) : 0.0
+        where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+}}
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_direct_path_reads_a_zero_padded_copy_when_the_guards_bound_the_indices(target, threads):
+    """Guards that are exactly the image's bounds: each channel is copied with zeros around it
+    and read with no guards; a channel whose taps hold inf or NaN keeps the guarded reads (a
+    padded tap adds nothing there, where 0 x inf would be NaN). Guards that cut deeper into the
+    image (not the bounds of an index) keep the guarded reads everywhere."""
+    rng = np.random.default_rng(5)
+    I = rng.standard_normal((2, 4, 7, 19), dtype=np.float32)
+    Wt = rng.standard_normal((4, 3, 3), dtype=np.float32)
+    Wt[1, 0, 0], Wt[2, 2, 1] = np.inf, np.nan
+    bounds = "h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W"
+    deeper = "h + kh >= 2 && h + kh <= H && w + kw >= 2 && w + kw <= W"
+    for cond, padded in ((bounds, True), (deeper, False)):
+        src = DEPTHWISE_GUARDED.format(cond=cond)
+        kernel = tcpy.define(src, options=tcpy.Options(target=target, num_threads=threads))
+        (node,) = _engine(kernel, I, Wt)
+        assert node.plan.path == "direct" and node.plan.padded_copy is padded
+        assert ("copied with zeros around it" in str(kernel.explain(I, Wt))) is padded
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        got = kernel(I, Wt)
+        assert np.isfinite(want[:, 0]).all() and not np.isfinite(want[:, 1:3]).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # NaN and inf where the reference has them
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.data())

@@ -45,6 +45,7 @@ K taps of one A value times B's shifted row, vectorised along the row where ever
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from ..lang.types import ScalarType
@@ -138,6 +139,17 @@ class _Renderer:
             w(f"o += INT64_C({groups[0].stride(which)}) * i;", 1)
             w("return o;", 1)
         w("}")
+
+    def k_offsets(self, which: str) -> list[int]:
+        """``<p>_off_<which>_k(k)`` for every k, computed here (as :meth:`offset_fn` computes it)."""
+        out = []
+        for k in range(self.K):
+            o, i = 0, k
+            for g in reversed(self.con.k[1:]):
+                o += g.stride(which) * (i % g.extent)
+                i //= g.extent
+            out.append(o + (self.con.k[0].stride(which) * i if self.con.k else 0))
+        return out
 
     def single(self, role: str):
         """The stride of each tensor when the role is one group (None otherwise)."""
@@ -932,13 +944,66 @@ class _Renderer:
         the sum over K of one A value times B's row shifted by the tap. A table of the taps
         that read the run (and the interval where each does) is kept from run to run; the
         interior, where every listed tap reads, is vectorised (:meth:`_direct_vectors`), and
-        the row's padded ends sum the taps listed for each position."""
+        the row's padded ends sum the taps listed for each position. With a padded copy
+        (:meth:`padded_direct`) the guarded runs serve only batch indices with non-finite taps."""
+        if self.plan.padded_copy:
+            self.padded_direct(w)
+            return
+        self.direct_cell(w, "cell")
+
+    def padded_direct(self, w: _Writer):
+        """``<p>_cell`` of the direct path with a padded copy (:class:`PaddedCopy`): per batch
+        index, B's slice is copied into a zeroed buffer (its pads stay zero) and the unguarded
+        contraction reads the copy; a batch index whose taps are not all finite runs the guarded
+        cell instead, which skips the padded taps (0 x inf is NaN, a skipped tap adds nothing)."""
+        p, T, TA, TB, con = self.p, self.T, self.TA, self.TB, self.con
+        copy = con.padded
+        self.direct_cell(w, "guarded_cell")
+        inner = _Renderer(copy.contraction, dataclasses.replace(self.plan, padded_copy=False), self.names,
+                          f"{p}_pd", self.epi)
+        inner.header(w)
+        inner.direct_cell(w, "cell")
+        extents = [e + lo + hi for e, _, lo, hi in copy.dims]
+        pitch = [math.prod(extents[i + 1:]) for i in range(len(extents))]
+        w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
+          f" const volatile int *stop{self.cell_params}) {{")
+        w(f"{T} *pad = ({T} *)tcpy_scratch(1, sizeof({T}) * {copy.elements});", 1)
+        w(f"memset(pad, 0, sizeof({T}) * {copy.elements});", 1)
+        w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+        w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
+        w("int finite = 1;", 2)
+        w(f"for (int64_t k = 0; k < {self.K}; k++) finite &= __builtin_isfinite(({T})ab[{p}_off_a_k(k)]);", 2)
+        w("if (!finite) {", 2)
+        w(f"{p}_guarded_cell(A, B, C, bi, bi + 1, m0, m1, n0, n1, alpha, stop{self.cell_args});", 3)
+        w("continue;", 3)
+        w("}", 2)
+        w(f"const {TB} *src = B + INT64_C({copy.source_offset}) + {p}_off_b_batch(bi);", 2)
+        depth = 2
+        for i, (extent, _, _, _) in enumerate(copy.dims[:-1]):
+            w(f"for (int64_t i{i} = 0; i{i} < {extent}; i{i}++)", depth)
+            depth += 1
+        outer = copy.dims[:-1]
+        s_at = " + ".join([f"INT64_C({stride}) * i{i}" for i, (_, stride, _, _) in enumerate(outer)] or ["0"])
+        d_at = " + ".join([f"INT64_C({pitch[i]}) * (i{i} + {lo})" for i, (_, _, lo, _) in enumerate(outer)] or ["0"])
+        extent, stride, lo, _ = copy.dims[-1]
+        w("{", depth)
+        w(f"const {TB} *TCPY_RESTRICT s = src + {s_at};", depth + 1)
+        w(f"{T} *TCPY_RESTRICT d = pad + {d_at} + {lo};", depth + 1)
+        w(f"for (int64_t j = 0; j < {extent}; j++) d[j] = ({T})s[INT64_C({stride}) * j];", depth + 1)
+        w("}", depth)
+        w(f"{p}_pd_cell(A, pad, C, bi, bi + 1, m0, m1, n0, n1, alpha, stop{self.cell_args});", 2)
+        w("}", 1)
+        w("}")
+
+    def direct_cell(self, w: _Writer, name: str):
+        """``<p>_<name>``: the direct path's runs over batch indices ``b0..b1`` (see :meth:`direct`)."""
         p, T, TA, TB, con = self.p, self.T, self.TA, self.TB, self.con
         NC, K = self.plan.nc, self.K
         count = len(con.guards)
         inner = con.n[-1]
         step, extent = inner.stride("b"), inner.extent
-        w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
+        w(f"static void {p}_{name}(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
           f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
           f" const volatile int *stop{self.cell_params}) {{")
         w("(void)m0; (void)m1;", 1)
@@ -1050,20 +1115,26 @@ class _Renderer:
         vectors when overwriting (two or one when shorter), two when accumulating, one sum per
         vector: four independent chains of K FMAs hide the FMA latency within a step (a second
         partial sum per vector instead ran 6% slower, its registers spilling the taps'
-        weights); all K taps unrolled when all read the run. An overwriting store ends with a
+        weights); all K taps unrolled, at constant offsets, when all read the run (a table's
+        offsets cost a load per tap and step). An overwriting store ends with a
         step that overlaps the previous one (the same values again) instead of leftovers; an
         accumulating one leaves them to the scalar loop."""
         p, T, L, K = self.p, self.T, self.plan.lanes, self.K
 
+        offsets = self.k_offsets("b")
+
         def body(width: int, taps: str, d: int):
             w("{", d - 1)
             w(f"{p}_v " + ", ".join(f"s{u} = {{0}}" for u in range(width)) + ";", d)
-            if taps == str(K):
-                w(f"#pragma GCC unroll {K}", d)
-            w(f"for (int64_t t = 0; t < {taps}; t++) {{", d)
-            w(f"const {T} *r = row + to[t] + c;", d + 1)
-            w(" ".join(f"s{u} += ta[t] * *(const {p}_vu *)(r + {u * L});" for u in range(width)), d + 1)
-            w("}", d)
+            if taps == str(K):  # every tap: its offset a constant (no table loads beside B's)
+                for t, o in enumerate(offsets):
+                    w(" ".join(f"s{u} += ta[{t}] * *(const {p}_vu *)(row + c + INT64_C({o + u * L}));"
+                               for u in range(width)), d)
+            else:
+                w(f"for (int64_t t = 0; t < {taps}; t++) {{", d)
+                w(f"const {T} *r = row + to[t] + c;", d + 1)
+                w(" ".join(f"s{u} += ta[t] * *(const {p}_vu *)(r + {u * L});" for u in range(width)), d + 1)
+                w("}", d)
             for u in range(width):
                 target = f"*({p}_vu *)(q + c + {u * L})"
                 w(f"{target} = alpha * s{u};" if self.con.init else f"{target} += alpha * s{u};", d)

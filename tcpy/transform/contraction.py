@@ -38,6 +38,7 @@ combination). :mod:`tcpy.codegen.contraction` renders the C.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -116,6 +117,25 @@ class Group:
 
 
 @dataclass(frozen=True)
+class PaddedCopy:
+    """A guarded operand whose guards only bound its own indices (``0 <= h + kh - 1 < H``: a
+    padded convolution's image) read from a copy of its slice for one batch index with zeros
+    around it: where a guard fails the copy holds 0, so ``contraction`` reads it unguarded.
+
+    ``dims`` are the copied dimensions, outer first: (extent, stride in the operand, zeros
+    before, zeros after); the slice of batch index ``bi`` starts at ``source_offset`` plus the
+    guarded contraction's batch offset of ``bi``."""
+
+    dims: tuple[tuple[int, int, int, int], ...]
+    source_offset: int
+    contraction: "Contraction"
+
+    @property
+    def elements(self) -> int:
+        return math.prod(extent + lo + hi for extent, _, lo, hi in self.dims)
+
+
+@dataclass(frozen=True)
 class Contraction:
     """A recognised contraction ``c (=|+=) alpha * sum_k a * b`` (see the module docstring).
 
@@ -138,6 +158,7 @@ class Contraction:
     init: bool
     guards: tuple[Guard, ...] = ()
     guarded: str = ""  # "a" or "b": that operand's packing writes zeros where a guard fails
+    padded: Optional[PaddedCopy] = None  # the guarded operand b as a zero-padded copy, when its guards allow
 
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
@@ -398,16 +419,78 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
                     and (not guards or _in_bounds(operand_reads[other], ranges, sizes, shapes))), None)
     if guarded is None:
         return None
+    groups = _groups(roles, extents, a, b, c, guards)
+    con = Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
+                      found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
+                      guarded if guards else "")
+    if guards and guarded == "b":
+        copy = _padded_copy(operand_reads["b"], dtype, guards, roles, ranges, sizes, shapes)
+        if copy is not None:
+            dims, source_offset, padded_b = copy
+            inner = dataclasses.replace(con, b=padded_b, guards=(), guarded="",
+                                        **_groups(roles, extents, a, padded_b, c, ()))
+            con = dataclasses.replace(con, padded=PaddedCopy(dims, source_offset, inner))
+    return con
+
+
+def _groups(roles, extents, a: AffineAccess, b: AffineAccess, c: AffineAccess, guards) -> dict:
+    """Each role's variables merged into groups (:func:`_merge`) over the tensors it indexes."""
     accs = {"a": a, "b": b, "c": c, **{f"g{i}": g for i, g in enumerate(guards)}}
-    groups = {}
     # a guard is one more affine form of the variables: merged groups must keep it affine
     forms = tuple(f"g{i}" for i in range(len(guards)))
+    groups = {}
     for role, primary, members in (("batch", "c", "abc"), ("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted(roles[role], key=lambda v: -abs(accs[primary].stride(v)))
         groups[role] = _merge(vars_, extents, accs, (*members, *forms), forms)
-    return Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
-                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
-                       guarded if guards else "")
+    return groups
+
+
+def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, sizes, shapes):
+    """``(dims, source offset, access into the copy)`` of :class:`PaddedCopy` when every guard
+    is one bound of one index of ``read`` (``index >= 0`` or ``index <= extent - 1``) over
+    variables that are not batch variables, and no index mixes batch and other variables;
+    None otherwise. The copy holds the dimensions the batch variables do not index, each
+    widened by the zeros its index reaches outside the operand."""
+    shape = shapes[read.tensor]
+    row = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        row[d] = row[d + 1] * shape[d + 1]
+    batch = set(roles["batch"])
+    indices = []  # per dimension: (constant with variables counted from 0, {var: coefficient})
+    for index in read.indices:
+        const, coef = _affine(index, sizes, shapes)
+        coef = {v: x for v, x in coef.items() if x}
+        indices.append((const + sum(x * ranges[v][0] for v, x in coef.items()), coef))
+    copied = [d for d, (_, coef) in enumerate(indices) if not set(coef) & batch]
+    if any(set(indices[d][1]) - batch for d in range(len(shape)) if d not in copied):
+        return None  # an index of batch and other variables
+    for g in guards:
+        coefs = dict(g.coefs)
+        if not any((indices[d][1] == coefs and g.const == indices[d][0])
+                   or ({v: -x for v, x in indices[d][1].items()} == coefs
+                       and g.const == shape[d] - 1 - indices[d][0]) for d in copied):
+            return None
+    dims = []
+    for d in copied:
+        const, coef = indices[d]
+        low = const + sum(min(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coef.items())
+        high = const + sum(max(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coef.items())
+        dims.append((shape[d], row[d], max(0, -low), max(0, high - shape[d] + 1)))
+    pitch = [1] * len(dims)  # strides of the copy
+    for i in range(len(dims) - 2, -1, -1):
+        extent, _, lo, hi = dims[i + 1]
+        pitch[i] = pitch[i + 1] * (extent + lo + hi)
+    offset, strides = 0, {}
+    for i, d in enumerate(copied):
+        const, coef = indices[d]
+        offset += (const + dims[i][2]) * pitch[i]
+        for v, x in coef.items():
+            strides[v] = strides.get(v, 0) + x * pitch[i]
+    source_offset = sum(indices[d][0] * row[d] for d in range(len(shape)) if d not in copied)
+    access = AffineAccess(f"{read.tensor} (zero-padded copy)", dtype, offset,
+                          tuple(sorted((v, x) for v, x in strides.items() if x)),
+                          math.prod(e + lo + hi for e, _, lo, hi in dims))
+    return tuple(dims), source_offset, access
 
 
 def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
@@ -448,6 +531,7 @@ class Plan:
     copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
     a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
+    padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
 
     @property
     def nr_vectors(self) -> int:
@@ -551,7 +635,16 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         reasons = (f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): each run of up "
                    f"to {nc} outputs along N sums its K taps in registers, vectorised along the run",
                    f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
-        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons)
+        # A cell that computes all of N for its batch indices copies each one's slice of B once,
+        # with zeros around it, and reads the copy with no guards (no per-position tap lists
+        # at the padded ends of a run), when the copy fits half of L2.
+        copy_bytes = con.padded.elements * s if con.padded else 0
+        padded_copy = bool(con.padded) and grid[2] == 1 and copy_bytes <= target.l2 // 2
+        if padded_copy:
+            reasons += (f"B's guards bound its own indices: each batch index's slice is copied with zeros around "
+                        f"it ({copy_bytes // 1024} KiB, in half of L2) and read with no guards; batch indices "
+                        "whose taps are not all finite keep the guarded reads (0 x inf must stay 0)",)
+        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
     # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers (MR x kc)

@@ -48,6 +48,42 @@ def test_padded_convolution_packs_zeros_for_the_guard():
     np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
 
 
+GUARDED_WEIGHTS = """
+def conv(float(N,C,H,W) I, float(F,C,3,3) Wt, float(F) bias) -> (O, Y) {
+    O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                      ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+        where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+    Y(n, f, h, w) = max(O(n, f, h, w) + bias(f), 0.0)
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_inf_and_nan_weights_add_nothing_where_the_guard_fails(target, threads):
+    """TC adds nothing where a guard fails; packing writes 0 there, and 0 x inf is NaN. With an
+    inf and a NaN in the weights (the operand that is not guarded), the padded borders must
+    hold what the reference computes (inf, not NaN, where only the padding meets the inf),
+    through the engine and its epilogue (a bias and ReLU), and finite weights still take the
+    engine."""
+    rng = np.random.default_rng(3)
+    I = rng.standard_normal((2, 5, 6, 11), dtype=np.float32)
+    Wt = rng.standard_normal((16, 5, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(16, dtype=np.float32)
+    kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(target=target, num_threads=threads))
+    reference = tcpy.define(GUARDED_WEIGHTS, backend="reference")
+    assert _engine(kernel, I, Wt, bias)
+    for f, at, value in ((3, (2, 0, 0), np.inf), (7, (4, 2, 1), np.nan), (11, (0, 1, 2), -np.inf)):
+        Wt[(f,) + at] = value
+        got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
+        assert np.isfinite(want[0][:, 3]).sum() < want[0][:, 3].size  # the inf reaches the interior
+        for g, r in zip(got, want):
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)  # inf and NaN exactly where the reference has them
+    Wt = np.nan_to_num(Wt, posinf=0.5, neginf=-0.5, nan=0.25)
+    for g, r in zip(kernel(I, Wt, bias), reference(I, Wt, bias)):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
 def test_guards_that_always_hold_are_dropped():
     con = recognized("def f(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {"
                      " O(n, f, h, w) +=! (h + kh >= 0 && w + kw < W + 5) ? I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)"

@@ -1180,6 +1180,8 @@ class _Renderer:
         A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
         w("{")
         w(f"const {T} alpha = {alpha};", 1)
+        if self.exact_fallback(w, A, B, C):
+            w("} else {", 0)
         if tk > 1:
             w(f"{T} *partials = ({T} *)tcpy_scratch(2, sizeof({T}) * {cells * part});", 1)
         if cells > 1:
@@ -1211,7 +1213,58 @@ class _Renderer:
         w("}", 1)
         if tk > 1:
             self.combine(w, mt, nt, bpart, mpart, npart, part)
+        if self.guarded_products:
+            w("}", 0)
         w("}")
+
+    @property
+    def guarded_products(self) -> bool:
+        """Whether the other operand of a guarded one is scanned for inf and NaN before the
+        engine runs (see :meth:`exact_fallback`): when the scan costs at most a 64th of the
+        products (a weights tensor against a convolution's work)."""
+        con = self.con
+        other = con.b if con.guarded == "a" else con.a
+        return (bool(con.guards) and self.plan.path != "direct" and other.elements > 0
+                and other.elements * 64 <= self.batch * self.M * self.N * self.K)
+
+    def exact_fallback(self, w: _Writer, A: str, B: str, C: str) -> bool:
+        """Packing writes 0 where a guard fails, and 0 x inf is NaN where TC adds nothing; so
+        when the operand that is not guarded holds inf or NaN, the sums run as TC states them,
+        point by point, skipping the terms whose guard fails (slow, for such inputs only).
+        Opens ``if (...) { <that> `` and returns True, or returns False (no guard, or a scan
+        too costly next to the products: the engine then runs alone)."""
+        if not self.guarded_products:
+            return False
+        p, T, con = self.p, self.T, self.con
+        other, name = (con.b, B) if con.guarded == "a" else (con.a, A)
+        own = "m" if con.guarded == "a" else "n"
+        w("int64_t nonfinite = 0;", 1)
+        w(f"for (int64_t e = 0; e < INT64_C({other.elements}); e++) "
+          f"nonfinite |= ({T}){name}[e] - ({T}){name}[e] != 0;  /* inf - inf and NaN are NaN */", 1)
+        w("if (TCPY_UNLIKELY(nonfinite)) {", 1)
+        w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
+        w(f"for (int64_t bi = 0; bi < {self.batch}; bi++)", 2)
+        w(f"for (int64_t i = 0; i < {self.M}; i++) {{", 3)
+        w(f"const {self.TA} *ar = {A} + INT64_C({con.a.offset}) + {p}_off_a_batch(bi) + {p}_off_a_m(i);", 4)
+        w(f"{T} *cr = {C} + INT64_C({con.c.offset}) + {p}_off_c_batch(bi) + {p}_off_c_m(i);", 4)
+        w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 4)
+        w(f"const {self.TB} *br = {B} + INT64_C({con.b.offset}) + {p}_off_b_batch(bi) + {p}_off_b_n(j);", 5)
+        index = "i" if own == "m" else "j"
+        parts = [f"INT64_C({g.const}) + {p}_off_g{g_i}_batch(bi) + {p}_off_g{g_i}_{own}({index})"
+                 for g_i, g in enumerate(con.guards)]
+        w(f"const int64_t g[{len(parts)}] = {{{', '.join(parts)}}};", 5)
+        w(f"{T} s = 0;", 5)
+        w(f"for (int64_t k = 0; k < {self.K}; k++) {{", 5)
+        holds = " && ".join(f"g[{g_i}] + {p}_off_g{g_i}_k(k) >= 0" for g_i in range(len(parts)))
+        w(f"if ({holds}) s += ({T})ar[{p}_off_a_k(k)] * ({T})br[{p}_off_b_k(k)];", 6)
+        w("}", 5)
+        w(f"{T} *e = cr + {p}_off_c_n(j);", 5)
+        w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", 5)
+        if self.epi:
+            w(f"{{ const {T} v = *e; {self.epi}(tcpy_buffers, bi, i, j, 1, &v); }}", 5)
+        w("}", 4)
+        w("}", 3)
+        return True
 
     def cell_call(self, A, B, C, b, m, n, k, P="0", ldp=0, prows=0, bpre="0") -> str:
         """The call of ``<p>_cell`` on the given ranges (``"lo, hi"`` each); ``bpre``: B packed

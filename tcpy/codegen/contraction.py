@@ -944,8 +944,8 @@ class _Renderer:
         the sum over K of one A value times B's row shifted by the tap. A table of the taps
         that read the run (and the interval where each does) is kept from run to run; the
         interior, where every listed tap reads, is vectorised (:meth:`_direct_vectors`), and
-        the row's padded ends sum the taps listed for each position. With a padded copy
-        (:meth:`padded_direct`) the guarded runs serve only batch indices with non-finite taps."""
+        the row's padded ends sum the taps listed for each position (with a padded copy,
+        :meth:`padded_direct`, the runs read the copy with no guards)."""
         if self.plan.padded_copy:
             self.padded_direct(w)
             return
@@ -954,11 +954,10 @@ class _Renderer:
     def padded_direct(self, w: _Writer):
         """``<p>_cell`` of the direct path with a padded copy (:class:`PaddedCopy`): per batch
         index, B's slice is copied into a zeroed buffer (its pads stay zero) and the unguarded
-        contraction reads the copy; a batch index whose taps are not all finite runs the guarded
-        cell instead, which skips the padded taps (0 x inf is NaN, a skipped tap adds nothing)."""
+        contraction reads the copy; a batch index whose taps are not all finite sums point by
+        point instead (:meth:`exact_sums`: 0 x inf is NaN where TC adds nothing)."""
         p, T, TA, TB, con = self.p, self.T, self.TA, self.TB, self.con
         copy = con.padded
-        self.direct_cell(w, "guarded_cell")
         inner = _Renderer(copy.contraction, dataclasses.replace(self.plan, padded_copy=False), self.names,
                           f"{p}_pd", self.epi)
         inner.header(w)
@@ -975,7 +974,7 @@ class _Renderer:
         w("int finite = 1;", 2)
         w(f"for (int64_t k = 0; k < {self.K}; k++) finite &= __builtin_isfinite(({T})ab[{p}_off_a_k(k)]);", 2)
         w("if (!finite) {", 2)
-        w(f"{p}_guarded_cell(A, B, C, bi, bi + 1, m0, m1, n0, n1, alpha, stop{self.cell_args});", 3)
+        self.exact_sums(w, 3, ("A", "B", "C"), ("m0", "m1"), ("n0", "n1"))
         w("continue;", 3)
         w("}", 2)
         w(f"const {TB} *src = B + INT64_C({copy.source_offset}) + {p}_off_b_batch(bi);", 2)
@@ -1235,36 +1234,44 @@ class _Renderer:
         too costly next to the products: the engine then runs alone)."""
         if not self.guarded_products:
             return False
-        p, T, con = self.p, self.T, self.con
+        T, con = self.T, self.con
         other, name = (con.b, B) if con.guarded == "a" else (con.a, A)
-        own = "m" if con.guarded == "a" else "n"
         w("int64_t nonfinite = 0;", 1)
         w(f"for (int64_t e = 0; e < INT64_C({other.elements}); e++) "
           f"nonfinite |= ({T}){name}[e] - ({T}){name}[e] != 0;  /* inf - inf and NaN are NaN */", 1)
         w("if (TCPY_UNLIKELY(nonfinite)) {", 1)
         w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
         w(f"for (int64_t bi = 0; bi < {self.batch}; bi++)", 2)
-        w(f"for (int64_t i = 0; i < {self.M}; i++) {{", 3)
-        w(f"const {self.TA} *ar = {A} + INT64_C({con.a.offset}) + {p}_off_a_batch(bi) + {p}_off_a_m(i);", 4)
-        w(f"{T} *cr = {C} + INT64_C({con.c.offset}) + {p}_off_c_batch(bi) + {p}_off_c_m(i);", 4)
-        w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 4)
-        w(f"const {self.TB} *br = {B} + INT64_C({con.b.offset}) + {p}_off_b_batch(bi) + {p}_off_b_n(j);", 5)
+        self.exact_sums(w, 3, (A, B, C), ("0", str(self.M)), ("0", str(self.N)))
+        return True
+
+    def exact_sums(self, w: _Writer, depth: int, tensors, rows, cols):
+        """The outputs of batch index ``bi`` in ``rows`` x ``cols`` (C ranges), each summed point by
+        point with the terms whose guard fails left out, as TC states it (slow: for inputs with
+        inf or NaN where packed zeros would make 0 x inf)."""
+        p, T, con = self.p, self.T, self.con
+        A, B, C = tensors
+        own = "m" if con.guarded == "a" else "n"
+        w(f"for (int64_t i = {rows[0]}; i < {rows[1]}; i++) {{", depth)
+        w(f"const {self.TA} *ar = {A} + INT64_C({con.a.offset}) + {p}_off_a_batch(bi) + {p}_off_a_m(i);", depth + 1)
+        w(f"{T} *cr = {C} + INT64_C({con.c.offset}) + {p}_off_c_batch(bi) + {p}_off_c_m(i);", depth + 1)
+        w(f"for (int64_t j = {cols[0]}; j < {cols[1]}; j++) {{", depth + 1)
+        w(f"const {self.TB} *br = {B} + INT64_C({con.b.offset}) + {p}_off_b_batch(bi) + {p}_off_b_n(j);", depth + 2)
         index = "i" if own == "m" else "j"
         parts = [f"INT64_C({g.const}) + {p}_off_g{g_i}_batch(bi) + {p}_off_g{g_i}_{own}({index})"
                  for g_i, g in enumerate(con.guards)]
-        w(f"const int64_t g[{len(parts)}] = {{{', '.join(parts)}}};", 5)
-        w(f"{T} s = 0;", 5)
-        w(f"for (int64_t k = 0; k < {self.K}; k++) {{", 5)
+        w(f"const int64_t g[{len(parts)}] = {{{', '.join(parts)}}};", depth + 2)
+        w(f"{T} s = 0;", depth + 2)
+        w(f"for (int64_t k = 0; k < {self.K}; k++) {{", depth + 2)
         holds = " && ".join(f"g[{g_i}] + {p}_off_g{g_i}_k(k) >= 0" for g_i in range(len(parts)))
-        w(f"if ({holds}) s += ({T})ar[{p}_off_a_k(k)] * ({T})br[{p}_off_b_k(k)];", 6)
-        w("}", 5)
-        w(f"{T} *e = cr + {p}_off_c_n(j);", 5)
-        w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", 5)
+        w(f"if ({holds}) s += ({T})ar[{p}_off_a_k(k)] * ({T})br[{p}_off_b_k(k)];", depth + 3)
+        w("}", depth + 2)
+        w(f"{T} *e = cr + {p}_off_c_n(j);", depth + 2)
+        w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", depth + 2)
         if self.epi:
-            w(f"{{ const {T} v = *e; {self.epi}(tcpy_buffers, bi, i, j, 1, &v); }}", 5)
-        w("}", 4)
-        w("}", 3)
-        return True
+            w(f"{{ const {T} v = *e; {self.epi}(tcpy_buffers, bi, i, j, 1, &v); }}", depth + 2)
+        w("}", depth + 1)
+        w("}", depth)
 
     def cell_call(self, A, B, C, b, m, n, k, P="0", ldp=0, prows=0, bpre="0") -> str:
         """The call of ``<p>_cell`` on the given ranges (``"lo, hi"`` each); ``bpre``: B packed

@@ -540,8 +540,10 @@ TCPY_SIMD_DECLARE(tanh)
  * buffers live as long as the thread. Contents are not preserved when a buffer grows. */
 /* slots: 0 packed A, 1 packed B, 2 split-K partials, 3 a fused chain's per-thread block buffers
  * and operands packed per thread, 4 a fused chain's operands packed once for all threads
- * (the calling thread's buffer, shared through a pointer) */
-#define TCPY_SCRATCH_SLOTS 5
+ * (the calling thread's buffer, shared through a pointer), 5 pack_b's table of B's column
+ * offsets (a chain's products pack while its block buffers in slot 3 are live: a slot in use
+ * must never be requested again, or it is overwritten, or freed when it grows) */
+#define TCPY_SCRATCH_SLOTS 6
 static inline void *tcpy_scratch(int slot, size_t bytes) {
     static __thread void *buffers[TCPY_SCRATCH_SLOTS];
     static __thread size_t capacity[TCPY_SCRATCH_SLOTS];

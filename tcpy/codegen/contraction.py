@@ -611,7 +611,8 @@ class _Renderer:
         if n is not None:
             col = lambda c: f"INT64_C({n.b}) * (j0 + s + {c})"  # noqa: E731
         else:
-            w("int64_t *co = (int64_t *)tcpy_scratch(3, sizeof(int64_t) * nc);", 1)
+            # (a slot of its own: a chain's products pack B while its block buffers are live)
+            w("int64_t *co = (int64_t *)tcpy_scratch(5, sizeof(int64_t) * nc);", 1)
             w(f"for (int64_t c = 0; c < nc; c++) co[c] = {p}_off_b_n(j0 + c);", 1)
             col = lambda c: f"co[s + {c}]"  # noqa: E731
         chunk = PACK_B_SLIVERS * nr

@@ -10,11 +10,12 @@ too, or ASan cannot intercept the C++ exceptions islpy throws: "real___cxa_throw
     TCPY_SANITIZE=1 TCPY_CACHE_DIR=<a fresh directory> python -c <CHILD>
 
 The child compiles and runs GEMM, conv2d (stride 1 and 2), attention as several statements, a
-padded stencil whose untaken ternary branches would read out of bounds, a LUT gather whose
-run-time check must fire before the read, gathers from tensors without elements (where no
-element 0 exists to fall back to), and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random
-programs from ``tests/strategies.py``, each compared with the reference evaluator. Any
-sanitizer report aborts the child; the test fails and shows it.
+fused chain whose last product gathers its B columns (at two threads), a padded stencil whose
+untaken ternary branches would read out of bounds, a LUT gather whose run-time check must fire
+before the read, gathers from tensors without elements (where no element 0 exists to fall back
+to), and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random programs from ``tests/strategies.py``,
+each compared with the reference evaluator. Any sanitizer report aborts the child; the test
+fails and shows it.
 
 Run it alone::
 
@@ -47,8 +48,8 @@ CHILD = textwrap.dedent(
     def rand(*shape):
         return rng.standard_normal(shape).astype(np.float32)
 
-    def same(src, *args):
-        got = tcpy.define(src)(*args)
+    def same(src, *args, threads=None):
+        got = tcpy.define(src, options=tcpy.Options(num_threads=threads))(*args)
         want = tcpy.define(src, backend="reference")(*args)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -65,6 +66,14 @@ CHILD = textwrap.dedent(
              s(b, m) +=! P(b, m, n)
              O(b, m, e) +=! P(b, m, n) * V(b, n, e) / s(b, m)
          }''', rand(2, 7, 8), rand(2, 9, 8), rand(2, 9, 5))
+    # a chain whose last product gathers B's columns (e, f do not merge in V): pack_b's table of
+    # their offsets once grew the scratch slot of the block buffers under the running chain
+    same('''def chain(float(B,L,D) Q, float(B,S,D) K, float(B,E,S,F) V) -> (O) {
+             Sc(b, l, s) +=! Q(b, l, d) * K(b, s, d)
+             Mx(b, l) max=! Sc(b, l, s)
+             P(b, l, s) = exp(Sc(b, l, s) - Mx(b, l))
+             O(b, l, e, f) +=! P(b, l, s) * V(b, e, s, f)
+         }''', rand(1, 64, 8), rand(1, 4, 8), rand(1, 16, 4, 64), threads=2)
     same('''def pad(float(N) X) -> (Y) {
              Y(i) = (i >= 1 ? X(i - 1) : 0.0) + X(i) + (i + 1 < N ? X(i + 1) : 0.0) where i in 0:N
          }''', rand(13))

@@ -236,6 +236,67 @@ def test_random_direct_path_windows_match_the_reference(data):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_random_channels_last_depthwise_windows_match_the_reference(data):
+    """Depthwise windows in NHWC take the batch-lanes path (lanes over the channels): channel
+    counts around the vector steps (four vectors, one, scalar leftovers), windows 1-5 with
+    stride, dilation and padding (guards that switch taps off per pixel), overwriting and
+    accumulating forms, a batch made of two groups (channels split in groups of channels),
+    float and double, 1, 2 and 7 threads, every runnable preset."""
+    draw = data.draw
+    dtype = draw(st.sampled_from(["float", "double"]))
+    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 9))
+    c = draw(st.sampled_from([1, 3, 4, 8, 13, 31, 32, 33, 67]))
+    groups = draw(st.sampled_from([1, 2]))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    stride, dil = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, (kw - 1) * dil))
+    ho, wo = (h + 2 * ph - dil * (kh - 1) - 1) // stride + 1, (w + 2 * pw - dil * (kw - 1) - 1) // stride + 1
+    if ho < 1 or wo < 1:
+        return
+    accumulate = draw(st.booleans())
+    threads = draw(st.sampled_from([1, 2, 7]))
+    target = draw(st.sampled_from(RUNNABLE))
+    y, x = f"{stride}*y + {dil}*a - {ph}", f"{stride}*x + {dil}*b - {pw}"
+    chans, lhs = ("g, c", "n, y, x, g, c") if groups == 2 else ("c", "n, y, x, c")
+    conv = (f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? I(n, {y}, {x}, {chans}) * Wt(a, b, {chans}) : 0.0"
+            f" where y in 0:{ho}, x in 0:{wo}, a in 0:{kh}, b in 0:{kw}")
+    shape = "G,C" if groups == 2 else "C"
+    if accumulate:
+        body = f"O({lhs}) = bias({chans}) where n in 0:N, y in 0:{ho}, x in 0:{wo}\n O({lhs}) += {conv}"
+    else:
+        body = f"O({lhs}) +=! {conv}"
+    src = (f"def dw({dtype}(N,H,W,{shape}) I, {dtype}(KH,KW,{shape}) Wt, {dtype}({shape}) bias) -> (O) {{\n"
+           f" {body}\n}}")
+    np_type = np.float32 if dtype == "float" else np.float64
+    chan_shape = (groups, c) if groups == 2 else (c,)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    args = (rng.standard_normal((n, h, w) + chan_shape).astype(np_type),
+            rng.standard_normal((kh, kw) + chan_shape).astype(np_type), rng.standard_normal(chan_shape).astype(np_type))
+    kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads, target=target))
+    if c * groups > 1 and n * ho * wo > 1 and kh * kw > 1:  # (a role of extent 1 is no role)
+        assert [node.plan.path for node in _engine(kernel, *args)] == ["batch_lanes"]
+    want = tcpy.define(src, backend="reference")(*args)
+    got = kernel(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape == (n, ho, wo) + chan_shape
+    tol = 8 * kh * kw * EPS[dtype]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_channels_last_depthwise_convolutions_vectorise_over_the_channels():
+    src = ("def dw(float(N,H,W,C) I, float(3,3,C) Wt) -> (O) {"
+           " O(n, h, w, c) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)"
+           " ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c) : 0.0 where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3 }")
+    rng = np.random.default_rng(4)
+    I, Wt = rng.standard_normal((2, 7, 9, 37), dtype=np.float32), rng.standard_normal((3, 3, 37), dtype=np.float32)
+    kernel = tcpy.define(src)
+    (node,) = _engine(kernel, I, Wt)
+    assert node.plan.path == "batch_lanes" and "batch-lanes path" in str(kernel.explain(I, Wt))
+    np.testing.assert_allclose(kernel(I, Wt), tcpy.define(src, backend="reference")(I, Wt), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 7])
 def test_few_output_pixels_read_the_weights_in_place(threads):
     """7x7 outputs with many channels: N = 49 is too narrow for packing the weights to pay, and

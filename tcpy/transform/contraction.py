@@ -517,7 +517,7 @@ def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
 
-    path: str  # "packed", "small", "stream" or "direct"
+    path: str  # "packed", "small", "stream", "direct" or "batch_lanes"
     mr: int
     nr: int
     lanes: int
@@ -541,6 +541,8 @@ class Plan:
         tb, tm, tn, tk = self.grid
         if self.path == "direct":
             text = f"direct path; runs of up to {self.nc} outputs, the {self.kc} taps summed in registers"
+        elif self.path == "batch_lanes":
+            text = f"batch-lanes path; vectors of {self.lanes} batch indices, the {self.kc} taps summed in registers"
         else:
             text = f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})"
         if self.path == "packed":
@@ -627,6 +629,13 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     mr, nv = micro_tile(target, s, N)
     nr = nv * lanes
     unroll = 4
+    if _batch_lanes_ok(con):
+        grid = _grid(con, "batch_lanes", 1, lanes, K, 1, lanes, lanes, threads)
+        reasons = (f"batch-lanes path: N = 1, K = {K} (a window) and the batch ({batch}) contiguous in every "
+                   "tensor, as in a depthwise convolution in NHWC: the vector lanes hold consecutive batch "
+                   "indices, each output's K taps summed in registers (a guard decides a tap for all lanes)",
+                   f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
+        return Plan("batch_lanes", 1, lanes, lanes, K, 1, 1, unroll, grid, threads, reasons)
     if _direct_ok(con):
         # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
         # the K rows of B a run reads stay in L1.
@@ -737,6 +746,19 @@ def _direct_ok(con: Contraction) -> bool:
     are what the path clamps)."""
     return (not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
             and con.guarded != "a")
+
+
+def _batch_lanes_ok(con: Contraction) -> bool:
+    """N = 1 (no N variables) with a short K, the batch's inner group contiguous in all three
+    tensors, and guards (if any) on A that do not depend on the batch: a depthwise convolution
+    in NHWC (batch = channels, M = pixels, K = the window). A micro-tile would fill one of its
+    NR columns; instead the vector lanes hold consecutive batch indices, and a guard decides a
+    tap for all of them at once."""
+    if con.n or not con.m or not con.batch or con.size("k") > DIRECT_K_MAX or con.guarded == "b":
+        return False
+    inner = con.batch[-1]
+    return (inner.a == inner.b == inner.c == 1 and con.a.dtype is con.dtype and con.b.dtype is con.dtype
+            and all(g.stride(f"g{i}") == 0 for g in con.batch for i in range(len(con.guards))))
 
 
 def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) -> bool:

@@ -118,6 +118,33 @@ def test_depthwise_cells_keep_whole_images(threads, batch, channels, hw):
     check_engine_plans(kernel, threads, (batch, channels, hw, hw), (channels, 3, 3))
 
 
+NHWC_DEPTHWISE = """
+def dw(float(N,H,W,C) I, float(3,3,C) Wt) -> (O) {
+    O(n, h, w, c) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                      ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c) : 0.0
+        where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [2, 16, 64, 256])
+@pytest.mark.parametrize("hw", [2, 56])
+def test_channels_last_depthwise_cells_split_the_pixels(threads, hw):
+    """The batch-lanes path (lanes over the channels) splits the pixels between the threads, so
+    each reads and writes contiguous rows of channels; the channels only when there are fewer
+    pixels than threads (simulated thread counts)."""
+    kernel = tcpy.define(NHWC_DEPTHWISE, options=tcpy.Options(num_threads=threads))
+    shapes = (1, hw, hw, 256), (3, 3, 256)
+    (node,) = [n for nest in kernel.specialize(*shapes).ir.nests for n in nest.body if isinstance(n, ContractionNest)]
+    assert node.plan.path == "batch_lanes"
+    pixels = hw * hw
+    if pixels >= threads:
+        assert node.plan.grid == (1, threads, 1, 1), node.plan.describe()
+    else:
+        assert node.plan.grid == (threads // pixels, pixels, 1, 1), node.plan.describe()
+    check_engine_plans(kernel, threads, *shapes)
+
+
 def test_explain_names_chunks_and_threads():
     # (a fixed target: the register tile, and so the parallel loops, depend on the registers)
     options = tcpy.Options(num_threads=16, contraction=False, target=tcpy.Target.preset("x86-64-v3"))

@@ -630,11 +630,16 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     nr = nv * lanes
     unroll = 4
     if _batch_lanes_ok(con):
-        grid = _grid(con, "batch_lanes", 1, lanes, K, 1, lanes, lanes, threads)
+        # cells split M: each thread reads and writes whole rows of batch lanes (a pixel's
+        # channels), contiguous in memory; the batch only when M has fewer rows than threads
+        grid = (1, M, 1, 1) if M < threads else (1, threads, 1, 1)
+        if grid[1] < threads:
+            grid = (min(batch, threads // grid[1]), grid[1], 1, 1)
         reasons = (f"batch-lanes path: N = 1, K = {K} (a window) and the batch ({batch}) contiguous in every "
                    "tensor, as in a depthwise convolution in NHWC: the vector lanes hold consecutive batch "
                    "indices, each output's K taps summed in registers (a guard decides a tap for all lanes)",
-                   f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
+                   f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): rows of M first (each "
+                   "thread's rows of batch lanes contiguous in memory)")
         return Plan("batch_lanes", 1, lanes, lanes, K, 1, 1, unroll, grid, threads, reasons)
     if _direct_ok(con):
         # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that

@@ -194,6 +194,24 @@ def test_direct_path_reads_a_zero_padded_copy_when_the_guards_bound_the_indices(
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # NaN and inf where the reference has them
 
 
+def _draw_window(draw, h: int, w: int, kw_max: int):
+    """A window over an h x w image (size, stride 1-2, dilation 1-2, padding): ``(kh, kw, ho,
+    wo, y, x)`` with the output extent and the input row and column of output ``y, x`` at tap
+    ``a, b`` (TC expressions), or None when the output is empty."""
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, kw_max))
+    stride, dil = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, (kw - 1) * dil))
+    ho, wo = (h + 2 * ph - dil * (kh - 1) - 1) // stride + 1, (w + 2 * pw - dil * (kw - 1) - 1) // stride + 1
+    if ho < 1 or wo < 1:
+        return None
+    return kh, kw, ho, wo, f"{stride}*y + {dil}*a - {ph}", f"{stride}*x + {dil}*b - {pw}"
+
+
+def _draw_run(draw):
+    """(accumulate into a bias first, threads, target preset)."""
+    return draw(st.booleans()), draw(st.sampled_from([1, 2, 7])), draw(st.sampled_from(RUNNABLE))
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.data())
@@ -207,16 +225,11 @@ def test_random_direct_path_windows_match_the_reference(data):
     dtype = draw(st.sampled_from(["float", "double"]))
     n, c, h = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 6))
     w = draw(st.sampled_from([1, 3, 7, 8, 9, 15, 16, 17, 23, 31, 33, 40, 47, 65, 71, 100]))
-    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 7))
-    stride, dil = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, (kw - 1) * dil))
-    ho, wo = (h + 2 * ph - dil * (kh - 1) - 1) // stride + 1, (w + 2 * pw - dil * (kw - 1) - 1) // stride + 1
-    if ho < 1 or wo < 1:
+    window = _draw_window(draw, h, w, 7)
+    if window is None:
         return
-    accumulate = draw(st.booleans())
-    threads = draw(st.sampled_from([1, 2, 7]))
-    target = draw(st.sampled_from(RUNNABLE))
-    y, x = f"{stride}*y + {dil}*a - {ph}", f"{stride}*x + {dil}*b - {pw}"
+    kh, kw, ho, wo, y, x = window
+    accumulate, threads, target = _draw_run(draw)
     conv = (f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? I(n, c, {y}, {x}) * Wt(c, a, b) : 0.0"
             f" where y in 0:{ho}, x in 0:{wo}, a in 0:{kh}, b in 0:{kw}")
     if accumulate:
@@ -250,16 +263,11 @@ def test_random_channels_last_depthwise_windows_match_the_reference(data):
     n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 9))
     c = draw(st.sampled_from([1, 3, 4, 8, 13, 31, 32, 33, 67]))
     groups = draw(st.sampled_from([1, 2]))
-    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 5))
-    stride, dil = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    ph, pw = draw(st.integers(0, kh - 1)), draw(st.integers(0, (kw - 1) * dil))
-    ho, wo = (h + 2 * ph - dil * (kh - 1) - 1) // stride + 1, (w + 2 * pw - dil * (kw - 1) - 1) // stride + 1
-    if ho < 1 or wo < 1:
+    window = _draw_window(draw, h, w, 5)
+    if window is None:
         return
-    accumulate = draw(st.booleans())
-    threads = draw(st.sampled_from([1, 2, 7]))
-    target = draw(st.sampled_from(RUNNABLE))
-    y, x = f"{stride}*y + {dil}*a - {ph}", f"{stride}*x + {dil}*b - {pw}"
+    kh, kw, ho, wo, y, x = window
+    accumulate, threads, target = _draw_run(draw)
     chans, lhs = ("g, c", "n, y, x, g, c") if groups == 2 else ("c", "n, y, x, c")
     conv = (f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? I(n, {y}, {x}, {chans}) * Wt(a, b, {chans}) : 0.0"
             f" where y in 0:{ho}, x in 0:{wo}, a in 0:{kh}, b in 0:{kw}")

@@ -45,7 +45,6 @@ K taps of one A value times B's shifted row, vectorised along the row where ever
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 from ..lang.types import ScalarType
@@ -139,6 +138,13 @@ class _Renderer:
             w(f"o += INT64_C({groups[0].stride(which)}) * i;", 1)
             w("return o;", 1)
         w("}")
+
+    def cell_head(self, w: _Writer, name: str):
+        """``static void <p>_<name>(A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop...) {``: a cell of
+        the paths that take no packing buffers from their caller (small, direct, batch lanes)."""
+        w(f"static void {self.p}_{name}(const {self.TA} *TCPY_RESTRICT A, const {self.TB} *TCPY_RESTRICT B, "
+          f"{self.T} *TCPY_RESTRICT C, int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, "
+          f"{self.T} alpha, const volatile int *stop{self.cell_params}) {{")
 
     def k_offsets(self, which: str) -> list[int]:
         """``<p>_off_<which>_k(k)`` for every k, computed here (as :meth:`offset_fn` computes it)."""
@@ -461,7 +467,7 @@ class _Renderer:
     def contiguous_sliver(self, w: _Writer, slopes):
         """Per sliver of B: whether its lanes follow each other in B (``lin``: whole, each run
         starting where the one before ended) and the guards' N parts lane by lane as vectors."""
-        p, T, width, L = self.p, self.T, self.plan.nr, self.plan.lanes
+        p, T, width = self.p, self.T, self.plan.nr
         count, nv = len(self.con.guards), self.plan.nr_vectors
         lane_t = f"int{self.s * 8}_t"
         w(f"int lin = len == {width};", 2)
@@ -648,8 +654,6 @@ class _Renderer:
         w("}")
 
     def packed(self, w: _Writer):
-        p, T, TA, TB = self.p, self.T, self.TA, self.TB
-        mr, nr = self.plan.mr, self.plan.nr
         self.packed_b(w)
         self.packed_a(w)
         self.micro_kernels(w)
@@ -898,9 +902,7 @@ class _Renderer:
         k = self.single("k")
         self.small_kernel(w)
         con = self.con
-        w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
-          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop{self.cell_params}) {{")
+        self.cell_head(w, "cell")
         w(f"{T} *edge = ({T} *)tcpy_scratch(1, sizeof({T}) * {max(1, min(K, KC)) * nr});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {T} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
@@ -963,11 +965,8 @@ class _Renderer:
                           f"{p}_pd", self.epi)
         inner.header(w)
         inner.direct_cell(w, "cell")
-        extents = [e + lo + hi for e, _, lo, hi in copy.dims]
-        pitch = [math.prod(extents[i + 1:]) for i in range(len(extents))]
-        w(f"static void {p}_cell(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
-          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop{self.cell_params}) {{")
+        pitch = copy.pitch
+        self.cell_head(w, "cell")
         w(f"{T} *pad = ({T} *)tcpy_scratch(1, sizeof({T}) * {copy.elements});", 1)
         w(f"memset(pad, 0, sizeof({T}) * {copy.elements});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
@@ -1003,9 +1002,7 @@ class _Renderer:
         count = len(con.guards)
         inner = con.n[-1]
         step, extent = inner.stride("b"), inner.extent
-        w(f"static void {p}_{name}(const {TA} *TCPY_RESTRICT A, const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
-          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop{self.cell_params}) {{")
+        self.cell_head(w, name)
         w("(void)m0; (void)m1;", 1)
         # The taps' offsets and guard parts, and per batch index the A values, in small tables.
         # Per run, the table of taps that read the input somewhere on it (offset, A value, valid
@@ -1176,9 +1173,7 @@ class _Renderer:
         count = len(con.guards)
         inner = con.batch[-1]
         a_k, b_k = self.k_offsets("a"), self.k_offsets("b")
-        w(f"static void {p}_cell(const {T} *TCPY_RESTRICT A, const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C,"
-          f" int64_t b0, int64_t b1, int64_t m0, int64_t m1, int64_t n0, int64_t n1, {T} alpha,"
-          f" const volatile int *stop{self.cell_params}) {{")
+        self.cell_head(w, "cell")
         w("(void)n0; (void)n1;", 1)
         if count:
             w(f"int64_t gk[{count}][{K}], gmin[{count}];  /* the guards' tap parts, their least */", 1)
@@ -1244,7 +1239,7 @@ class _Renderer:
     # -- driver -----------------------------------------------------------------------------
 
     def body(self, w: _Writer):
-        p, T, con, plan = self.p, self.T, self.con, self.plan
+        T, con, plan = self.T, self.con, self.plan
         tb, tm, tn, tk = plan.grid
         mt, nt = -(-self.M // plan.mr), -(-self.N // plan.nr)
         cells = tb * tm * tn * tk
@@ -1258,7 +1253,7 @@ class _Renderer:
         w("{")
         w(f"const {T} alpha = {alpha};", 1)
         if self.exact_fallback(w, A, B, C):
-            w("} else {", 0)
+            w("} else {", 1)
         if tk > 1:
             w(f"{T} *partials = ({T} *)tcpy_scratch(2, sizeof({T}) * {cells * part});", 1)
         if cells > 1:
@@ -1290,8 +1285,8 @@ class _Renderer:
         w("}", 1)
         if tk > 1:
             self.combine(w, mt, nt, bpart, mpart, npart, part)
-        if self.guarded_products:
-            w("}", 0)
+        if self.guarded_products:  # (the else of exact_fallback)
+            w("}", 1)
         w("}")
 
     @property
@@ -1425,16 +1420,7 @@ class _Renderer:
     def render(self) -> tuple[str, str]:
         helpers = _Writer()
         self.header(helpers)
-        if self.plan.path == "small":
-            self.small(helpers)
-        elif self.plan.path == "stream":
-            self.stream(helpers)
-        elif self.plan.path == "direct":
-            self.direct(helpers)
-        elif self.plan.path == "batch_lanes":
-            self.batch_lanes(helpers)
-        else:
-            self.packed(helpers)
+        getattr(self, self.plan.path)(helpers)  # small, stream, direct, batch_lanes or packed
         body = _Writer()
         self.body(body)
         return helpers.text(), body.text()

@@ -131,8 +131,18 @@ class PaddedCopy:
     contraction: "Contraction"
 
     @property
+    def extents(self) -> list[int]:
+        """The copy's extents (each dimension with its zeros)."""
+        return [extent + lo + hi for extent, _, lo, hi in self.dims]
+
+    @property
+    def pitch(self) -> list[int]:
+        """The copy's element strides."""
+        return _row_major(self.extents)
+
+    @property
     def elements(self) -> int:
-        return math.prod(extent + lo + hi for extent, _, lo, hi in self.dims)
+        return math.prod(self.extents)
 
 
 @dataclass(frozen=True)
@@ -253,13 +263,16 @@ def _in_bounds(access: ast.Access, ranges, sizes, shapes) -> bool:
     return True
 
 
+def _row_major(extents) -> list[int]:
+    """Element strides of a row-major array of these extents."""
+    return [math.prod(extents[d + 1:]) for d in range(len(extents))]
+
+
 def _access(tensor: str, indices, dtype, ranges, sizes, shapes) -> Optional[AffineAccess]:
     shape = shapes[tensor]
     if len(indices) != len(shape):
         return None
-    row = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        row[d] = row[d + 1] * shape[d + 1]
+    row = _row_major(shape)
     offset, strides = 0, {}
     for d, index in enumerate(indices):
         aff = _affine(index, sizes, shapes)
@@ -452,9 +465,7 @@ def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, siz
     None otherwise. The copy holds the dimensions the batch variables do not index, each
     widened by the zeros its index reaches outside the operand."""
     shape = shapes[read.tensor]
-    row = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        row[d] = row[d + 1] * shape[d + 1]
+    row = _row_major(shape)
     batch = set(roles["batch"])
     indices = []  # per dimension: (constant with variables counted from 0, {var: coefficient})
     for index in read.indices:
@@ -476,10 +487,8 @@ def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, siz
         low = const + sum(min(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coef.items())
         high = const + sum(max(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coef.items())
         dims.append((shape[d], row[d], max(0, -low), max(0, high - shape[d] + 1)))
-    pitch = [1] * len(dims)  # strides of the copy
-    for i in range(len(dims) - 2, -1, -1):
-        extent, _, lo, hi = dims[i + 1]
-        pitch[i] = pitch[i + 1] * (extent + lo + hi)
+    padded = [extent + lo + hi for extent, _, lo, hi in dims]
+    pitch = _row_major(padded)  # strides of the copy
     offset, strides = 0, {}
     for i, d in enumerate(copied):
         const, coef = indices[d]
@@ -488,8 +497,7 @@ def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, siz
             strides[v] = strides.get(v, 0) + x * pitch[i]
     source_offset = sum(indices[d][0] * row[d] for d in range(len(shape)) if d not in copied)
     access = AffineAccess(f"{read.tensor} (zero-padded copy)", dtype, offset,
-                          tuple(sorted((v, x) for v, x in strides.items() if x)),
-                          math.prod(e + lo + hi for e, _, lo, hi in dims))
+                          tuple(sorted((v, x) for v, x in strides.items() if x)), math.prod(padded))
     return tuple(dims), source_offset, access
 
 
@@ -632,9 +640,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     if _batch_lanes_ok(con):
         # cells split M: each thread reads and writes whole rows of batch lanes (a pixel's
         # channels), contiguous in memory; the batch only when M has fewer rows than threads
-        grid = (1, M, 1, 1) if M < threads else (1, threads, 1, 1)
-        if grid[1] < threads:
-            grid = (min(batch, threads // grid[1]), grid[1], 1, 1)
+        tm = min(M, threads)
+        grid = (min(batch, threads // tm), tm, 1, 1)
         reasons = (f"batch-lanes path: N = 1, K = {K} (a window) and the batch ({batch}) contiguous in every "
                    "tensor, as in a depthwise convolution in NHWC: the vector lanes hold consecutive batch "
                    "indices, each output's K taps summed in registers (a guard decides a tap for all lanes)",
@@ -657,7 +664,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         if padded_copy:
             reasons += (f"B's guards bound its own indices: each batch index's slice is copied with zeros around "
                         f"it ({copy_bytes // 1024} KiB, in half of L2) and read with no guards; batch indices "
-                        "whose taps are not all finite keep the guarded reads (0 x inf must stay 0)",)
+                        "whose taps are not all finite sum point by point (0 x inf must stay 0)",)
         return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]

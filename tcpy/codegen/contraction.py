@@ -1333,10 +1333,11 @@ class _Renderer:
         index = "i" if own == "m" else "j"
         parts = [f"INT64_C({g.const}) + {p}_off_g{g_i}_batch(bi) + {p}_off_g{g_i}_{own}({index})"
                  for g_i, g in enumerate(con.guards)]
-        w(f"const int64_t g[{len(parts)}] = {{{', '.join(parts)}}};", depth + 2)
+        if parts:
+            w(f"const int64_t g[{len(parts)}] = {{{', '.join(parts)}}};", depth + 2)
         w(f"{T} s = 0;", depth + 2)
         w(f"for (int64_t k = 0; k < {self.K}; k++) {{", depth + 2)
-        holds = " && ".join(f"g[{g_i}] + {p}_off_g{g_i}_k(k) >= 0" for g_i in range(len(parts)))
+        holds = " && ".join(f"g[{g_i}] + {p}_off_g{g_i}_k(k) >= 0" for g_i in range(len(parts))) or "1"
         w(f"if ({holds}) s += ({T})ar[{p}_off_a_k(k)] * ({T})br[{p}_off_b_k(k)];", depth + 3)
         w("}", depth + 2)
         w(f"{T} *e = cr + {p}_off_c_n(j);", depth + 2)

@@ -28,6 +28,7 @@ from tcpy.loopir import (
     ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
 )
 from tcpy.codegen import contraction as contraction_c
+from tcpy.codegen import winograd as winograd_c
 
 #: True when this module runs compiled by Cython.
 COMPILED: bool = cython.compiled
@@ -655,7 +656,8 @@ class _Emitter:
                 if node.epilogue is not None:
                     epilogue = f"{prefix}_epilogue"
                     self.helpers.append(self.epilogue(node, epilogue))
-                helpers, body = contraction_c.render(node.contraction, node.plan, names, prefix, epilogue)
+                render = winograd_c.render if node.plan.path == "winograd" else contraction_c.render
+                helpers, body = render(node.contraction, node.plan, names, prefix, epilogue)
                 self.helpers.append(helpers)
                 for line in body.splitlines():
                     self.emit(line, depth)

@@ -46,6 +46,9 @@ from typing import Mapping, Optional
 from ..lang import ast
 from ..lang.types import ScalarType
 from ..target import Target
+from .winograd import GAIN_MIN, POINTS, WinogradForm, slivers_per_block, winograd_form
+from .winograd import cycles as winograd_cycles
+from .winograd import direct_cycles as gemm_cycles
 
 ROLES = ("batch", "m", "n", "k")
 DTYPES = (ScalarType.FLOAT32, ScalarType.FLOAT64)
@@ -169,6 +172,7 @@ class Contraction:
     guards: tuple[Guard, ...] = ()
     guarded: str = ""  # "a" or "b": that operand's packing writes zeros where a guard fails
     padded: Optional[PaddedCopy] = None  # the guarded operand b as a zero-padded copy, when its guards allow
+    extents: tuple[tuple[str, int], ...] = ()  # each role variable's extent (empty for a block's contraction)
 
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
@@ -435,7 +439,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     groups = _groups(roles, extents, a, b, c, guards)
     con = Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
-                      guarded if guards else "")
+                      guarded if guards else "", extents=tuple((v, extents[v]) for r in ROLES for v in roles[r]))
     if guards and guarded == "b":
         copy = _padded_copy(operand_reads["b"], dtype, guards, roles, ranges, sizes, shapes)
         if copy is not None:
@@ -540,6 +544,7 @@ class Plan:
     a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
     padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
+    winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
 
     @property
     def nr_vectors(self) -> int:
@@ -551,6 +556,9 @@ class Plan:
             text = f"direct path; runs of up to {self.nc} outputs, the {self.kc} taps summed in registers"
         elif self.path == "batch_lanes":
             text = f"batch-lanes path; vectors of {self.lanes} batch indices, the {self.kc} taps summed in registers"
+        elif self.path == "winograd":
+            text = (f"winograd path; {self.winograd.describe()}; micro-tile {self.mr}x{self.nr}; blocks of "
+                    f"{self.nc} tiles, kc {self.kc}, mc {self.mc}")
         else:
             text = f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})"
         if self.path == "packed":
@@ -676,6 +684,11 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
     b_ways = max(1, target.l1d_ways - 1 - a_ways)
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
+    form = None if b_packed_once else winograd_form(con)
+    if form is not None:
+        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll)
+        if wplan is not None:
+            return wplan
     kc = _balanced(K, kc_max, unroll)
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
@@ -746,6 +759,39 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                        f"output ({out_bytes / 2**20:.1f} MiB) exceeds half of the threads' L3 shares")
     return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once,
                 stream_stores)
+
+
+def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
+                   unroll: int) -> Optional[Plan]:
+    """The winograd path's plan when its estimated time beats the direct GEMM's by GAIN_MIN."""
+    s = con.dtype.bits // 8
+    lanes = target.lanes(s)
+    mr, nv = micro_tile(target, s, form.tiles)
+    nr = nv * lanes
+    fmas = FMA_PIPES * lanes
+    gemm, fast = gemm_cycles(form, fmas), winograd_cycles(form, mr, nr, fmas)
+    if gemm < GAIN_MIN * fast:
+        return None
+    batch = con.size("batch")
+    kc = _balanced(form.K, kc_max, unroll)
+    slivers = -(-form.tiles // nr)
+    per_thread = -(-batch * slivers // threads)
+    blocks = slivers_per_block(form, nr, s, target.l2, per_thread)
+    rows = -(-form.M // mr) * mr
+    mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
+    grid = (1, 1, min(threads, batch * slivers), 1)
+    u_bytes = batch * POINTS * rows * form.K * s
+    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x fewer cycles than the "
+               f"GEMM over all 9 taps (16 products on {mr}x{nr} micro-tiles and the transforms)",
+               f"transformed weights once per call: {POINTS} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
+               f"blocks of {blocks * nr} tiles: the block's transformed input and products "
+               f"({POINTS * (form.K + rows) * blocks * nr * s // 1024} KiB) per thread",
+               f"kc {kc}: a transformed input sliver kc x NR ({kc * nr * s // 1024} KiB) stays in L1",
+               f"mc {mc}: a block of one point's transformed weights mc x kc ({mc * kc * s // 1024} KiB) stays "
+               f"in half of L2 while the block's tile slivers pass",
+               f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): each thread transforms "
+               "and multiplies its own run of tile slivers")
+    return Plan("winograd", mr, nr, lanes, kc, mc, blocks * nr, unroll, grid, threads, reasons, winograd=form)
 
 
 DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, a GEMM's reuse wins)

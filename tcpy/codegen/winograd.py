@@ -1,0 +1,279 @@
+"""C for the winograd path of a contraction (:mod:`tcpy.transform.winograd`)::
+
+    scan both operands: inf, NaN or a huge magnitude -> the point-by-point sums, as TC states them
+    U = the weights' transform, [batch][16][M/MR][K'][MR] (A slivers), rows split over the threads
+    each thread, over its run of tile slivers, a block of up to nc tiles at a time:
+      V = the input transform of the block, [16][slivers][K'][NR] (B slivers; guards read zeros)
+      for each of the 16 points, K' block, tile sliver, row sliver:
+        MR x NR micro-kernel: U[xi] x V[xi] into the block's products [16][M][nc]
+      the output transform of the products into the output (alpha, +=, the epilogue)
+
+The transforms are plain C over each tile (gcc vectorises the output transform along the
+tiles); the products run on the engine's micro-kernel.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..transform.contraction import Contraction, Plan
+from ..transform.winograd import POINTS, TAPS, TILE, Var
+from .contraction import _lit, _Renderer, _Writer
+
+# magnitudes beyond which the transforms' differences could overflow where the direct sums do
+# not (and past which a product of two such values is near the type's range anyway)
+HUGE = {4: "0x1p60", 8: "0x1p500"}
+
+
+def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
+    """``(helpers, body)`` as :func:`tcpy.codegen.contraction.render` returns them."""
+    return _WinogradRenderer(con, plan, names, prefix, epilogue).render()
+
+
+class _WinogradRenderer(_Renderer):
+    def __init__(self, con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str]):
+        super().__init__(con, plan, names, prefix, epilogue)
+        self.form = plan.winograd
+        self.mt = -(-self.form.M // plan.mr)  # row slivers of U
+        self.slivers = -(-self.form.tiles // plan.nr)  # tile slivers per batch index
+        self.ns = plan.nc // plan.nr  # tile slivers per block
+        # strides between the points in the block buffers, one sliver row more than their
+        # size: a tile's 16 values (and a product's 16 reads) fall in 16 different L1 sets, not
+        # in one set when the size is a multiple of the L1 way size
+        self.v_point = self.ns * self.form.K * plan.nr + plan.nr
+        self.p_point = self.mt * plan.mr * plan.nc + plan.nr
+        self.u_point = self.mt * self.form.K * plan.mr + plan.nr
+
+    def var_offset_fn(self, w: _Writer, name: str, variables: tuple[Var, ...], stride):
+        """``int64_t <p>_w<name>(int64_t i)``: ``stride(var)`` summed over the digits of the linear
+        index ``i`` of ``variables`` (outermost first)."""
+        w(f"static inline int64_t {self.p}_w{name}(int64_t i) {{")
+        w("int64_t o = 0; (void)i;", 1)
+        for v in reversed(variables):
+            if stride(v):
+                w(f"o += INT64_C({stride(v)}) * (i % {v.extent});", 1)
+            w(f"i /= {v.extent};", 1)
+        w("return o;", 1)
+        w("}")
+
+    def offsets(self, w: _Writer):
+        form = self.form
+        for which in "abc":
+            self.var_offset_fn(w, f"{which}_k", form.k, lambda v, x=which: getattr(v, x))
+            self.var_offset_fn(w, f"{which}_n", form.n, lambda v, x=which: getattr(v, x))
+        self.var_offset_fn(w, "l_n", form.n, lambda v: v.n)  # N's linear index (the epilogue's)
+        for i in range(len(self.con.guards)):
+            self.var_offset_fn(w, f"g{i}_k", form.k, lambda v, i=i: v.g[i])
+            self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
+
+    def weights(self, w: _Writer):
+        """``<p>_weights``: U = G g G^T for rows r0..r1 (a sliver) of batch index bi."""
+        p, T, TA, mr, K = self.p, self.T, self.TA, self.plan.mr, self.form.K
+        rows, cols = self.form.rows.tap, self.form.cols.tap
+        half = _lit(0.5, self.con.dtype)
+        point = self.u_point
+        w(f"static void {p}_weights(const {TA} *TCPY_RESTRICT A, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0, "
+          f"int64_t r1) {{")
+        w(f"for (int64_t m = r0; m < r1; m++) {{", 1)
+        w(f"{T} *u = U + bi * INT64_C({POINTS * self.u_point}) + m / {mr} * INT64_C({K * mr}) + m % {mr};", 2)
+        w(f"const {TA} *am = A + INT64_C({self.con.a.offset}) + {p}_off_a_batch(bi) + "
+          f"(m < {self.form.M} ? {p}_off_a_m(m) : 0);", 2)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 2)
+        w(f"{T} g[{TAPS}][{TAPS}] = {{{{0}}}}, t[4][{TAPS}];", 3)
+        w(f"if (m < {self.form.M}) {{", 3)
+        w(f"const {TA} *q = am + {p}_wa_k(k);", 4)
+        w(f"for (int i = 0; i < {TAPS}; i++) for (int j = 0; j < {TAPS}; j++) "
+          f"g[i][j] = ({T})q[i * INT64_C({rows.a}) + j * INT64_C({cols.a})];", 4)
+        w("}", 3)
+        w(f"for (int j = 0; j < {TAPS}; j++) {{ t[0][j] = g[0][j]; t[1][j] = (g[0][j] + g[1][j] + g[2][j]) * {half}; "
+          f"t[2][j] = (g[0][j] - g[1][j] + g[2][j]) * {half}; t[3][j] = g[2][j]; }}", 3)
+        w("for (int i = 0; i < 4; i++) {", 3)
+        w(f"{T} *ui = u + i * 4 * INT64_C({point}) + k * {mr};", 4)
+        w("ui[0] = t[i][0];", 4)
+        w(f"ui[INT64_C({point})] = (t[i][0] + t[i][1] + t[i][2]) * {half};", 4)
+        w(f"ui[2 * INT64_C({point})] = (t[i][0] - t[i][1] + t[i][2]) * {half};", 4)
+        w(f"ui[3 * INT64_C({point})] = t[i][2];", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def inputs(self, w: _Writer):
+        """``<p>_inputs``: V = B^T d B for tiles t0..t0+nt of batch index bi; lanes past nt hold 0.
+        Each input channel in turn for all the block's tiles (a sliver's row of V is written
+        whole); a tile whose 4x4 patches are inside the window and the guards for every input
+        channel is read without tests."""
+        p, T, TB, nr, nc, K, form = self.p, self.T, self.TB, self.plan.nr, self.plan.nc, self.form.K, self.form
+        rows, cols = form.rows, form.cols
+        guards = self.con.guards
+        point = self.v_point
+        w(f"static void {p}_inputs(const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, "
+          f"int64_t nt) {{")
+        w(f"const {TB} *bb = B + INT64_C({self.con.b.offset}) + {p}_off_b_batch(bi);", 1)
+        w(f"const {TB} *src[{nc}]; int inside[{nc}]; int64_t ty[{nc}], tx[{nc}];", 1)
+        if guards:
+            w(f"int64_t gt[{len(guards)}][{nc}];", 1)
+        w("for (int64_t q = 0; q < nt; q++) {", 1)
+        w(f"const int64_t t = t0 + q, nn = t / {rows.tiles * cols.tiles}, y = t / {cols.tiles} % {rows.tiles} * {TILE}, "
+          f"x = t % {cols.tiles} * {TILE};", 2)
+        w(f"src[q] = bb + {p}_wb_n(nn) + y * INT64_C({rows.out.b}) + x * INT64_C({cols.out.b});", 2)
+        w("ty[q] = y; tx[q] = x;", 2)
+        inside = [f"y + 3 < {rows.window}", f"x + 3 < {cols.window}"]
+        for i, g in enumerate(guards):
+            w(f"gt[{i}][q] = INT64_C({g.const}) + {p}_off_g{i}_batch(bi) + {p}_wg{i}_n(nn) + "
+              f"y * INT64_C({rows.out.g[i]}) + x * INT64_C({cols.out.g[i]});", 2)
+            kmin = sum(min(0, v.g[i] * (v.extent - 1)) for v in form.k)
+            inside.append(f"gt[{i}][q] + INT64_C({kmin + min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i])}) >= 0")
+        w(f"inside[q] = {' && '.join(inside)};", 2)
+        w("}", 1)
+        w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
+        w(f"const int64_t bk = {p}_wb_k(k);", 2)
+        for i in range(len(guards)):
+            w(f"const int64_t gk{i} = {p}_wg{i}_k(k);", 2)
+        w(f"for (int64_t q = 0; q < {nc}; q++) {{", 2)
+        w(f"{T} *vk = V + q / {nr} * INT64_C({K * nr}) + k * {nr} + q % {nr};", 3)
+        w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * INT64_C({point})] = 0; continue; }}", 3)
+        w(f"const {TB} *s = src[q] + bk;", 3)
+        w(f"{T} d[4][4];", 3)
+        read = f"({T})s[r * INT64_C({rows.out.b}) + c * INT64_C({cols.out.b})]"
+        w(f"if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
+        holds = [f"ty[q] + r < {rows.window}", f"tx[q] + c < {cols.window}"]
+        holds += [f"gt[{i}][q] + gk{i} + r * INT64_C({rows.out.g[i]}) + c * INT64_C({cols.out.g[i]}) >= 0"
+                  for i in range(len(guards))]
+        w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
+          3)
+        w(f"{T} e[4][4];", 3)
+        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
+          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", 3)
+        w("for (int r = 0; r < 4; r++) {", 3)
+        w(f"vk[(4 * r) * INT64_C({point})] = e[r][0] - e[r][2];", 4)
+        w(f"vk[(4 * r + 1) * INT64_C({point})] = e[r][1] + e[r][2];", 4)
+        w(f"vk[(4 * r + 2) * INT64_C({point})] = e[r][2] - e[r][1];", 4)
+        w(f"vk[(4 * r + 3) * INT64_C({point})] = e[r][1] - e[r][3];", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def kernel(self, w: _Writer):
+        """``<p>_ukr``: one MR x NR tile of one point's product, set (first K block) or added into
+        the block's products (row stride nc)."""
+        p, T, mr, nr, nc = self.p, self.T, self.plan.mr, self.plan.nr, self.plan.nc
+        w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
+          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT mw, int first) {{")
+        self.accumulate_loop(w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.plan.lanes})",
+                             lambda r: f"a[k * {mr} + {r}]", 1)
+        self._whole_tile(w, 1, lambda r: f"mw + {r * nc}", "first", "")
+        w("}")
+
+    def block(self, w: _Writer):
+        """``<p>_block``: the 16 products of a transformed block, then the output transform."""
+        p, T, TA, TB = self.p, self.T, self.TA, self.TB
+        mr, nr, nc, KC, K, form = self.plan.mr, self.plan.nr, self.plan.nc, self.plan.kc, self.form.K, self.form
+        rows, cols = form.rows, form.cols
+        w(f"static void {p}_block(const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, "
+          f"{T} *TCPY_RESTRICT C, int64_t bi, int64_t t0, int64_t nt, {T} alpha{self.cell_params}) {{")
+        w(f"const {T} *ub = U + bi * INT64_C({POINTS * self.u_point});", 1)
+        w(f"const int64_t ns = (nt + {nr - 1}) / {nr};", 1)
+        w(f"for (int x = 0; x < {POINTS}; x++)", 1)
+        w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
+        w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
+        mc = self.plan.mc // mr
+        w(f"for (int64_t ic = 0; ic < {self.mt}; ic += {mc})", 3)
+        w("for (int64_t jr = 0; jr < ns; jr++)", 4)
+        w(f"for (int64_t ir = ic; ir < ic + {mc} && ir < {self.mt}; ir++)", 5)
+        w(f"{p}_ukr(kc, ub + x * INT64_C({self.u_point}) + (ir * {K} + pc) * {mr}, "
+          f"V + x * INT64_C({self.v_point}) + (jr * {K} + pc) * {nr}, "
+          f"P + x * INT64_C({self.p_point}) + ir * {mr * nc} + jr * {nr}, "
+          "pc == 0);", 6)
+        w("}", 2)
+        w(f"{T} *cb = C + INT64_C({self.con.c.offset}) + {p}_off_c_batch(bi);", 1)
+        w(f"for (int64_t m = 0; m < {form.M}; m++) {{", 1)
+        w(f"{T} *cm = cb + {p}_off_c_m(m);", 2)
+        w(f"const {T} *pm = P + m * {nc};", 2)
+        w(f"{T} y[4][{nc}];", 2)
+        w(f"for (int64_t q = 0; q < {nc}; q++) {{  /* A^T M A, vectorised along the tiles */", 2)
+        w(f"{T} s[4][4];", 3)
+        w(f"for (int x = 0; x < {POINTS}; x++) s[x / 4][x % 4] = pm[x * INT64_C({self.p_point}) + q];", 3)
+        w(f"{T} r0[4], r1[4];", 3)
+        w("for (int c = 0; c < 4; c++) { r0[c] = s[0][c] + s[1][c] + s[2][c]; r1[c] = s[1][c] - s[2][c] - s[3][c]; }",
+          3)
+        w("y[0][q] = r0[0] + r0[1] + r0[2]; y[1][q] = r0[1] - r0[2] - r0[3];", 3)
+        w("y[2][q] = r1[0] + r1[1] + r1[2]; y[3][q] = r1[1] - r1[2] - r1[3];", 3)
+        w("}", 2)
+        w("for (int64_t q = 0; q < nt; q++) {", 2)
+        w(f"const int64_t t = t0 + q, nn = t / {rows.tiles * cols.tiles}, y0 = t / {cols.tiles} % {rows.tiles} * {TILE}, "
+          f"x0 = t % {cols.tiles} * {TILE};", 3)
+        w(f"{T} *o = cm + {p}_wc_n(nn) + y0 * INT64_C({rows.out.c}) + x0 * INT64_C({cols.out.c});", 3)
+        if self.epi:
+            w(f"const int64_t j0 = {p}_wl_n(nn) + y0 * INT64_C({rows.out.n}) + x0 * INT64_C({cols.out.n});", 3)
+        w(f"for (int i = 0; i < {TILE}; i++) for (int j = 0; j < {TILE}; j++) {{", 3)
+        w(f"if (y0 + i >= {rows.out.extent} || x0 + j >= {cols.out.extent}) continue;", 4)
+        w(f"{T} *e = o + i * INT64_C({rows.out.c}) + j * INT64_C({cols.out.c});", 4)
+        value = f"alpha * y[{TILE} * i + j][q]"
+        w(f"*e = {value if self.con.init else '*e + ' + value};", 4)
+        if self.epi:
+            w(f"{self.epi}(tcpy_buffers, bi, m, j0 + i * INT64_C({rows.out.n}) + j * INT64_C({cols.out.n}), 1, e);", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def body(self, w: _Writer):
+        T, con, plan, form = self.T, self.con, self.plan, self.form
+        p, mr, nr, K = self.p, plan.mr, plan.nr, form.K
+        A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
+        alpha = _lit(con.alpha, con.dtype)
+        for s in con.alpha_tensors:
+            alpha += f" * ({T}){self.names[s]}[0]"
+        huge = f"({T}){HUGE[self.s]}"
+        w("{")
+        w(f"const {T} alpha = {alpha};", 1)
+        w("int bad = 0;  /* int: gcc vectorises no bool or-reduction */", 1)
+        for name, acc in ((A, con.a), (B, con.b)):
+            w(f"for (int64_t e = 0; e < INT64_C({acc.elements}); e++) {{ const {T} v = ({T}){name}[e]; "
+              f"bad |= !(v <= {huge} && v >= -{huge}); }}", 1)
+        w("if (TCPY_UNLIKELY(bad)) {  /* inf, NaN or huge: the sums as TC states them */", 1)
+        w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
+        w(f"for (int64_t bi = 0; bi < {self.batch}; bi++)", 2)
+        self.exact_sums(w, 3, (A, B, C), ("0", str(self.M)), ("0", str(self.N)))
+        w("} else {", 1)
+        total = self.batch * self.slivers
+        w(f"{T} *U = ({T} *)tcpy_scratch(0, sizeof({T}) * INT64_C({self.batch * POINTS * self.u_point}));", 2)
+        w(f"const int nt = tcpy_num_threads < {total} ? tcpy_num_threads : {total};", 2)
+        w("#pragma omp parallel num_threads(nt) if(nt > 1)", 2)
+        w("{", 2)
+        w("#ifdef _OPENMP", 0)
+        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 3)
+        w("#else", 0)
+        w("const int tid = 0, nth = 1;", 3)
+        w("#endif", 0)
+        w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 3)
+        w(f"{p}_weights({A}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 4)
+        w("#pragma omp barrier", 3)
+        w(f"{T} *V = ({T} *)tcpy_scratch(1, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
+        w(f"{T} *P = ({T} *)tcpy_scratch(2, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
+        w(f"const int64_t s1 = (tid + 1) * INT64_C({total}) / nth;", 3)
+        w(f"for (int64_t s = tid * INT64_C({total}) / nth; s < s1; ) {{", 3)
+        w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
+        w(f"const int64_t bi = s / {self.slivers}, j = s % {self.slivers};", 4)
+        w(f"const int64_t count = tcpy_min_int64(tcpy_min_int64({self.ns}, s1 - s), {self.slivers} - j);", 4)
+        w(f"const int64_t t0 = j * {nr}, nt = tcpy_min_int64(count * {nr}, {form.tiles} - t0);", 4)
+        w(f"{p}_inputs({B}, V, bi, t0, nt);", 4)
+        w(f"{p}_block(U, V, P, {C}, bi, t0, nt, alpha{self.cell_args});", 4)
+        w("s += count;", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def render(self) -> tuple[str, str]:
+        helpers = _Writer()
+        self.header(helpers)
+        self.offsets(helpers)
+        self.weights(helpers)
+        self.inputs(helpers)
+        self.kernel(helpers)
+        self.block(helpers)
+        body = _Writer()
+        self.body(body)
+        return helpers.text(), body.text()

@@ -1,0 +1,172 @@
+"""Winograd's minimal filtering F(2x2, 3x3) for convolutions the contraction engine recognises.
+
+A 3x3 window at stride 1 slides over two output axes (``h + kh``, ``w + kw``). Over a 2x2 tile
+of outputs, the 36 products of each (output channel, input channel) pair become 16 (Lavin and
+Gray, "Fast Algorithms for Convolutional Neural Networks", 2016)::
+
+    Y = A^T [ (G g G^T) . (B^T d B) ] A        g: 3x3 weights, d: 4x4 input patch, Y: 2x2 outputs
+
+    B^T = | 1  0 -1  0 |     G = | 1    0    0   |     A^T = | 1  1  1  0 |
+          | 0  1  1  0 |         | 1/2  1/2  1/2 |           | 0  1 -1 -1 |
+          | 0 -1  1  0 |         | 1/2 -1/2  1/2 |
+          | 0  1  0 -1 |         | 0    0    1   |
+
+so the sum over input channels becomes 16 independent products (one per element ``xi`` of the
+4x4 transformed tile), each an ordinary GEMM: ``M[xi] = U[xi] (M x K') . V[xi] (K' x tiles)``,
+with M the output channels, K' the input channels and the tiles as columns. 2.25x fewer
+multiplications; the transforms use only additions and halvings, so results differ from the
+direct sums by rounding only (a few units in the last place of the largest terms).
+
+The engine runs it block by block (:mod:`tcpy.codegen.winograd`): the weights' transform ``U``
+once per call, then per block of tiles the input transform into packed slivers, the 16 products
+through the micro-kernel into a block buffer and the output transform into the output; no
+buffer grows with the image. Guards (a padded convolution) are tested on the transformed
+input's gather, which reads zeros where they fail; a guard must bound ``h + kh`` as a whole
+(the same coefficient for both), which padding does.
+
+Inputs with inf, NaN or huge magnitudes (where the transforms' differences would turn one
+infinite term into NaN for a whole tile) take the point-by-point sums instead: the generated
+kernel scans both operands first.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # annotations only: contraction.py imports this module
+    from .contraction import Contraction
+
+TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
+TILE = 2  # outputs per tile and axis
+POINTS = (TILE + TAPS - 1) ** 2  # 16 transformed values (and products) per tile
+# Cost of the transforms in cycles (scalar C: loads, additions, stores), measured on the
+# generated kernels: per tile and input channel, per tile and output channel, per pair of
+# channels (the weights').
+INPUT_CYCLES = 16.0
+OUTPUT_CYCLES = 12.0
+WEIGHT_CYCLES = 20.0
+GAIN_MIN = 1.25  # the direct GEMM must cost this much more for Winograd to be chosen
+MAX_SLIVERS = 8  # tile slivers per block (the block buffers grow with it)
+
+
+@dataclass(frozen=True)
+class Var:
+    """One index variable: its extent, its strides in the operands and output, its coefficient
+    in each guard, and (an N variable) its stride in N's linear index."""
+
+    name: str
+    extent: int
+    a: int
+    b: int
+    c: int
+    g: tuple[int, ...]
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An output variable and the window variable added to it in the input (``h + kh``)."""
+
+    out: Var
+    tap: Var
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.out.extent // TILE)
+
+    @property
+    def window(self) -> int:
+        """Values ``out + tap`` takes: the input positions the axis reads."""
+        return self.out.extent + TAPS - 1
+
+
+@dataclass(frozen=True)
+class WinogradForm:
+    """A contraction as F(2x2, 3x3): the two window axes and the remaining variables by role."""
+
+    rows: Axis
+    cols: Axis
+    m: tuple[Var, ...]
+    n: tuple[Var, ...]  # N without the output axes (images)
+    k: tuple[Var, ...]  # K without the taps (input channels)
+
+    @property
+    def M(self) -> int:
+        return math.prod(v.extent for v in self.m)
+
+    @property
+    def K(self) -> int:
+        return math.prod(v.extent for v in self.k)
+
+    @property
+    def tiles(self) -> int:
+        """Tiles per batch index (the products' columns)."""
+        return math.prod(v.extent for v in self.n) * self.rows.tiles * self.cols.tiles
+
+    def describe(self) -> str:
+        return (f"Winograd F(2x2, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
+                f"{self.cols.out.name} + {self.cols.tap.name}): {POINTS} products of M {self.M} x "
+                f"K {self.K} x {self.tiles} tiles")
+
+
+def winograd_form(con: "Contraction") -> Optional[WinogradForm]:
+    """The F(2x2, 3x3) form of ``con``, or None: two N variables ``h``, ``w`` read by ``b`` with
+    the strides of two K variables of extent 3 (``h + kh``: stride 1, no dilation), the guards
+    (if any) on ``b`` and bounding ``h + kh`` and ``w + kw`` as wholes."""
+    if not con.extents or con.guarded == "a" or not con.m:
+        return None
+    extents = dict(con.extents)
+    n_vars, k_vars = con.role_vars("n"), con.role_vars("k")
+    linear, stride = {}, 1
+    for v in reversed(n_vars):
+        linear[v] = stride
+        stride *= extents[v]
+
+    def var(v: str) -> Var:
+        return Var(v, extents[v], con.a.stride(v), con.b.stride(v), con.c.stride(v),
+                   tuple(g.stride(v) for g in con.guards), linear.get(v, 0))
+
+    axes: list[Axis] = []
+    for tap in sorted(k_vars, key=lambda v: abs(con.b.stride(v))):
+        if extents[tap] != TAPS or con.b.stride(tap) == 0:
+            continue
+        out = next((v for v in n_vars if con.b.stride(v) == con.b.stride(tap) and extents[v] >= TILE
+                    and all(g.stride(v) == g.stride(tap) for g in con.guards)
+                    and all(v != axis.out.name for axis in axes)), None)
+        if out is not None:
+            axes.append(Axis(var(out), var(tap)))
+        if len(axes) == 2:
+            break
+    if len(axes) < 2:
+        return None
+    cols, rows = axes  # the inner axis (smaller stride in the input) along the columns
+    used = {rows.out.name, rows.tap.name, cols.out.name, cols.tap.name}
+    return WinogradForm(rows, cols, tuple(var(v) for v in con.role_vars("m")),
+                        tuple(var(v) for v in n_vars if v not in used),
+                        tuple(var(v) for v in k_vars if v not in used))
+
+
+def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int) -> float:
+    """Estimated cycles of one batch index: the 16 products on whole micro-tiles (rows padded to
+    ``mr``, tiles to ``nr``) and the three transforms."""
+    rows, cols = -(-form.M // mr) * mr, -(-form.tiles // nr) * nr
+    products = POINTS * rows * form.K * cols / fmas_per_cycle
+    return (products + INPUT_CYCLES * form.tiles * form.K + OUTPUT_CYCLES * form.tiles * form.M
+            + WEIGHT_CYCLES * form.M * form.K)
+
+
+def direct_cycles(form: WinogradForm, fmas_per_cycle: int) -> float:
+    """Cycles of the same batch index as a GEMM over all 9 taps (at the same FMA rate)."""
+    outputs = math.prod(v.extent for v in form.n) * form.rows.out.extent * form.cols.out.extent
+    return form.M * outputs * form.K * TAPS * TAPS / fmas_per_cycle
+
+
+def slivers_per_block(form: WinogradForm, nr: int, element_bytes: int, l2: int, slivers: int) -> int:
+    """Tile slivers per block: the block's transformed input and products (16 x (K + M) x NR
+    each) in half of L2; at least 4 when the transformed weights do not fit L2 (each block
+    reads all of them once)."""
+    per_sliver = POINTS * (form.K + form.M) * nr * element_bytes
+    weights = POINTS * form.M * form.K * element_bytes
+    wanted = max(l2 // 2 // per_sliver, 4 if weights > l2 else 1)
+    return max(1, min(wanted, MAX_SLIVERS, slivers))

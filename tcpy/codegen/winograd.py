@@ -17,7 +17,7 @@ from typing import Optional
 
 from ..transform.contraction import Contraction, Plan
 from ..transform.winograd import POINTS, TAPS, TILE, Var
-from .contraction import _lit, _Renderer, _Writer
+from .contraction import _c, _lit, _Renderer, _Writer
 
 # magnitudes beyond which the transforms' differences could overflow where the direct sums do
 # not (and past which a product of two such values is near the type's range anyway)
@@ -42,6 +42,8 @@ class _WinogradRenderer(_Renderer):
         self.v_point = self.ns * self.form.K * plan.nr + plan.nr
         self.p_point = self.mt * plan.mr * plan.nc + plan.nr
         self.u_point = self.mt * self.form.K * plan.mr + plan.nr
+        self.img, self.wts = getattr(con, self.form.image), getattr(con, self.form.weights)
+        self.TI, self.TW = _c(self.img.dtype), _c(self.wts.dtype)
 
     def var_offset_fn(self, w: _Writer, name: str, variables: tuple[Var, ...], stride):
         """``int64_t <p>_w<name>(int64_t i)``: ``stride(var)`` summed over the digits of the linear
@@ -56,33 +58,35 @@ class _WinogradRenderer(_Renderer):
         w("}")
 
     def offsets(self, w: _Writer):
+        """Offsets in the image (``i``), the weights (``w``) and the output (``c``) of the linear
+        indices of the input channels (``_k``), the images (``_n``) and the output channels
+        (``_m``); ``l``: their part of the epilogue's linear M or N index."""
         form = self.form
-        for which in "abc":
-            self.var_offset_fn(w, f"{which}_k", form.k, lambda v, x=which: getattr(v, x))
-            self.var_offset_fn(w, f"{which}_n", form.n, lambda v, x=which: getattr(v, x))
-        self.var_offset_fn(w, "l_n", form.n, lambda v: v.n)  # N's linear index (the epilogue's)
+        for which, field in (("i", "image"), ("w", "weights"), ("c", "c"), ("l", "line")):
+            for role in "knm":
+                self.var_offset_fn(w, f"{which}_{role}", getattr(form, role), lambda v, f=field: getattr(v, f))
         for i in range(len(self.con.guards)):
             self.var_offset_fn(w, f"g{i}_k", form.k, lambda v, i=i: v.g[i])
             self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
 
     def weights(self, w: _Writer):
         """``<p>_weights``: U = G g G^T for rows r0..r1 (a sliver) of batch index bi."""
-        p, T, TA, mr, K = self.p, self.T, self.TA, self.plan.mr, self.form.K
+        p, T, TW, mr, K = self.p, self.T, self.TW, self.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
         half = _lit(0.5, self.con.dtype)
         point = self.u_point
-        w(f"static void {p}_weights(const {TA} *TCPY_RESTRICT A, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0, "
+        w(f"static void {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0, "
           f"int64_t r1) {{")
         w(f"for (int64_t m = r0; m < r1; m++) {{", 1)
         w(f"{T} *u = U + bi * INT64_C({POINTS * self.u_point}) + m / {mr} * INT64_C({K * mr}) + m % {mr};", 2)
-        w(f"const {TA} *am = A + INT64_C({self.con.a.offset}) + {p}_off_a_batch(bi) + "
-          f"(m < {self.form.M} ? {p}_off_a_m(m) : 0);", 2)
+        w(f"const {TW} *wm = Wt + INT64_C({self.wts.offset}) + {p}_off_{self.form.weights}_batch(bi) + "
+          f"(m < {self.form.M} ? {p}_ww_m(m) : 0);", 2)
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 2)
         w(f"{T} g[{TAPS}][{TAPS}] = {{{{0}}}}, t[4][{TAPS}];", 3)
         w(f"if (m < {self.form.M}) {{", 3)
-        w(f"const {TA} *q = am + {p}_wa_k(k);", 4)
+        w(f"const {TW} *q = wm + {p}_ww_k(k);", 4)
         w(f"for (int i = 0; i < {TAPS}; i++) for (int j = 0; j < {TAPS}; j++) "
-          f"g[i][j] = ({T})q[i * INT64_C({rows.a}) + j * INT64_C({cols.a})];", 4)
+          f"g[i][j] = ({T})q[i * INT64_C({rows.weights}) + j * INT64_C({cols.weights})];", 4)
         w("}", 3)
         w(f"for (int j = 0; j < {TAPS}; j++) {{ t[0][j] = g[0][j]; t[1][j] = (g[0][j] + g[1][j] + g[2][j]) * {half}; "
           f"t[2][j] = (g[0][j] - g[1][j] + g[2][j]) * {half}; t[3][j] = g[2][j]; }}", 3)
@@ -102,20 +106,20 @@ class _WinogradRenderer(_Renderer):
         Each input channel in turn for all the block's tiles (a sliver's row of V is written
         whole); a tile whose 4x4 patches are inside the window and the guards for every input
         channel is read without tests."""
-        p, T, TB, nr, nc, K, form = self.p, self.T, self.TB, self.plan.nr, self.plan.nc, self.form.K, self.form
+        p, T, TI, nr, nc, K, form = self.p, self.T, self.TI, self.plan.nr, self.plan.nc, self.form.K, self.form
         rows, cols = form.rows, form.cols
         guards = self.con.guards
         point = self.v_point
-        w(f"static void {p}_inputs(const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, "
+        w(f"static void {p}_inputs(const {TI} *TCPY_RESTRICT I, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, "
           f"int64_t nt) {{")
-        w(f"const {TB} *bb = B + INT64_C({self.con.b.offset}) + {p}_off_b_batch(bi);", 1)
-        w(f"const {TB} *src[{nc}]; int inside[{nc}]; int64_t ty[{nc}], tx[{nc}];", 1)
+        w(f"const {TI} *ib = I + INT64_C({self.img.offset}) + {p}_off_{form.image}_batch(bi);", 1)
+        w(f"const {TI} *src[{nc}]; int inside[{nc}]; int64_t ty[{nc}], tx[{nc}];", 1)
         if guards:
             w(f"int64_t gt[{len(guards)}][{nc}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
         w(f"const int64_t t = t0 + q, nn = t / {rows.tiles * cols.tiles}, y = t / {cols.tiles} % {rows.tiles} * {TILE}, "
           f"x = t % {cols.tiles} * {TILE};", 2)
-        w(f"src[q] = bb + {p}_wb_n(nn) + y * INT64_C({rows.out.b}) + x * INT64_C({cols.out.b});", 2)
+        w(f"src[q] = ib + {p}_wi_n(nn) + y * INT64_C({rows.out.image}) + x * INT64_C({cols.out.image});", 2)
         w("ty[q] = y; tx[q] = x;", 2)
         inside = [f"y + 3 < {rows.window}", f"x + 3 < {cols.window}"]
         for i, g in enumerate(guards):
@@ -126,15 +130,15 @@ class _WinogradRenderer(_Renderer):
         w(f"inside[q] = {' && '.join(inside)};", 2)
         w("}", 1)
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
-        w(f"const int64_t bk = {p}_wb_k(k);", 2)
+        w(f"const int64_t ik = {p}_wi_k(k);", 2)
         for i in range(len(guards)):
             w(f"const int64_t gk{i} = {p}_wg{i}_k(k);", 2)
         w(f"for (int64_t q = 0; q < {nc}; q++) {{", 2)
         w(f"{T} *vk = V + q / {nr} * INT64_C({K * nr}) + k * {nr} + q % {nr};", 3)
         w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * INT64_C({point})] = 0; continue; }}", 3)
-        w(f"const {TB} *s = src[q] + bk;", 3)
+        w(f"const {TI} *s = src[q] + ik;", 3)
         w(f"{T} d[4][4];", 3)
-        read = f"({T})s[r * INT64_C({rows.out.b}) + c * INT64_C({cols.out.b})]"
+        read = f"({T})s[r * INT64_C({rows.out.image}) + c * INT64_C({cols.out.image})]"
         w(f"if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
         holds = [f"ty[q] + r < {rows.window}", f"tx[q] + c < {cols.window}"]
         holds += [f"gt[{i}][q] + gk{i} + r * INT64_C({rows.out.g[i]}) + c * INT64_C({cols.out.g[i]}) >= 0"
@@ -167,7 +171,7 @@ class _WinogradRenderer(_Renderer):
 
     def block(self, w: _Writer):
         """``<p>_block``: the 16 products of a transformed block, then the output transform."""
-        p, T, TA, TB = self.p, self.T, self.TA, self.TB
+        p, T = self.p, self.T
         mr, nr, nc, KC, K, form = self.plan.mr, self.plan.nr, self.plan.nc, self.plan.kc, self.form.K, self.form
         rows, cols = form.rows, form.cols
         w(f"static void {p}_block(const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, "
@@ -188,7 +192,7 @@ class _WinogradRenderer(_Renderer):
         w("}", 2)
         w(f"{T} *cb = C + INT64_C({self.con.c.offset}) + {p}_off_c_batch(bi);", 1)
         w(f"for (int64_t m = 0; m < {form.M}; m++) {{", 1)
-        w(f"{T} *cm = cb + {p}_off_c_m(m);", 2)
+        w(f"{T} *cm = cb + {p}_wc_m(m);", 2)
         w(f"const {T} *pm = P + m * {nc};", 2)
         w(f"{T} y[4][{nc}];", 2)
         w(f"for (int64_t q = 0; q < {nc}; q++) {{  /* A^T M A, vectorised along the tiles */", 2)
@@ -205,14 +209,17 @@ class _WinogradRenderer(_Renderer):
           f"x0 = t % {cols.tiles} * {TILE};", 3)
         w(f"{T} *o = cm + {p}_wc_n(nn) + y0 * INT64_C({rows.out.c}) + x0 * INT64_C({cols.out.c});", 3)
         if self.epi:
-            w(f"const int64_t j0 = {p}_wl_n(nn) + y0 * INT64_C({rows.out.n}) + x0 * INT64_C({cols.out.n});", 3)
+            w(f"const int64_t j0 = {p}_wl_n(nn) + y0 * INT64_C({rows.out.line}) + x0 * INT64_C({cols.out.line});", 3)
         w(f"for (int i = 0; i < {TILE}; i++) for (int j = 0; j < {TILE}; j++) {{", 3)
         w(f"if (y0 + i >= {rows.out.extent} || x0 + j >= {cols.out.extent}) continue;", 4)
         w(f"{T} *e = o + i * INT64_C({rows.out.c}) + j * INT64_C({cols.out.c});", 4)
         value = f"alpha * y[{TILE} * i + j][q]"
         w(f"*e = {value if self.con.init else '*e + ' + value};", 4)
-        if self.epi:
-            w(f"{self.epi}(tcpy_buffers, bi, m, j0 + i * INT64_C({rows.out.n}) + j * INT64_C({cols.out.n}), 1, e);", 4)
+        if self.epi:  # its (M, N) coordinates: (channel, pixel), or (pixel, channel) with the image as a
+            pixel = f"j0 + i * INT64_C({rows.out.line}) + j * INT64_C({cols.out.line})"
+            channel = f"{p}_wl_m(m)"
+            at = f"{channel}, {pixel}" if form.image == "b" else f"{pixel}, {channel}"
+            w(f"{self.epi}(tcpy_buffers, bi, {at}, 1, e);", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
@@ -222,6 +229,7 @@ class _WinogradRenderer(_Renderer):
         T, con, plan, form = self.T, self.con, self.plan, self.form
         p, mr, nr, K = self.p, plan.mr, plan.nr, form.K
         A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
+        image, weights = (A, B) if form.image == "a" else (B, A)
         alpha = _lit(con.alpha, con.dtype)
         for s in con.alpha_tensors:
             alpha += f" * ({T}){self.names[s]}[0]"
@@ -248,7 +256,7 @@ class _WinogradRenderer(_Renderer):
         w("const int tid = 0, nth = 1;", 3)
         w("#endif", 0)
         w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 3)
-        w(f"{p}_weights({A}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 4)
+        w(f"{p}_weights({weights}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 4)
         w("#pragma omp barrier", 3)
         w(f"{T} *V = ({T} *)tcpy_scratch(1, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
         w(f"{T} *P = ({T} *)tcpy_scratch(2, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
@@ -258,7 +266,7 @@ class _WinogradRenderer(_Renderer):
         w(f"const int64_t bi = s / {self.slivers}, j = s % {self.slivers};", 4)
         w(f"const int64_t count = tcpy_min_int64(tcpy_min_int64({self.ns}, s1 - s), {self.slivers} - j);", 4)
         w(f"const int64_t t0 = j * {nr}, nt = tcpy_min_int64(count * {nr}, {form.tiles} - t0);", 4)
-        w(f"{p}_inputs({B}, V, bi, t0, nt);", 4)
+        w(f"{p}_inputs({image}, V, bi, t0, nt);", 4)
         w(f"{p}_block(U, V, P, {C}, bi, t0, nt, alpha{self.cell_args});", 4)
         w("s += count;", 4)
         w("}", 3)

@@ -52,21 +52,22 @@ MAX_SLIVERS = 8  # tile slivers per block (the block buffers grow with it)
 
 @dataclass(frozen=True)
 class Var:
-    """One index variable: its extent, its strides in the operands and output, its coefficient
-    in each guard, and (an N variable) its stride in N's linear index."""
+    """One index variable: its extent, its strides in the image, the weights and the output,
+    its coefficient in each guard, and its stride in its role's linear index (M or N: the
+    epilogue's coordinates)."""
 
     name: str
     extent: int
-    a: int
-    b: int
+    image: int
+    weights: int
     c: int
     g: tuple[int, ...]
-    n: int = 0
+    line: int = 0
 
 
 @dataclass(frozen=True)
 class Axis:
-    """An output variable and the window variable added to it in the input (``h + kh``)."""
+    """An output variable and the window variable added to it in the image (``h + kh``)."""
 
     out: Var
     tap: Var
@@ -77,19 +78,25 @@ class Axis:
 
     @property
     def window(self) -> int:
-        """Values ``out + tap`` takes: the input positions the axis reads."""
+        """Values ``out + tap`` takes: the image positions the axis reads."""
         return self.out.extent + TAPS - 1
 
 
 @dataclass(frozen=True)
 class WinogradForm:
-    """A contraction as F(2x2, 3x3): the two window axes and the remaining variables by role."""
+    """A contraction as F(2x2, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC puts it
+    on a's side), the two window axes and the remaining variables."""
 
+    image: str
     rows: Axis
     cols: Axis
-    m: tuple[Var, ...]
-    n: tuple[Var, ...]  # N without the output axes (images)
-    k: tuple[Var, ...]  # K without the taps (input channels)
+    m: tuple[Var, ...]  # output channels (the weights' and the output's)
+    n: tuple[Var, ...]  # the image's and output's variables besides the axes (images)
+    k: tuple[Var, ...]  # the reduction besides the taps (input channels)
+
+    @property
+    def weights(self) -> str:
+        return "b" if self.image == "a" else "a"
 
     @property
     def M(self) -> int:
@@ -111,40 +118,55 @@ class WinogradForm:
 
 
 def winograd_form(con: "Contraction") -> Optional[WinogradForm]:
-    """The F(2x2, 3x3) form of ``con``, or None: two N variables ``h``, ``w`` read by ``b`` with
-    the strides of two K variables of extent 3 (``h + kh``: stride 1, no dilation), the guards
-    (if any) on ``b`` and bounding ``h + kh`` and ``w + kw`` as wholes."""
-    if not con.extents or con.guarded == "a" or not con.m:
+    """The F(2x2, 3x3) form of ``con``, or None: two output variables ``h``, ``w`` read by one
+    operand (the image) with the strides of two reduction variables of extent 3 (``h + kh``:
+    stride 1, no dilation), the guards (if any) on the image and bounding ``h + kh`` and
+    ``w + kw`` as wholes, and output channels on the other operand's side."""
+    if not con.extents:
         return None
+    for image in (con.guarded,) if con.guarded else ("b", "a"):
+        form = _form(con, image)
+        if form is not None:
+            return form
+    return None
+
+
+def _form(con: "Contraction", image: str) -> Optional[WinogradForm]:
+    """:func:`winograd_form` with ``image`` the image operand."""
+    weights = "b" if image == "a" else "a"
+    pixel_role, channel_role = ("n", "m") if image == "b" else ("m", "n")
+    img, wts = getattr(con, image), getattr(con, weights)
     extents = dict(con.extents)
-    n_vars, k_vars = con.role_vars("n"), con.role_vars("k")
-    linear, stride = {}, 1
-    for v in reversed(n_vars):
-        linear[v] = stride
-        stride *= extents[v]
+    line = {}
+    for role in ("m", "n"):
+        stride = 1
+        for v in reversed(con.role_vars(role)):
+            line[v] = stride
+            stride *= extents[v]
 
     def var(v: str) -> Var:
-        return Var(v, extents[v], con.a.stride(v), con.b.stride(v), con.c.stride(v),
-                   tuple(g.stride(v) for g in con.guards), linear.get(v, 0))
+        return Var(v, extents[v], img.stride(v), wts.stride(v), con.c.stride(v),
+                   tuple(g.stride(v) for g in con.guards), line.get(v, 0))
 
+    pixels, taps = con.role_vars(pixel_role), con.role_vars("k")
     axes: list[Axis] = []
-    for tap in sorted(k_vars, key=lambda v: abs(con.b.stride(v))):
-        if extents[tap] != TAPS or con.b.stride(tap) == 0:
+    for tap in sorted(taps, key=lambda v: abs(img.stride(v))):
+        if extents[tap] != TAPS or img.stride(tap) == 0:
             continue
-        out = next((v for v in n_vars if con.b.stride(v) == con.b.stride(tap) and extents[v] >= TILE
+        out = next((v for v in pixels if img.stride(v) == img.stride(tap) and extents[v] >= TILE
                     and all(g.stride(v) == g.stride(tap) for g in con.guards)
                     and all(v != axis.out.name for axis in axes)), None)
         if out is not None:
             axes.append(Axis(var(out), var(tap)))
         if len(axes) == 2:
             break
-    if len(axes) < 2:
+    if len(axes) < 2 or not con.role_vars(channel_role):
         return None
-    cols, rows = axes  # the inner axis (smaller stride in the input) along the columns
+    cols, rows = axes  # the inner axis (smaller stride in the image) along the columns
     used = {rows.out.name, rows.tap.name, cols.out.name, cols.tap.name}
-    return WinogradForm(rows, cols, tuple(var(v) for v in con.role_vars("m")),
-                        tuple(var(v) for v in n_vars if v not in used),
-                        tuple(var(v) for v in k_vars if v not in used))
+    return WinogradForm(image, rows, cols, tuple(var(v) for v in con.role_vars(channel_role)),
+                        tuple(var(v) for v in pixels if v not in used),
+                        tuple(var(v) for v in taps if v not in used))
 
 
 def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int) -> float:

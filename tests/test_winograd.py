@@ -1,0 +1,186 @@
+"""Winograd F(2x2, 3x3) convolutions (tcpy.transform.winograd): which convolutions take the
+path, and differential tests against the reference evaluator with the path forced on small
+random convolutions (layouts, groups, padding by guards, odd sizes, +=, scales, float and
+double, every preset this CPU runs, tiny caches, 1, 2 and 7 threads), special values, the
+fused epilogue and the rounding error against exact sums."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+import tcpy.transform.contraction as contraction
+from tcpy.target import Target
+from test_contraction import EPS, RUNNABLE, tiny_caches
+from test_conv import GUARDED_WEIGHTS, PADDED, _engine
+
+EXAMPLES = int(os.environ.get("TCPY_CONV_EXAMPLES", "25"))
+
+
+def _paths(kernel, *args) -> list[str]:
+    return [nest.plan.path for nest in _engine(kernel, *args)]
+
+
+def _conv_source(stride=1, dilation=1, window=3, pad=1):
+    y, x = f"{stride}*h + {dilation}*kh - {pad}", f"{stride}*w + {dilation}*kw - {pad}"
+    return f"""
+def conv(float(N,C,H,W) I, float(F,C,{window},{window}) Wt) -> (O) {{
+    O(n, f, h, w) +=! ({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? I(n, c, {y}, {x}) * Wt(f, c, kh, kw) : 0.0
+        where h in 0:(H + {2 * pad} - {dilation * (window - 1) + 1}) / {stride} + 1,
+              w in 0:(W + {2 * pad} - {dilation * (window - 1) + 1}) / {stride} + 1,
+              kh in 0:{window}, kw in 0:{window}
+}}
+"""
+
+
+def _zeros(n, c, f, hw, window=3):
+    return np.zeros((n, c, hw, hw), np.float32), np.zeros((f, c, window, window), np.float32)
+
+
+@pytest.mark.parametrize("n, c, hw", [(1, 64, 56), (1, 128, 28), (8, 256, 14), (8, 512, 7), (8, 64, 56)])
+def test_3x3_stride_1_layers_with_enough_work_take_the_winograd_path(n, c, hw):
+    kernel = tcpy.define(_conv_source(), options=tcpy.Options(num_threads=2))
+    args = _zeros(n, c, c, hw)
+    assert _paths(kernel, *args) == ["winograd"]
+    text = str(kernel.explain(*args))
+    assert "Winograd F(2x2, 3x3) over (h + kh, w + kw)" in text and "why: winograd path" in text
+
+
+@pytest.mark.parametrize("source, shapes", [
+    (_conv_source(stride=2), _zeros(8, 128, 128, 56)),  # stride 2
+    (_conv_source(dilation=2, pad=2), _zeros(1, 64, 64, 56)),  # dilation 2
+    (_conv_source(window=5, pad=2), _zeros(1, 64, 64, 56, 5)),  # a 5x5 window
+    (_conv_source(), _zeros(1, 512, 512, 7)),  # 16 tiles: the weights' transform would dominate
+    (_conv_source(), _zeros(1, 3, 64, 56)),  # three input channels
+])
+def test_other_convolutions_keep_the_gemm(source, shapes):
+    assert _paths(tcpy.define(source), *shapes) in (["packed"], ["small"], ["stream"])
+
+
+def test_block_buffers_do_not_grow_with_the_batch():
+    """The transformed input and products are per block of tiles: N = 8 plans the blocks of N = 1."""
+    plans = [_engine(tcpy.define(_conv_source()), *_zeros(n, 64, 64, 56))[0].plan for n in (1, 8)]
+    assert [p.path for p in plans] == ["winograd"] * 2 and plans[0].nc == plans[1].nc and plans[0].mc == plans[1].mc
+
+
+@pytest.mark.parametrize("threads", [2, 8, 64, 128])
+def test_threads_split_the_tile_slivers(threads):
+    """Every thread gets a run of slivers (no idle threads while slivers are left)."""
+    kernel = tcpy.define(_conv_source(), options=tcpy.Options(num_threads=threads))
+    plan = _engine(kernel, *_zeros(1, 64, 64, 56))[0].plan
+    slivers = -(-28 * 28 // plan.nr)
+    assert plan.path == "winograd" and plan.grid == (1, 1, min(threads, slivers), 1)
+    assert plan.nc <= -(-slivers // plan.grid[2]) * plan.nr
+
+
+@st.composite
+def winograd_convolutions(draw):
+    """A 3x3 stride-1 convolution in NCHW or NHWC, with groups or not, padded by a guard of
+    0-2 per axis or not, odd sizes, written with ``+=!`` or as ``+=`` after a bias, maybe scaled."""
+    dtype = draw(st.sampled_from(["float", "float", "double"]))
+    layout = draw(st.sampled_from(["nchw", "nhwc"]))
+    g = draw(st.sampled_from([1, 1, 2, 3]))
+    n, c, f = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 5, 8, 13])), draw(st.sampled_from([2, 7, 16]))
+    ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    h, w = draw(st.integers(max(1, 4 - 2 * ph), 13)), draw(st.integers(max(1, 4 - 2 * pw), 19))
+    oh, ow = h + 2 * ph - 2, w + 2 * pw - 2
+    y, x = f"h + kh - {ph}", f"w + kw - {pw}"
+    guard = ([f"h + kh >= {ph}", f"h + kh < H + {ph}"] if ph else []) + ([f"w + kw >= {pw}", f"w + kw < W + {pw}"]
+                                                                            if pw else [])
+    gs = ["g"] if g > 1 else []
+    if layout == "nchw":
+        i_idx, i_shape, o_idx = ["n", *gs, "c", y, x], [n, *([g] if gs else []), c, h, w], ["n", *gs, "f", "h", "w"]
+        w_idx, sizes = [*gs, "f", "c", "kh", "kw"], ["N", *(["G"] if gs else []), "C", "H", "W"]
+    else:
+        i_idx, i_shape, o_idx = ["n", y, x, *gs, "c"], [n, h, w, *([g] if gs else []), c], ["n", "h", "w", *gs, "f"]
+        w_idx, sizes = ["kh", "kw", *gs, "c", "f"], ["N", "H", "W", *(["G"] if gs else []), "C"]
+    extent = {"g": g, "c": c, "f": f, "kh": 3, "kw": 3}
+    w_shape = [extent[v] for v in w_idx]
+    scale = draw(st.sampled_from(["", "", "0.5 * ", "-3.0 * "]))
+    read = f"{scale}I({', '.join(i_idx)}) * Wt({', '.join(w_idx)})"
+    rhs = f"({' && '.join(guard)}) ? {read} : 0.0" if guard else read
+    w_sizes = ", ".join(f"W{i}" for i in range(len(w_shape)))
+    where = f"where h in 0:{oh}, w in 0:{ow}, kh in 0:3, kw in 0:3"
+    if draw(st.booleans()):  # +=! (overwrite)
+        source = (f"def conv({dtype}({', '.join(sizes)}) I, {dtype}({w_sizes}) Wt) -> (O) {{\n"
+                  f"    O({', '.join(o_idx)}) +=! {rhs}\n        {where}\n}}\n")
+        extra = ()
+    else:  # += onto a bias
+        source = (f"def conv({dtype}({', '.join(sizes)}) I, {dtype}({w_sizes}) Wt, {dtype}(F) bias) -> (O) {{\n"
+                  f"    O({', '.join(o_idx)}) = bias(f) where n in 0:N, {'g in 0:G, ' if gs else ''}h in 0:{oh}, "
+                  f"w in 0:{ow}\n"
+                  f"    O({', '.join(o_idx)}) += {rhs}\n        {where}\n}}\n")
+        extra = (f,)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    np_dtype = np.float32 if dtype == "float" else np.float64
+    args = tuple(rng.uniform(-1, 1, shape).astype(np_dtype) for shape in (i_shape, w_shape, *extra))
+    target = draw(st.sampled_from(RUNNABLE))
+    options = {"num_threads": draw(st.sampled_from([1, 2, 7])),
+               "target": tiny_caches(Target.preset(target)) if draw(st.booleans()) else target}
+    return source, args, options, dtype, c * 9
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=winograd_convolutions())
+def test_random_winograd_convolutions_match_the_reference(case):
+    source, args, options, dtype, k_len = case
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contraction, "GAIN_MIN", 0.0)  # every 3x3 stride-1 window takes the path
+        kernel = tcpy.define(source, options=tcpy.Options(**options))
+        assert "winograd" in _paths(kernel, *args), kernel.explain(*args)
+        got = kernel(*args)
+    want = tcpy.define(source, backend="reference")(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    eps = EPS[dtype]
+    np.testing.assert_allclose(got, want, rtol=16 * eps * (k_len + 1), atol=16 * eps * (k_len + 1) * k_len)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
+    """An inf in a tile's input would make NaN of the whole tile through the transforms'
+    differences (and 0 x inf at the padding); these calls must hold what the reference
+    computes, through the fused bias and ReLU; finite calls keep the path."""
+    rng = np.random.default_rng(5)
+    I = rng.standard_normal((1, 64, 12, 13), dtype=np.float32)
+    Wt = rng.standard_normal((64, 64, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(64, dtype=np.float32)
+    reference = tcpy.define(GUARDED_WEIGHTS, backend="reference")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contraction, "GAIN_MIN", 0.0)
+        kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(target=target, num_threads=threads))
+        assert _paths(kernel, I, Wt, bias) == ["winograd"]
+    for tensor, at, value in ((I, (0, 3, 5, 6), np.inf), (Wt, (7, 2, 1, 1), np.nan), (I, (0, 9, 0, 0), -np.inf),
+                              (I, (0, 1, 4, 4), 3e30)):
+        original = tensor[at]
+        tensor[at] = value
+        got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
+        for g, r in zip(got, want):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
+            np.testing.assert_array_equal(np.isinf(g), np.isinf(r))
+            finite = np.isfinite(r)
+            np.testing.assert_allclose(g[finite], r[finite], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(r[finite]).max()))
+        tensor[at] = original
+    got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
+
+
+def test_rounding_stays_near_the_direct_sums():
+    """Against exact (float64) sums, the float32 Winograd error stays within twice the GEMM
+    path's on a ResNet-like layer (the transforms only add, subtract and halve)."""
+    rng = np.random.default_rng(11)
+    I = rng.standard_normal((1, 64, 20, 20), dtype=np.float32)
+    Wt = rng.standard_normal((64, 64, 3, 3), dtype=np.float32)
+    exact = tcpy.define(PADDED.replace("float", "double"))(I.astype(np.float64), Wt.astype(np.float64))
+    fast = tcpy.define(PADDED)
+    assert _paths(fast, I, Wt) == ["winograd"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contraction, "winograd_form", lambda con: None)
+        gemm = tcpy.define(PADDED + "\n")
+        assert _paths(gemm, I, Wt) != ["winograd"]
+        direct_error = np.abs(gemm(I, Wt) - exact).max()
+    winograd_error = np.abs(fast(I, Wt) - exact).max()
+    assert winograd_error <= 2 * direct_error, (winograd_error, direct_error)

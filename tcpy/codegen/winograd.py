@@ -1,7 +1,8 @@
 """C for the winograd path of a contraction (:mod:`tcpy.transform.winograd`)::
 
-    scan both operands: inf, NaN or a huge magnitude -> the point-by-point sums, as TC states them
-    U = the weights' transform, [batch][16][M/MR][K'][MR] (A slivers), rows split over the threads
+    the threads scan both operands (a share each) and transform the weights, U (A slivers):
+      [batch][16][M/MR][K'][MR], rows split over the threads
+    inf, NaN or a huge magnitude anywhere: no thread goes on; the sums run point by point after
     each thread, over its run of tile slivers, a block of up to nc tiles at a time:
       V = the input transform of the block, [16][slivers][K'][NR] (B slivers; guards read zeros)
       for each of the 16 points, K' block, tile sliver, row sliver:
@@ -234,30 +235,34 @@ class _WinogradRenderer(_Renderer):
         for s in con.alpha_tensors:
             alpha += f" * ({T}){self.names[s]}[0]"
         huge = f"({T}){HUGE[self.s]}"
+        total = self.batch * self.slivers
         w("{")
         w(f"const {T} alpha = {alpha};", 1)
-        w("int bad = 0;  /* int: gcc vectorises no bool or-reduction */", 1)
-        for name, acc in ((A, con.a), (B, con.b)):
-            w(f"for (int64_t e = 0; e < INT64_C({acc.elements}); e++) {{ const {T} v = ({T}){name}[e]; "
-              f"bad |= !(v <= {huge} && v >= -{huge}); }}", 1)
-        w("if (TCPY_UNLIKELY(bad)) {  /* inf, NaN or huge: the sums as TC states them */", 1)
-        w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
-        w(f"for (int64_t bi = 0; bi < {self.batch}; bi++)", 2)
-        self.exact_sums(w, 3, (A, B, C), ("0", str(self.M)), ("0", str(self.N)))
-        w("} else {", 1)
-        total = self.batch * self.slivers
-        w(f"{T} *U = ({T} *)tcpy_scratch(0, sizeof({T}) * INT64_C({self.batch * POINTS * self.u_point}));", 2)
-        w(f"const int nt = tcpy_num_threads < {total} ? tcpy_num_threads : {total};", 2)
-        w("#pragma omp parallel num_threads(nt) if(nt > 1)", 2)
-        w("{", 2)
+        w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
+        w(f"{T} *U = ({T} *)tcpy_scratch(0, sizeof({T}) * INT64_C({self.batch * POINTS * self.u_point}));", 1)
+        w(f"const int team = tcpy_num_threads < {total} ? tcpy_num_threads : {total};", 1)
+        w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
+        w("{", 1)
         w("#ifdef _OPENMP", 0)
-        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 3)
+        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 2)
         w("#else", 0)
-        w("const int tid = 0, nth = 1;", 3)
+        w("const int tid = 0, nth = 1;", 2)
         w("#endif", 0)
-        w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 3)
-        w(f"{p}_weights({weights}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 4)
-        w("#pragma omp barrier", 3)
+        w("int mine = 0;  /* int: gcc vectorises no bool or-reduction */", 2)
+        for name, acc in ((A, con.a), (B, con.b)):
+            w(f"for (int64_t e = tid * INT64_C({acc.elements}) / nth, e1 = (tid + 1) * INT64_C({acc.elements}) / nth; "
+              f"e < e1; e++) {{ const {T} v = ({T}){name}[e]; mine |= !(v <= {huge} && v >= -{huge}); }}", 2)
+        w("if (mine) {", 2)
+        w("#pragma omp atomic write", 0)
+        w("bad = 1;", 3)
+        w("}", 2)
+        w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 2)
+        w(f"{p}_weights({weights}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 3)
+        w("#pragma omp barrier", 0)
+        w("int stop_all;", 2)
+        w("#pragma omp atomic read", 0)
+        w("stop_all = bad;", 2)
+        w("if (!stop_all) {", 2)
         w(f"{T} *V = ({T} *)tcpy_scratch(1, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
         w(f"{T} *P = ({T} *)tcpy_scratch(2, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
         w(f"const int64_t s1 = (tid + 1) * INT64_C({total}) / nth;", 3)
@@ -271,6 +276,11 @@ class _WinogradRenderer(_Renderer):
         w("s += count;", 4)
         w("}", 3)
         w("}", 2)
+        w("}", 1)
+        w("if (TCPY_UNLIKELY(bad)) {  /* inf, NaN or huge: the sums as TC states them */", 1)
+        w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
+        w(f"for (int64_t bi = 0; bi < {self.batch}; bi++)", 2)
+        self.exact_sums(w, 3, (A, B, C), ("0", str(self.M)), ("0", str(self.N)))
         w("}", 1)
         w("}")
 

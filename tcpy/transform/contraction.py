@@ -32,9 +32,11 @@ Operands are ordered so that the output's contiguous variable is in N (vector st
 register file), the cache blocks ``kc``, ``mc``, ``nc`` (a footprint model of L1, L2 and L3,
 after Low et al., "Analytical modeling is enough for high-performance BLIS"), the path
 (``packed``: both operands packed into slivers, BLIS's five loops; ``small``: operands read in
-place by a register-blocked kernel when everything already fits in L2 and one K block) and the
-thread grid (batch x M x N x K cells, from a cost model of compute, packing and split-K
-combination). :mod:`tcpy.codegen.contraction` renders the C.
+place by a register-blocked kernel when everything already fits in L2 and one K block;
+``winograd``: a 3x3 stride-1 convolution as Winograd's F(2x2, 3x3), :mod:`.winograd`, when its
+estimated time beats the GEMM's) and the thread grid (batch x M x N x K cells, from a cost model
+of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` renders the C
+(:mod:`tcpy.codegen.winograd` the winograd path's).
 """
 from __future__ import annotations
 
@@ -529,7 +531,7 @@ def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
 
-    path: str  # "packed", "small", "stream", "direct" or "batch_lanes"
+    path: str  # "packed", "small", "stream", "direct", "batch_lanes" or "winograd"
     mr: int
     nr: int
     lanes: int
@@ -728,18 +730,22 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         reasons.append(f"small path copies each B sliver: {COPY_B_MIN_TILES}+ micro-tiles reuse it")
     m_part = -(-(-(-M // mr)) // tm) * mr
     n_part = -(-(-(-N // nr)) // tn) * nr
-    # A cell's whole A (its M rows by all of K) that fits half of L2 with one mc block is packed
-    # once (a convolution's weights, a GEMM with few rows): B panels then need no reuse across
-    # A blocks, so they stay in the other half of L2 between packing and use (not in L3), and
-    # the packing buffers stay small.
-    a_once = path == "packed" and m_part <= mc_max and m_part * -(-K // kc) * kc * s <= target.l2 // 2
+    # A cell whose rows fit one mc block packs its whole A (M rows by all of K) once (a
+    # convolution's weights, a GEMM with few rows), in half of L2 or, K blocks beyond it, of
+    # this core's L3 share: B panels then need no reuse across A blocks, so they stay in the
+    # other half of L2 between packing and use (not in L3), and so does the output panel they
+    # update, across K blocks (with L3-sized panels each K block re-read the output from L3).
+    a_bytes = m_part * -(-K // kc) * kc * s
+    a_once = path == "packed" and m_part <= mc_max and a_bytes <= max(target.l2, target.l3_per_core) // 2
     if a_once:
         nc_max = _round_down(target.l2 // 2 // (kc * s), nr)
     mc = _balanced(m_part, mc_max, mr)
     nc = _balanced(n_part, nc_max, nr)
     if a_once:
+        where = f"L2 ({target.l2 // 1024} KiB)" if a_bytes <= target.l2 // 2 else \
+            f"this core's L3 share ({target.l3_per_core // 1024} KiB; one mc block)"
         reasons.append(f"A packed once per cell: its {m_part} rows x K ({m_part * K * s // 1024} KiB) fit half "
-                       f"of L2 ({target.l2 // 1024} KiB)")
+                       f"of {where}")
         reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits the other half of "
                        "L2 (no A block reuses it)")
     elif path == "packed":

@@ -32,10 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
-
-if TYPE_CHECKING:  # annotations only: contraction.py imports this module
-    from .contraction import Contraction
+from typing import Optional
 
 TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
 TILE = 2  # outputs per tile and axis
@@ -117,7 +114,7 @@ class WinogradForm:
                 f"K {self.K} x {self.tiles} tiles")
 
 
-def winograd_form(con: "Contraction") -> Optional[WinogradForm]:
+def winograd_form(con) -> Optional[WinogradForm]:
     """The F(2x2, 3x3) form of ``con``, or None: two output variables ``h``, ``w`` read by one
     operand (the image) with the strides of two reduction variables of extent 3 (``h + kh``:
     stride 1, no dilation), the guards (if any) on the image and bounding ``h + kh`` and
@@ -131,8 +128,9 @@ def winograd_form(con: "Contraction") -> Optional[WinogradForm]:
     return None
 
 
-def _form(con: "Contraction", image: str) -> Optional[WinogradForm]:
-    """:func:`winograd_form` with ``image`` the image operand."""
+def _form(con, image: str) -> Optional[WinogradForm]:
+    """:func:`winograd_form` with ``image`` the image operand (``con``: a
+    :class:`~tcpy.transform.contraction.Contraction`, which imports this module)."""
     weights = "b" if image == "a" else "a"
     pixel_role, channel_role = ("n", "m") if image == "b" else ("m", "n")
     img, wts = getattr(con, image), getattr(con, weights)

@@ -103,7 +103,8 @@ class _WinogradRenderer(_Renderer):
         w("}")
 
     def inputs(self, w: _Writer):
-        """``<p>_inputs``: V = B^T d B for tiles t0..t0+nt of batch index bi; lanes past nt hold 0.
+        """``<p>_inputs``: V = B^T d B for tiles t0..t0+nt of batch index bi; lanes past nt (to the end
+        of their sliver) hold 0.
         Each input channel in turn for all the block's tiles (a sliver's row of V is written
         whole); a tile whose 4x4 patches are inside the window and the guards for every input
         channel is read without tests."""
@@ -130,12 +131,41 @@ class _WinogradRenderer(_Renderer):
             inside.append(f"gt[{i}][q] + INT64_C({kmin + min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i])}) >= 0")
         w(f"inside[q] = {' && '.join(inside)};", 2)
         w("}", 1)
+        w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
+        L = self.plan.lanes
+        vector = cols.out.image == 1 and TI == T and L >= 2
+        if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
+            w(f"int whole[{nc // L}];", 1)
+            w(f"for (int64_t q = 0; q < {nc}; q += {L})", 1)
+            w(f"whole[q / {L}] = q + {L} <= nt && (t0 + q) / {cols.tiles} == (t0 + q + {L - 1}) / {cols.tiles} && "
+              f"inside[q] && inside[q + {L - 1}];", 2)
+            w(f"for (int64_t q = 0; q < {nc}; q += {L}) for (int64_t l = 1; l < {L}; l++) "
+              f"whole[q / {L}] &= l + q >= nt || inside[q + l];", 1)
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
         w(f"const int64_t ik = {p}_wi_k(k);", 2)
         for i in range(len(guards)):
             w(f"const int64_t gk{i} = {p}_wg{i}_k(k);", 2)
-        w(f"for (int64_t q = 0; q < {nc}; q++) {{", 2)
+        w(f"for (int64_t q = 0; q < lanes; q++) {{", 2)
         w(f"{T} *vk = V + q / {nr} * INT64_C({K * nr}) + k * {nr} + q % {nr};", 3)
+        if vector:
+            w(f"if (q % {L} == 0 && whole[q / {L}]) {{", 3)
+            w(f"const {T} *s = src[q] + ik;", 4)
+            w(f"{p}_v d[4][4];", 4)
+            evens = ", ".join(str(2 * c) for c in range(L))
+            odds = ", ".join(str(2 * c + 1) for c in range(L))
+            w("for (int r = 0; r < 4; r++) {", 4)
+            w(f"const {T} *sr = s + r * INT64_C({rows.out.image});", 5)
+            w(f"const {p}_v a0 = *(const {p}_vu *)sr, a1 = *(const {p}_vu *)(sr + {L}), "
+              f"b0 = *(const {p}_vu *)(sr + 2), b1 = *(const {p}_vu *)(sr + {L + 2});", 5)
+            w(f"d[r][0] = __builtin_shuffle(a0, a1, ({p}_m){{{evens}}}); "
+              f"d[r][1] = __builtin_shuffle(a0, a1, ({p}_m){{{odds}}});", 5)
+            w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
+              f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", 5)
+            w("}", 4)
+            self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *)(vk + {at})")
+            w(f"q += {L - 1};", 4)
+            w("continue;", 4)
+            w("}", 3)
         w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * INT64_C({point})] = 0; continue; }}", 3)
         w(f"const {TI} *s = src[q] + ik;", 3)
         w(f"{T} d[4][4];", 3)
@@ -146,18 +176,24 @@ class _WinogradRenderer(_Renderer):
                   for i in range(len(guards))]
         w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
           3)
-        w(f"{T} e[4][4];", 3)
-        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
-          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", 3)
-        w("for (int r = 0; r < 4; r++) {", 3)
-        w(f"vk[(4 * r) * INT64_C({point})] = e[r][0] - e[r][2];", 4)
-        w(f"vk[(4 * r + 1) * INT64_C({point})] = e[r][1] + e[r][2];", 4)
-        w(f"vk[(4 * r + 2) * INT64_C({point})] = e[r][2] - e[r][1];", 4)
-        w(f"vk[(4 * r + 3) * INT64_C({point})] = e[r][1] - e[r][3];", 4)
-        w("}", 3)
+        self.transform_input(w, 3, T, lambda at: f"vk[{at}]")
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def transform_input(self, w: _Writer, depth: int, elem: str, at):
+        """B^T d B of the patch ``d[4][4]`` (scalars or vectors of tiles, type ``elem``) stored
+        through ``at(offset)`` at each point's offset."""
+        point = self.v_point
+        w(f"{elem} e[4][4];", depth)
+        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
+          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", depth)
+        w("for (int r = 0; r < 4; r++) {", depth)
+        w(f"{at(f'(4 * r) * INT64_C({point})')} = e[r][0] - e[r][2];", depth + 1)
+        w(f"{at(f'(4 * r + 1) * INT64_C({point})')} = e[r][1] + e[r][2];", depth + 1)
+        w(f"{at(f'(4 * r + 2) * INT64_C({point})')} = e[r][2] - e[r][1];", depth + 1)
+        w(f"{at(f'(4 * r + 3) * INT64_C({point})')} = e[r][1] - e[r][3];", depth + 1)
+        w("}", depth)
 
     def kernel(self, w: _Writer):
         """``<p>_ukr``: one MR x NR tile of one point's product, set (first K block) or added into

@@ -69,14 +69,22 @@ def test_block_buffers_do_not_grow_with_the_batch():
     assert [p.path for p in plans] == ["winograd"] * 2 and plans[0].nc == plans[1].nc and plans[0].mc == plans[1].mc
 
 
-@pytest.mark.parametrize("threads", [2, 8, 64, 128])
+@pytest.mark.parametrize("threads", [2, 8, 32, 128])
 def test_threads_split_the_tile_slivers(threads):
     """Every thread gets a run of slivers (no idle threads while slivers are left)."""
     kernel = tcpy.define(_conv_source(), options=tcpy.Options(num_threads=threads, target=AVX2))
-    plan = _engine(kernel, *_zeros(1, 64, 64, 56))[0].plan
-    slivers = -(-28 * 28 // plan.nr)
+    plan = _engine(kernel, *_zeros(8, 64, 64, 56))[0].plan
+    slivers = -(-8 * 28 * 28 // plan.nr)
     assert plan.path == "winograd" and plan.grid == (1, 1, min(threads, slivers), 1)
     assert plan.nc <= -(-slivers // plan.grid[2]) * plan.nr
+
+
+@pytest.mark.parametrize("n, c, hw, threads", [(1, 64, 56, 64), (1, 128, 28, 32), (8, 512, 7, 16)])
+def test_few_slivers_for_many_threads_keep_the_gemm(n, c, hw, threads):
+    """49, 13 and 8 slivers of tiles cannot keep 64, 32 or 16 threads busy; the GEMM's micro-tiles can."""
+    for count, path in ((2, "winograd"), (threads, "packed")):
+        kernel = tcpy.define(_conv_source(), options=tcpy.Options(num_threads=count, target=AVX2))
+        assert _paths(kernel, *_zeros(n, c, c, hw)) == [path]
 
 
 @st.composite

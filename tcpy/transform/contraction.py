@@ -775,20 +775,24 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     mr, nv = micro_tile(target, s, form.tiles)
     nr = nv * lanes
     fmas = FMA_PIPES * lanes
-    gemm, fast = gemm_cycles(form, fmas), winograd_cycles(form, mr, nr, fmas)
+    batch, M, N, _ = con.sizes
+    slivers = -(-form.tiles // nr)
+    # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
+    # (a few slivers cannot keep many threads busy)
+    gemm = gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
+    fast = winograd_cycles(form, mr, nr, fmas) * batch / min(threads, batch * slivers)
     if gemm < GAIN_MIN * fast:
         return None
-    batch = con.size("batch")
     kc = _balanced(form.K, kc_max, unroll)
-    slivers = -(-form.tiles // nr)
     per_thread = -(-batch * slivers // threads)
     blocks = slivers_per_block(form, nr, s, target.l2, per_thread)
     rows = -(-form.M // mr) * mr
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
     u_bytes = batch * POINTS * rows * form.K * s
-    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x fewer cycles than the "
-               f"GEMM over all 9 taps (16 products on {mr}x{nr} micro-tiles and the transforms)",
+    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than the GEMM "
+               f"over all 9 taps with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
+               "transforms; the threads split the tile slivers)",
                f"transformed weights once per call: {POINTS} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
                f"blocks of {blocks * nr} tiles: the block's transformed input and products "
                f"({POINTS * (form.K + rows) * blocks * nr * s // 1024} KiB) per thread",

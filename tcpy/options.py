@@ -37,6 +37,10 @@ class Options:
         the plain loop nests.
     fuse: run consecutive statements that share outer output loops under them (see
         :mod:`tcpy.transform.fusion`).
+    winograd: let the contraction engine run a 3x3 stride-1 convolution as Winograd's
+        F(2x2, 3x3) when it estimates a gain (:mod:`tcpy.transform.winograd`: 2.25x fewer
+        multiplications, results that differ from the direct sums by rounding only); off keeps
+        the direct sums.
     target: the machine to build for: a :class:`~tcpy.Target`, a preset name (``"x86-64-v3"``)
         or None for ``$TCPY_TARGET``, else this machine.
     """
@@ -53,6 +57,7 @@ class Options:
     register_tile: bool = True
     contraction: bool = True
     fuse: bool = True
+    winograd: bool = True
     target: Union[None, str, Target] = None
 
     def __post_init__(self):
@@ -62,7 +67,7 @@ class Options:
         object.__setattr__(self, "tile_sizes", dict(self.tile_sizes))
         object.__setattr__(self, "loop_order", _names("loop_order", self.loop_order))
         object.__setattr__(self, "cflags", _names("cflags", self.cflags, "compiler flags such as ('-O1',)"))
-        for name in ("parallel", "vectorize", "fast_math", "check_indices", "register_tile"):
+        for name in ("parallel", "vectorize", "fast_math", "check_indices", "register_tile", "winograd"):
             if not isinstance(getattr(self, name), bool):
                 _bad(name, "True or False", getattr(self, name))
         if self.num_threads is not None and not _int_in(self.num_threads, 1, MAX_THREADS):
@@ -90,7 +95,7 @@ class Options:
         return (
             tuple(sorted(self.tile_sizes.items())), self.loop_order, self.unroll, self.threads,
             self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
-            self.register_tile, self.contraction, self.fuse, self.target.key(),
+            self.register_tile, self.contraction, self.fuse, self.winograd, self.target.key(),
         )
 
 

@@ -62,6 +62,15 @@ def test_other_convolutions_keep_the_gemm(source, shapes):
     assert _paths(kernel, *shapes) in (["packed"], ["small"], ["stream"])
 
 
+def test_the_option_turns_the_path_off():
+    args = _zeros(1, 64, 64, 56)
+    assert _paths(tcpy.define(_conv_source(), options=tcpy.Options(target=AVX2)), *args) == ["winograd"]
+    off = tcpy.Options(target=AVX2, winograd=False)
+    assert _paths(tcpy.define(_conv_source(), options=off), *args) == ["packed"]
+    with pytest.raises(tcpy.TCOptionError, match="Options.winograd must be True or False, got 'no'"):
+        tcpy.Options(winograd="no")
+
+
 def test_block_buffers_do_not_grow_with_the_batch():
     """The transformed input and products are per block of tiles: N = 8 plans the blocks of N = 1."""
     kernel = tcpy.define(_conv_source(), options=tcpy.Options(target=AVX2))
@@ -191,9 +200,8 @@ def test_rounding_stays_near_the_direct_sums():
         patch.setattr(contraction, "GAIN_MIN", 0.0)
         fast = tcpy.define(PADDED)
         assert _paths(fast, I, Wt) == ["winograd"]
-        patch.setattr(contraction, "winograd_form", lambda con: None)
-        gemm = tcpy.define(PADDED + "\n")
-        assert _paths(gemm, I, Wt) != ["winograd"]
+        gemm = tcpy.define(PADDED, options=tcpy.Options(winograd=False))
+        assert _paths(gemm, I, Wt) == ["packed"]
         direct_error = np.abs(gemm(I, Wt) - exact).max()
     winograd_error = np.abs(fast(I, Wt) - exact).max()
     assert winograd_error <= 2 * direct_error, (winograd_error, direct_error)

@@ -636,11 +636,13 @@ def _balanced(total: int, block: int, multiple: int) -> int:
     return -(-(-(-total // count)) // multiple) * multiple
 
 
-def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False) -> Plan:
+def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False,
+         winograd: bool = True) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
     ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
-    small path (B read in place) never pays: ``stream`` or ``packed``."""
+    small path (B read in place) never pays: ``stream`` or ``packed``. ``winograd``: the
+    winograd path may be chosen (``Options.winograd``)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
@@ -686,7 +688,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
     b_ways = max(1, target.l1d_ways - 1 - a_ways)
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
-    form = None if b_packed_once else winograd_form(con)
+    form = winograd_form(con) if winograd and not b_packed_once else None
     if form is not None:
         wplan = _winograd_plan(con, form, target, threads, kc_max, unroll)
         if wplan is not None:
@@ -987,4 +989,5 @@ def contraction_of(stmt: ast.Stmt, ranges, program, options) -> Optional[tuple[C
     con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
     if con is None:
         return None
-    return con, plan(con, options.target, options.threads if options.parallel else 1)
+    return con, plan(con, options.target, options.threads if options.parallel else 1,
+                     winograd=options.winograd)

@@ -217,3 +217,49 @@ def test_every_x86_preset_builds_the_path(preset, dtype):
     shapes = ((1, 256, 28, 28), (256, 256, 3, 3))
     assert "winograd path" in str(kernel.explain(*shapes))
     assert build_library(kernel.c_source(*shapes), target=Target.preset(preset)).is_file()
+
+
+UNUSUAL = {
+    "half image, cast in the product": ("""
+def conv(half(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
+    O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                      ? float(I(n, c, h + kh - 1, w + kw - 1)) * Wt(f, c, kh, kw) : 0.0
+        where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+}""", (((2, 5, 9, 11), np.float16), ((6, 5, 3, 3), np.float32))),
+    "taps in another order, output transposed": ("""
+def conv(float(N,C,H,W) I, float(F,KW,C,KH) Wt) -> (O) {
+    O(n, f, w, h) +=! I(n, c, h + kh, w + kw) * Wt(f, kw, c, kh)
+        where h in 0:H-2, w in 0:W-2, kh in 0:3, kw in 0:3
+}""", (((1, 4, 10, 9), np.float32), ((7, 3, 4, 3), np.float32))),
+    "padding on one side of each axis": ("""
+def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
+    O(n, f, h, w) +=! (h + kh >= 2 && w + kw >= 1) ? I(n, c, h + kh - 2, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+        where h in 0:H, w in 0:W - 1, kh in 0:3, kw in 0:3
+}""", (((2, 3, 7, 8), np.float32), ((5, 3, 3, 3), np.float32))),
+    "integer weights": ("""
+def conv(float(N,C,H,W) I, int32(F,C,3,3) Wt) -> (O) {
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * float(Wt(f, c, kh, kw))
+        where h in 0:H-2, w in 0:W-2, kh in 0:3, kw in 0:3
+}""", (((1, 3, 8, 8), np.float32), ((4, 3, 3, 3), np.int32))),
+    "outputs of 2 x 3": ("""
+def conv(double(N,C,H,W) I, double(F,C,3,3) Wt) -> (O) {
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+        where h in 0:H-2, w in 0:W-2, kh in 0:3, kw in 0:3
+}""", (((3, 2, 4, 5), np.float64), ((3, 2, 3, 3), np.float64))),
+}
+
+
+@pytest.mark.parametrize("name", list(UNUSUAL))
+def test_unusual_types_and_layouts_match_the_reference(name):
+    source, specs = UNUSUAL[name]
+    rng = np.random.default_rng(1)
+    args = [(rng.integers(-3, 4, shape) if dtype == np.int32 else rng.uniform(-1, 1, shape)).astype(dtype)
+            for shape, dtype in specs]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contraction, "GAIN_MIN", 0.0)
+        kernel = tcpy.define(source, options=tcpy.Options(num_threads=2))
+        assert _paths(kernel, *args) == ["winograd"]
+        got = kernel(*args)
+    want = tcpy.define(source, backend="reference")(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -9,7 +9,8 @@ too, or ASan cannot intercept the C++ exceptions islpy throws: "real___cxa_throw
     ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \\
     TCPY_SANITIZE=1 TCPY_CACHE_DIR=<a fresh directory> python -c <CHILD>
 
-The child compiles and runs GEMM, conv2d (stride 1 and 2), attention as several statements, a
+The child compiles and runs GEMM, conv2d (stride 1 and 2; padded 3x3 ones forced onto the Winograd
+path, NCHW and NHWC), attention as several statements, a
 fused chain whose last product gathers its B columns (at two threads), a padded stencil whose
 untaken ternary branches would read out of bounds, a LUT gather whose run-time check must fire
 before the read, gathers from tensors without elements (where no element 0 exists to fall back
@@ -55,6 +56,21 @@ CHILD = textwrap.dedent(
 
     same("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
          rand(33, 17), rand(17, 29))
+    # Winograd F(2x2, 3x3) forced onto small padded convolutions: vector loads of 8 tiles side by
+    # side, border tiles, the last partial sliver, NCHW and NHWC, at two threads
+    import tcpy.transform.contraction as contraction
+    contraction.GAIN_MIN = 0.0
+    same('''def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
+             O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                               ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+                 where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+         }''', rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2)
+    same('''def conv(float(N,H,W,C) I, float(3,3,C,F) Wt) -> (O) {
+             O(n, h, w, f) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                               ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c, f) : 0.0
+                 where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+         }''', rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2)
+    contraction.GAIN_MIN = 1.25
     for stride in (1, 2):
         same(f'''def conv(float(N,C,H,W) I, float(O,C,KH,KW) Wt) -> (Out) {{
                  Out(n, o, h, w) +=! I(n, c, {stride} * h + kh, {stride} * w + kw) * Wt(o, c, kh, kw)

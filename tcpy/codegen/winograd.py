@@ -1,7 +1,7 @@
 """C for the winograd path of a contraction (:mod:`tcpy.transform.winograd`)::
 
-    the threads scan both operands (a share each) and transform the weights, U (A slivers):
-      [batch][16][M/MR][K'][MR], rows split over the threads
+    the threads scan the image (a share each) and transform the weights, checking each weight
+      they read, into U (A slivers): [batch][16][M/MR][K'][MR], rows split over the threads
     inf, NaN or a huge magnitude anywhere: no thread goes on; the sums run point by point after
     each thread, over its run of tile slivers, a block of up to nc tiles at a time:
       V = the input transform of the block, [16][slivers][K'][NR] (B slivers; guards read zeros)
@@ -70,14 +70,21 @@ class _WinogradRenderer(_Renderer):
             self.var_offset_fn(w, f"g{i}_k", form.k, lambda v, i=i: v.g[i])
             self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
 
+    def unusual(self, value: str) -> str:
+        """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (NaN fails both tests)."""
+        huge = f"({self.T}){HUGE[self.s]}"
+        return f"!({value} <= {huge} && {value} >= -{huge})"
+
     def weights(self, w: _Writer):
-        """``<p>_weights``: U = G g G^T for rows r0..r1 (a sliver) of batch index bi."""
+        """``<p>_weights``: U = G g G^T for rows r0..r1 (a sliver) of batch index bi; returns whether
+        a weight it read is inf, NaN or huge (the weights' scan, fused: they are read once)."""
         p, T, TW, mr, K = self.p, self.T, self.TW, self.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
         half = _lit(0.5, self.con.dtype)
         point = self.u_point
-        w(f"static void {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0, "
+        w(f"static int {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0, "
           f"int64_t r1) {{")
+        w("int bad = 0;", 1)
         w(f"for (int64_t m = r0; m < r1; m++) {{", 1)
         w(f"{T} *u = U + bi * INT64_C({POINTS * self.u_point}) + m / {mr} * INT64_C({K * mr}) + m % {mr};", 2)
         w(f"const {TW} *wm = Wt + INT64_C({self.wts.offset}) + {p}_off_{self.form.weights}_batch(bi) + "
@@ -88,6 +95,7 @@ class _WinogradRenderer(_Renderer):
         w(f"const {TW} *q = wm + {p}_ww_k(k);", 4)
         w(f"for (int i = 0; i < {TAPS}; i++) for (int j = 0; j < {TAPS}; j++) "
           f"g[i][j] = ({T})q[i * INT64_C({rows.weights}) + j * INT64_C({cols.weights})];", 4)
+        w(f"for (int i = 0; i < {TAPS}; i++) for (int j = 0; j < {TAPS}; j++) bad |= {self.unusual('g[i][j]')};", 4)
         w("}", 3)
         w(f"for (int j = 0; j < {TAPS}; j++) {{ t[0][j] = g[0][j]; t[1][j] = (g[0][j] + g[1][j] + g[2][j]) * {half}; "
           f"t[2][j] = (g[0][j] - g[1][j] + g[2][j]) * {half}; t[3][j] = g[2][j]; }}", 3)
@@ -100,6 +108,7 @@ class _WinogradRenderer(_Renderer):
         w("}", 3)
         w("}", 2)
         w("}", 1)
+        w("return bad;", 1)
         w("}")
 
     def inputs(self, w: _Writer):
@@ -270,7 +279,6 @@ class _WinogradRenderer(_Renderer):
         alpha = _lit(con.alpha, con.dtype)
         for s in con.alpha_tensors:
             alpha += f" * ({T}){self.names[s]}[0]"
-        huge = f"({T}){HUGE[self.s]}"
         total = self.batch * self.slivers
         w("{")
         w(f"const {T} alpha = {alpha};", 1)
@@ -285,15 +293,15 @@ class _WinogradRenderer(_Renderer):
         w("const int tid = 0, nth = 1;", 2)
         w("#endif", 0)
         w("int mine = 0;  /* int: gcc vectorises no bool or-reduction */", 2)
-        for name, acc in ((A, con.a), (B, con.b)):
-            w(f"for (int64_t e = tid * INT64_C({acc.elements}) / nth, e1 = (tid + 1) * INT64_C({acc.elements}) / nth; "
-              f"e < e1; e++) {{ const {T} v = ({T}){name}[e]; mine |= !(v <= {huge} && v >= -{huge}); }}", 2)
+        elements = self.img.elements
+        w(f"for (int64_t e = tid * INT64_C({elements}) / nth, e1 = (tid + 1) * INT64_C({elements}) / nth; "
+          f"e < e1; e++) mine |= {self.unusual(f'({T}){image}[e]')};", 2)
+        w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 2)
+        w(f"mine |= {p}_weights({weights}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 3)
         w("if (mine) {", 2)
         w("#pragma omp atomic write", 0)
         w("bad = 1;", 3)
         w("}", 2)
-        w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 2)
-        w(f"{p}_weights({weights}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 3)
         w("#pragma omp barrier", 0)
         w("int stop_all;", 2)
         w("#pragma omp atomic read", 0)

@@ -16,9 +16,10 @@ of affine comparisons of index variables and sizes (a padded convolution's windo
 padded convolution runs as fast as one over a pre-padded input. The guard's variables must all
 index that operand (``b``: batch, N, K, as in NCHW; else ``a``: batch, M, K, as in NHWC);
 comparisons that hold on the whole domain are dropped. A guarded-off element contributes
-``0 * x`` for the other operand's ``x``: 0 for every finite ``x`` (the loop path skips the
-product, so an infinite or NaN ``x`` there gives a different result, as zero padding in a BLAS
-convolution does).
+``0 * x`` for the other operand's ``x``: 0 for every finite ``x``; TC adds nothing there, so
+the generated kernel scans the other operand for inf and NaN when the scan costs at most a 64th
+of the products, and such a call sums point by point (:mod:`tcpy.codegen.contraction`,
+``exact_fallback``; the winograd path checks both operands).
 
 :func:`recognize` classifies its index variables by role — **batch** (output and both
 operands), **M** (output and operand ``a``), **N** (output and operand ``b``), **K** (both

@@ -1246,12 +1246,9 @@ class _Renderer:
         bpart = -(-self.batch // tb)
         mpart, npart = -(-mt // tm) * plan.mr, -(-nt // tn) * plan.nr
         part = bpart * mpart * npart
-        alpha = _lit(con.alpha, con.dtype)
-        for s in con.alpha_tensors:
-            alpha += f" * ({T}){self.names[s]}[0]"
         A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
         w("{")
-        w(f"const {T} alpha = {alpha};", 1)
+        w(f"const {T} alpha = {self.alpha()};", 1)
         if self.exact_fallback(w, A, B, C):
             w("} else {", 1)
         if tk > 1:
@@ -1261,11 +1258,7 @@ class _Renderer:
             w("#pragma omp parallel num_threads(nt) if(nt > 1)", 1)
         w("{", 1)
         if cells > 1:
-            w("#ifdef _OPENMP", 0)
-            w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 2)
-            w("#else", 0)
-            w("const int tid = 0, nth = 1;", 2)
-            w("#endif", 0)
+            self.team(w, 2)
         else:
             w("const int tid = 0, nth = 1;", 2)
         w(f"for (int cell = tid; cell < {cells}; cell += nth) {{", 2)
@@ -1288,6 +1281,21 @@ class _Renderer:
         if self.guarded_products:  # (the else of exact_fallback)
             w("}", 1)
         w("}")
+
+    def alpha(self) -> str:
+        """C: the contraction's scale (its literal times its rank-0 tensors)."""
+        alpha = _lit(self.con.alpha, self.con.dtype)
+        for s in self.con.alpha_tensors:
+            alpha += f" * ({self.T}){self.names[s]}[0]"
+        return alpha
+
+    def team(self, w: _Writer, depth: int):
+        """``tid`` and ``nth`` inside an OpenMP parallel region (0 and 1 without OpenMP)."""
+        w("#ifdef _OPENMP", 0)
+        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", depth)
+        w("#else", 0)
+        w("const int tid = 0, nth = 1;", depth)
+        w("#endif", 0)
 
     @property
     def guarded_products(self) -> bool:
@@ -1410,10 +1418,7 @@ class _Renderer:
         if prepacked is not None:
             self.prepack(helpers)
             prepack = f"{self.p}_prepack({pointers[1]}, {prepacked});"
-        alpha = _lit(self.con.alpha, self.con.dtype)
-        for s in self.con.alpha_tensors:
-            alpha += f" * ({self.T}){self.names[s]}[0]"
-        call = (f"{{ const {self.T} alpha = {alpha}; "
+        call = (f"{{ const {self.T} alpha = {self.alpha()}; "
                 + self.cell_call(*pointers, "0, 1", f"0, {rows}", f"0, {self.N}", f"0, {self.K}",
                                  bpre=prepacked or "0") + "; }")
         return helpers.text(), prepack, call

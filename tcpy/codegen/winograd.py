@@ -9,8 +9,9 @@
         MR x NR micro-kernel: U[xi] x V[xi] into the block's products [16][M][nc]
       the output transform of the products into the output (alpha, +=, the epilogue)
 
-The transforms are plain C over each tile (gcc vectorises the output transform along the
-tiles); the products run on the engine's micro-kernel.
+The weights' transform is plain C; the input transform loads groups of a vector's width of tiles
+side by side as vectors (other tiles one by one), the output transform is vectorised by gcc along
+the tiles; the products run on the engine's micro-kernel.
 """
 from __future__ import annotations
 
@@ -61,10 +62,12 @@ class _WinogradRenderer(_Renderer):
     def offsets(self, w: _Writer):
         """Offsets in the image (``i``), the weights (``w``) and the output (``c``) of the linear
         indices of the input channels (``_k``), the images (``_n``) and the output channels
-        (``_m``); ``l``: their part of the epilogue's linear M or N index."""
+        (``_m``), for the tensors each indexes; ``l``: their part of the epilogue's linear M or N
+        index."""
         form = self.form
-        for which, field in (("i", "image"), ("w", "weights"), ("c", "c"), ("l", "line")):
-            for role in "knm":
+        for which, field, roles in (("i", "image", "kn"), ("w", "weights", "km"), ("c", "c", "nm"),
+                                    ("l", "line", "nm")):
+            for role in roles:
                 self.var_offset_fn(w, f"{which}_{role}", getattr(form, role), lambda v, f=field: getattr(v, f))
         for i in range(len(self.con.guards)):
             self.var_offset_fn(w, f"g{i}_k", form.k, lambda v, i=i: v.g[i])
@@ -145,11 +148,11 @@ class _WinogradRenderer(_Renderer):
         vector = cols.out.image == 1 and TI == T and L >= 2
         if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
             w(f"int whole[{nc // L}];", 1)
-            w(f"for (int64_t q = 0; q < {nc}; q += {L})", 1)
-            w(f"whole[q / {L}] = q + {L} <= nt && (t0 + q) / {cols.tiles} == (t0 + q + {L - 1}) / {cols.tiles} && "
-              f"inside[q] && inside[q + {L - 1}];", 2)
-            w(f"for (int64_t q = 0; q < {nc}; q += {L}) for (int64_t l = 1; l < {L}; l++) "
-              f"whole[q / {L}] &= l + q >= nt || inside[q + l];", 1)
+            w(f"for (int64_t q = 0; q < {nc}; q += {L}) {{", 1)
+            w(f"int all = q + {L} <= nt && (t0 + q) / {cols.tiles} == (t0 + q + {L - 1}) / {cols.tiles};", 2)
+            w(f"for (int64_t l = 0; all && l < {L}; l++) all = inside[q + l];", 2)
+            w(f"whole[q / {L}] = all;", 2)
+            w("}", 1)
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
         w(f"const int64_t ik = {p}_wi_k(k);", 2)
         for i in range(len(guards)):
@@ -276,22 +279,15 @@ class _WinogradRenderer(_Renderer):
         p, mr, nr, K = self.p, plan.mr, plan.nr, form.K
         A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
         image, weights = (A, B) if form.image == "a" else (B, A)
-        alpha = _lit(con.alpha, con.dtype)
-        for s in con.alpha_tensors:
-            alpha += f" * ({T}){self.names[s]}[0]"
         total = self.batch * self.slivers
         w("{")
-        w(f"const {T} alpha = {alpha};", 1)
+        w(f"const {T} alpha = {self.alpha()};", 1)
         w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
         w(f"{T} *U = ({T} *)tcpy_scratch(0, sizeof({T}) * INT64_C({self.batch * POINTS * self.u_point}));", 1)
         w(f"const int team = tcpy_num_threads < {total} ? tcpy_num_threads : {total};", 1)
         w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
         w("{", 1)
-        w("#ifdef _OPENMP", 0)
-        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", 2)
-        w("#else", 0)
-        w("const int tid = 0, nth = 1;", 2)
-        w("#endif", 0)
+        self.team(w, 2)
         w("int mine = 0;  /* int: gcc vectorises no bool or-reduction */", 2)
         elements = self.img.elements
         w(f"for (int64_t e = tid * INT64_C({elements}) / nth, e1 = (tid + 1) * INT64_C({elements}) / nth; "

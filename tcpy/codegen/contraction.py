@@ -51,9 +51,8 @@ from ..lang.types import ScalarType
 from ..transform.contraction import Contraction, Group, Plan
 
 
-PACK_B_SLIVERS = 16  # slivers pack_b fills row by row at a time (their writes touch 16 pages)
 DIRECT_ENDS = 8  # padded positions of a run whose taps the direct path lists (beyond: tested per tap)
-PACK_B_AHEAD = 4  # pack_b prefetches B's row this many K rows ahead (a row's copy is shorter than a miss)
+PACK_B_AHEAD = 2  # pack_b asks for the rows of the sliver this many slivers ahead
 GUARD_PERIOD_MAX = 64  # longest period of the guards along K for which a sliver classifies its rows once
 
 
@@ -611,44 +610,43 @@ class _Renderer:
         n = self.single("n")
         w(f"static void {p}_pack_b(const {TB} *TCPY_RESTRICT bb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,"
           f" {T} *TCPY_RESTRICT bp) {{")
-        # row by row of K within chunks of PACK_B_SLIVERS slivers: B's rows are read along N (a
-        # few streams, prefetched), not sliver by sliver (kc streams at once), and a chunk's
-        # writes touch few pages
+        # sliver by sliver: the writes run along the packed buffer, and each sliver's kc rows are
+        # asked for PACK_B_AHEAD slivers ahead (B streams from memory for a batch of images; a
+        # row by row order wrote kc-strided lines that share one L1 set)
         if n is not None:
             col = lambda c: f"INT64_C({n.b}) * (j0 + s + {c})"  # noqa: E731
+            step, run = n.b, None
         else:
             # (a slot of its own: a chain's products pack B while its block buffers are live)
             w("int64_t *co = (int64_t *)tcpy_scratch(5, sizeof(int64_t) * nc);", 1)
             w(f"for (int64_t c = 0; c < nc; c++) co[c] = {p}_off_b_n(j0 + c);", 1)
             col = lambda c: f"co[s + {c}]"  # noqa: E731
-        chunk = PACK_B_SLIVERS * nr
-        w(f"for (int64_t s0 = 0; s0 < nc; s0 += {chunk}) {{", 1)
-        w(f"const int64_t s1 = nc - s0 < {chunk} ? nc : s0 + {chunk};", 2)
+            step, run = self.con.n[-1].b, self.con.n[-1].extent
+        size = self.con.b.dtype.bits // 8
+        span = abs(step) * (nr - 1) * size  # first to last element of a sliver's row, in bytes
+        lines = [*range(0, span, 64), span]
+        w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
+        w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
+        # a whole sliver inside one run of the inner N group is read at that group's stride in B
+        inside = f"s + {nr} <= nc" + (f" && (j0 + s) % {run} + {nr} <= {run}" if run else "")
+        w(f"if ({inside}) {{", 2)
+        w(f"const {TB} *TCPY_RESTRICT src = bb + {col('0')};", 3)
+        w(f"const int ahead = s + {PACK_B_AHEAD * nr + nr} <= nc;", 3)
+        w(f"const {TB} *TCPY_RESTRICT pf = bb + (ahead ? {col(str(PACK_B_AHEAD * nr))} : {col('0')});", 3)
+        w("for (int64_t k = 0; k < kc; k++) {", 3)
+        w(f"const {TB} *TCPY_RESTRICT r = src + {p}_off_b_k(p0 + k);", 4)
+        w("if (ahead) {", 4)
+        w(f"const {TB} *q = pf + {p}_off_b_k(p0 + k);", 5)
+        for line in lines:
+            w(f"__builtin_prefetch((const char *)q + {line if step > 0 else -line}, 0, 3);", 5)
+        w("}", 4)
+        self.copy_sliver_row(w, f"d + k * {nr}", "r", nr, step, TB, 4)
+        w("}", 3)
+        w("continue;", 3)
+        w("}", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
         w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 3)
-        # B streams from memory when it is large (a batch of images): ask for a row ahead
-        line = max(1, 64 // self.s)
-        w(f"if (k + {PACK_B_AHEAD} < kc) {{", 3)
-        w(f"const {TB} *ahead = bb + {p}_off_b_k(p0 + k + {PACK_B_AHEAD});", 4)
-        w(f"for (int64_t s = s0; s < s1; s += {line}) __builtin_prefetch(ahead + {col('0')}, 0, 3);", 4)
-        w("}", 3)
-        w(f"{T} *TCPY_RESTRICT d = bp + s0 * kc + k * {nr};", 3)
-        w("int64_t s = s0;", 3)
-        w(f"for (; s + {nr} <= s1; s += {nr}, d += {nr} * kc) {{", 3)
-        if n is None:
-            # a sliver inside one run of the inner N group is read at that group's stride in B
-            inner = self.con.n[-1]
-            w(f"if ((j0 + s) % {inner.extent} + {nr} <= {inner.extent}) {{", 4)
-            w(f"const {TB} *TCPY_RESTRICT r = src + co[s];", 5)
-            if not self.copy_every_other(w, "d", "r", nr, inner.b, TB, 5):
-                w(f"#pragma GCC unroll {nr}", 5)
-                w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})r[INT64_C({inner.b}) * c];", 5)
-            w("continue;", 5)
-            w("}", 4)
-        w(f"#pragma GCC unroll {nr}", 4)
-        w(f"for (int64_t c = 0; c < {nr}; c++) d[c] = ({T})src[{col('c')}];", 4)
-        w("}", 3)
-        w(f"for (int64_t c = 0; s < s1 && c < {nr}; c++) d[c] = s + c < s1 ? ({T})src[{col('c')}] : ({T})0;", 3)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = s + c < nc ? ({T})src[{col('c')}] : ({T})0;", 3)
         w("}", 2)
         w("}", 1)
         w("}")

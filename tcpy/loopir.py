@@ -209,6 +209,24 @@ class Chain:
     rows: int
     blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, row elements)
     reasons: tuple[str, ...] = ()
+    deferred: Optional["Deferral"] = None
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A quotient ``X = Y / Z`` (one ``Z`` per row) that only a chain's last product reads,
+    moved past it (the rescaling of flash attention): the product reads ``Y``'s block and its
+    output rows are divided by ``Z``, so ``statement`` (X's) never runs and the division is
+    done once per output element instead of once per element of ``X``'s rows. Rows whose
+    ``Z`` is below 1 in magnitude or not finite (where ``Y / Z`` itself could overflow), or
+    whose divided output is not finite (the sum overflowed before the division), get ``X``
+    itself (``Y`` divided in place) and their product again: the results differ from the
+    statement's only by rounding."""
+
+    statement: int
+    quotient: str
+    numerator: str
+    divisor: str
 
 
 @dataclass(frozen=True)
@@ -430,6 +448,9 @@ class BlockChain:
     tail: BlockProduct
     parallel: bool
     chunks: int
+    # a Deferral's (numerator's block buffer, its row elements, divisor's block buffer): the
+    # tail reads the numerator and its output rows are divided by the divisor
+    deferred: Optional[tuple[str, int, str]] = None
 
 
 Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest, BlockChain]
@@ -536,8 +557,10 @@ def describe_group(program: Program, group: FusedGroup) -> str:
                      "dependences keep the shared loops equal)")
         for tensor, buffer, row in chain.blocked:
             size = chain.rows * row * program.types[tensor].bits // 8
-            text += (f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): one block of rows, "
-                     "written or read by a product's micro-kernel, so it spans the block (per thread)")
+            use = ("one value per row, that divides the last product's rows"
+                   if chain.deferred and tensor == chain.deferred.divisor else
+                   "one block of rows, written or read by a product's micro-kernel, so it spans the block")
+            text += f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): {use} (per thread)"
         text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
     return text
 
@@ -602,6 +625,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
                 if product is node.head:
                     lines.append(f"{inner}for {node.row_var} in the block's rows")
                     _dump_nodes(node.body, depth + len(node.loops) + 1, lines)
+            if node.deferred is not None:
+                lines.append(f"{inner}divide the rows of S{node.tail.stmt}'s output by {node.deferred[2]}")
         elif isinstance(node, TileUpdate):
             lets = f" with {_point_text(node.lets)}" if node.lets else ""
             lines.append(f"{pad}tile update S{node.stmt} ({_point_text(node.point)}){lets}: {node.rhs}")

@@ -255,6 +255,8 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
     loop_vars = {v: f"g{k}" for k, v in enumerate(group.shared)}
     inner_options = dataclasses.replace(options, parallel=False)
     rows = group.statements[1:-1] if group.chain else group.statements
+    if group.chain and group.chain.deferred:
+        rows = tuple(i for i in rows if i != group.chain.deferred.statement)  # (divides the product's rows)
     body: list[Node] = []
     for index in rows:
         for nest in _statement_nests(program, index, inner_options, loop_vars, []):
@@ -329,8 +331,12 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
         products.append(BlockProduct(index, block, block_plan, tuple(exprs), Var(BLOCK_ROWS), prepacked))
     if not shared:
         scratch, packed = scratch + packed, []
+    deferred = None
+    if chain.deferred is not None:
+        blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
+        deferred = (*blocked[chain.deferred.numerator], blocked[chain.deferred.divisor][0])
     return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), products[0],
-                      row_body, products[1], parallel, chunks)
+                      row_body, products[1], parallel, chunks, deferred)
 
 
 def _product(values) -> int:

@@ -73,7 +73,10 @@ def chains(draw):
             lines.append(f"R{i}({rows}) {op} {prev}({full})")
             reductions.append(f"R{i}")
         else:
-            form = draw(st.sampled_from(["exp({x} - {r})", "{x} * {r}", "tanh({x}) + {r}", "{x} / (1 + {r} * {r})"]))
+            forms = ["exp({x} - {r})", "{x} * {r}", "tanh({x}) + {r}", "{x} / (1 + {r} * {r})"]
+            if reductions and prev != "T":
+                forms.append("{x} / {r}")  # a quotient the last product may defer (tcpy.loopir.Deferral)
+            form = draw(st.sampled_from(forms))
             r = f"{draw(st.sampled_from(reductions))}({rows})" if reductions else "0.5"
             lines.append(f"E{i}({full}) = " + form.format(x=f"{prev}({full})", r=r))
             prev = f"E{i}"
@@ -176,3 +179,108 @@ def test_attention_chain_at_odd_and_prime_sizes(b, h, s, d, threads, target):
         options = {"num_threads": threads, "target": t}
         assert len(chains_of(tcpy.define(demo.ATTENTION, options=tcpy.Options(**options)), *args)) == 1
         check(demo.ATTENTION, args, options, 1e-4)
+
+
+SOFTMAX_TIMES_V = """def f(float(M,K) X, float(N,K) Y, float(N,P) Z, float(M) W) -> (O) {
+    T(m, n) +=! X(m, k) * Y(n, k)
+    R(m) max=! T(m, n)
+    E(m, n) = exp(T(m, n) - R(m))
+    S(m) +=! E(m, n) * W(m)
+    Q(m, n) = E(m, n) / S(m)
+    O(m, p) +=! Q(m, n) * Z(n, p)
+}"""
+
+
+def deferred_chain(source, args, threads=2, target=None):
+    kernel = tcpy.define(source, options=tcpy.Options(num_threads=threads, target=target or Target.host()))
+    (chain,) = chains_of(kernel, *args)
+    return kernel, chain
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_a_quotient_read_only_by_the_last_product_is_deferred(threads):
+    """Q = E / S runs as O = (E . Z) / S: the same values as the reference, no Q buffer."""
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((37, 5), (31, 5), (31, 13))]
+    args.append(rng.uniform(0.5, 2, 37).astype(np.float32))
+    kernel, chain = deferred_chain(SOFTMAX_TIMES_V, args, threads, tiny_caches(Target.host()))
+    assert chain.deferred is not None
+    explained = str(kernel.explain(*args))
+    assert "Q = E / S is read only by S5" in explained and "Q ->" not in explained
+    check(SOFTMAX_TIMES_V, args, {"num_threads": threads, "target": tiny_caches(Target.host())}, 2e-4)
+
+
+def test_rows_with_a_zero_or_non_finite_divisor_take_the_quotient_itself():
+    """A row whose S is 0, inf or NaN gives what Q = E / S gives (inf, NaN or 0 terms), not
+    what dividing the product's sum would."""
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((13, 5), (11, 5), (11, 7))]
+    w = np.ones(13, np.float32)
+    w[[1, 4, 7, 10]] = [0.0, np.inf, np.nan, -0.0]
+    args.append(w)
+    _, chain = deferred_chain(SOFTMAX_TIMES_V, args)
+    assert chain.deferred is not None
+    got = tcpy.define(SOFTMAX_TIMES_V)(*args)
+    want = tcpy.define(SOFTMAX_TIMES_V, backend="reference")(*args)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)  # (NaN where the reference has NaN)
+    # S = 0: terms of inf and -inf (NaN), where the divided sum would be +-inf; S = inf: 0
+    assert np.isnan(got[1]).all() and np.all(got[4] == 0) and np.isnan(got[7]).all()
+
+
+def test_rows_whose_undivided_sum_overflows_are_computed_again():
+    """E . Z overflows float32 while (E / S) . Z does not: those rows take Q itself."""
+    source = """def f(float(M,K) X, float(N,K) Y, float(N,P) Z, float(M) W) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        R(m) max=! T(m, n)
+        E(m, n) = (T(m, n) - R(m) + 2) * W(m)
+        S(m) +=! E(m, n)
+        Q(m, n) = E(m, n) / S(m)
+        O(m, p) +=! Q(m, n) * Z(n, p)
+    }"""
+    rng = np.random.default_rng(7)
+    args = [rng.uniform(0.5, 1, s).astype(np.float32) for s in ((17, 3), (19, 3), (19, 5))]
+    args[2] *= 1e10
+    w = np.ones(17, np.float32)
+    w[[2, 9]] = 1e30  # E ~ 1e30, E . Z ~ 1e41: inf before the division
+    args.append(w)
+    _, chain = deferred_chain(source, args)
+    assert chain.deferred is not None
+    got = tcpy.define(source)(*args)
+    want = tcpy.define(source, backend="reference")(*args)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=2e-4)
+
+
+def test_a_quotient_of_the_first_products_rows_is_not_deferred():
+    """Q = T / R with T the first product's own block: chained, Q computed row by row."""
+    source = """def f(float(M,K) X, float(N,K) Y, float(N,P) Z) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        R(m) +=! T(m, n)
+        Q(m, n) = T(m, n) / R(m)
+        O(m, p) +=! Q(m, n) * Z(n, p)
+    }"""
+    rng = np.random.default_rng(8)
+    args = [rng.uniform(0.5, 1, s).astype(np.float32) for s in ((23, 5), (29, 5), (29, 3))]
+    _, chain = deferred_chain(source, args)
+    assert chain.deferred is None
+    check(source, args, {"num_threads": 2}, 2e-4)
+
+
+def test_rows_whose_quotient_would_overflow_take_the_quotient_itself():
+    """Row 0: E = 1 everywhere and S a denormal, so E / S is inf and the row's terms inf and
+    -inf (NaN); the undivided sum over Z's columns of +1 and -1 is exactly 0, and 0 / S = 0
+    would hide that: a divisor below 1 in magnitude never defers."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    x[0] = 0  # T(0, n) = 0: R(0) = 0, E(0, n) = 1
+    y = rng.standard_normal((8, 3)).astype(np.float32)
+    z = np.tile(np.array([[1.0], [-1.0]], np.float32), (4, 3))
+    w = np.ones(5, np.float32)
+    w[0] = 1e-45
+    args = [x, y, z, w]
+    _, chain = deferred_chain(SOFTMAX_TIMES_V, args)
+    assert chain.deferred is not None
+    got = tcpy.define(SOFTMAX_TIMES_V)(*args)
+    want = tcpy.define(SOFTMAX_TIMES_V, backend="reference")(*args)
+    assert np.isnan(want[0]).all() and np.isnan(got[0]).all()
+    np.testing.assert_allclose(got[1:], want[1:], rtol=2e-4, atol=2e-4)

@@ -89,10 +89,11 @@ class _Writer:
 
 
 def render_block(con: Contraction, plan: Plan, names: dict, prefix: str, pointers: tuple[str, str, str], rows: str,
-                 prepacked) -> tuple[str, str, str]:
+                 prepacked, divided: bool = False) -> tuple[str, str, str]:
     """``(helpers, prepack, call)`` of a contraction on one block of rows (see
-    :meth:`_Renderer.render_block`)."""
-    return _Renderer(con, plan, names, prefix, None).render_block(pointers, rows, prepacked)
+    :meth:`_Renderer.render_block`); ``divided`` adds ``<prefix>_divide_rows``
+    (:meth:`_Renderer.divide_rows`)."""
+    return _Renderer(con, plan, names, prefix, None).render_block(pointers, rows, prepacked, divided)
 
 
 def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
@@ -1405,13 +1406,16 @@ class _Renderer:
         w("}", 2)
         w("}", 1)
 
-    def render_block(self, pointers: tuple[str, str, str], rows: str, prepacked) -> tuple[str, str, str]:
+    def render_block(self, pointers: tuple[str, str, str], rows: str, prepacked,
+                     divided: bool = False) -> tuple[str, str, str]:
         """``(helpers, prepack, call)`` for one block of rows inside a fused chain (one thread,
         no grid): ``pointers`` are the C pointers of a, b and c at the block; ``prepacked`` the
         C buffer holding B packed once per batch (None: the cell packs or reads B itself)."""
         helpers = _Writer()
         self.header(helpers)
         getattr(self, self.plan.path)(helpers)
+        if divided:
+            self.divide_rows(helpers)
         prepack = ""
         if prepacked is not None:
             self.prepack(helpers)
@@ -1420,6 +1424,27 @@ class _Renderer:
                 + self.cell_call(*pointers, "0, 1", f"0, {rows}", f"0, {self.N}", f"0, {self.K}",
                                  bpre=prepacked or "0") + "; }")
         return helpers.text(), prepack, call
+
+    def divide_rows(self, w: _Writer):
+        """``int <p>_divide_rows(T *C, int64_t rows, const T *z)``: a block's output rows, row r
+        divided by ``z[r]`` (a quotient deferred past the product); returns 1 when a row whose
+        ``z`` is not 1 came out inf or NaN (its sum may have overflowed before the division)."""
+        p, T = self.p, self.T
+        w(f"static int {p}_divide_rows({T} *TCPY_RESTRICT C, int64_t rows, const {T} *TCPY_RESTRICT z) {{")
+        w("int redo = 0;", 1)
+        w("for (int64_t r = 0; r < rows; r++) {", 1)
+        w(f"{T} *TCPY_RESTRICT o = C + {p}_off_c_m(r);", 2)
+        w(f"const {T} d = z[r];", 2)
+        w("int bad = 0;", 2)
+        w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 2)
+        w(f"{T} *e = o + {p}_off_c_n(j);", 3)
+        w("*e = *e / d;", 3)
+        w("bad |= !isfinite(*e);", 3)
+        w("}", 2)
+        w(f"redo |= bad && d != ({T})1;", 2)
+        w("}", 1)
+        w("return redo;", 1)
+        w("}")
 
     def render(self) -> tuple[str, str]:
         helpers = _Writer()

@@ -560,11 +560,13 @@ class _Emitter:
         calls = []
         for product in (node.head, node.tail):
             pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
+            divided = product is node.tail and node.deferred is not None
             helpers, prepack, call = contraction_c.render_block(
                 product.contraction, product.plan, names, f"{self.symbol}_s{product.stmt}", pointers,
-                index_c(product.rows), c_name(product.prepacked) if product.prepacked else None)
+                index_c(product.rows), c_name(product.prepacked) if product.prepacked else None, divided)
             self.helpers.append(helpers)
             calls.append((prepack, call))
+        tail_c = pointers[2]
         prepacks = " ".join(p for p, _ in calls if p)
         self.emit("{", depth)
         if node.shared:
@@ -606,11 +608,42 @@ class _Emitter:
         self.nodes(node.body, d + 2)
         self.loops -= 1
         self.emit("}", d + 1)
-        self.emit(calls[1][1], d + 1)
+        if node.deferred is None:
+            self.emit(calls[1][1], d + 1)
+        else:
+            self.deferred_tail(node, calls[1][1], tail_c, d + 1)
         self.emit("}", d)
         if node.shared:
             self.emit("}", d - 1)
         self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def deferred_tail(self, node, call: str, tail_c: str, depth: int):
+        """The tail product of a chain whose quotient ``X = Y / Z`` was deferred past it (see
+        :class:`tcpy.loopir.Deferral`): rows whose Z is below 1 in magnitude or not finite
+        (where Y / Z itself could overflow) divide Y in place (X itself) and set their Z to 1;
+        the product runs on Y; its rows are divided by Z; if a row with Z != 1 came out not
+        finite (its sum overflowed before the division), every such row takes X and the
+        product runs again."""
+        numerator, row, divisor = node.deferred
+        T = node.tail.contraction.dtype.c_type
+        y, z = c_name(numerator), c_name(divisor)
+        divide = f"{self.symbol}_s{node.tail.stmt}_divide_rows"
+
+        def exact_rows(condition: str, d: int):
+            self.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", d)
+            self.emit(f"const {T} zr = {z}[r];", d + 1)
+            self.emit(f"if ({condition}) {{", d + 1)
+            self.emit(f"for (int64_t e = 0; e < {row}; e++) {y}[r * {row} + e] = {y}[r * {row} + e] / zr;", d + 2)
+            self.emit(f"{z}[r] = ({T})1;", d + 2)
+            self.emit("}", d + 1)
+            self.emit("}", d)
+
+        exact_rows(f"!(isfinite(zr) && fabs(zr) >= ({T})1)", depth)
+        self.emit(call, depth)
+        self.emit(f"if ({divide}({tail_c}, {BLOCK_ROWS}, {z})) {{", depth)
+        exact_rows(f"zr != ({T})1", depth + 1)
+        self.emit(call, depth + 1)
         self.emit("}", depth)
 
     def _carve(self, base, slot, buffers, depth):

@@ -28,6 +28,14 @@ block buffer through the micro-kernel, the statements between run row by row on 
 buffers, and the second product reads its block of rows as its A operand. The products'
 other operands depend only on the batch loops, so they are packed once per batch
 (:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`).
+
+**Deferred quotients.** When the rows the second product reads are a quotient
+``P(r, s) = E(r, s) / Sm(r)`` by one value per row (softmax's normalisation) that nothing else
+reads, and the product overwrites a sum, the product reads ``E`` and its output rows are
+divided by ``Sm`` instead (:class:`tcpy.loopir.Deferral`, flash attention's rescaling): one
+division per output element instead of one per score. Rows where that could differ by more
+than rounding (``Sm`` below 1 in magnitude or not finite; a sum that overflows before the
+division) take ``P`` itself.
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ import islpy as isl
 
 from ..lang import ast
 from ..lang.visit import map_expr
-from ..loopir import Chain, FusedGroup, Program, Statement
+from ..loopir import Chain, Deferral, FusedGroup, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
 from .contraction import block_contraction, contraction_of
@@ -70,7 +78,14 @@ def fuse_statements(program: Program, options: Options) -> Program:
     if not groups:
         return program
     groups = [_chain(program, group, options) or group for group in groups]
-    return _shrink_temporaries(dataclasses.replace(program, groups=tuple(groups)))
+    statements = list(statements)
+    for group in groups:
+        deferral = group.chain.deferred if group.chain else None
+        if deferral is not None:  # the last product reads the numerator in place of the quotient
+            tail = statements[group.statements[-1]]
+            statements[group.statements[-1]] = dataclasses.replace(
+                tail, stmt=_substituted(tail.stmt, deferral.quotient, deferral.numerator))
+    return _shrink_temporaries(dataclasses.replace(program, statements=tuple(statements), groups=tuple(groups)))
 
 
 def _fusable_vars(program: Program, statement: Statement, options: Options) -> tuple[str, ...]:
@@ -141,8 +156,18 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     if not _legal(program, [statements[i] for i in members], shared) or not all(
             _first_write_covers(program, [statements[i] for i in members], t) for t in (produced, consumed[0])):
         return None  # (block buffers hold no zeros for unwritten elements)
+    row_tensors: tuple[str, ...] = (produced, consumed[0])
+    deferral = _deferral(program, group, produced, consumed[0], tail, options)
+    if deferral is not None:
+        deferred_tail = dataclasses.replace(tail, stmt=_substituted(tail.stmt, deferral.quotient, deferral.numerator))
+        engine = contraction_of(deferred_tail.stmt, deferred_tail.ranges, program, options)
+        if engine is None:
+            deferral = None
+        else:
+            tail, engines[1], tail_plan = deferred_tail, engine, engine[1]
+            row_tensors = (produced, deferral.numerator, deferral.divisor)
     blocked = []
-    for k, tensor in enumerate((produced, consumed[0])):
+    for k, tensor in enumerate(row_tensors):
         row = 1
         for e, n in zip(next(a for s in inner for a, _ in _accesses(s) if a.tensor == tensor).indices,
                         program.shapes[tensor]):
@@ -153,7 +178,63 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     for s, (con, _) in zip((head, tail), engines):
         if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program) is None:
             return None
-    return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons))
+    if deferral is not None:
+        reasons += (f"{deferral.quotient} = {deferral.numerator} / {deferral.divisor} is read only by "
+                    f"S{last}, and {deferral.divisor} is one value per row: S{last} reads {deferral.numerator} "
+                    f"and divides its rows of {tail.stmt.target} by {deferral.divisor} (S{deferral.statement} "
+                    f"does not run; rows whose {deferral.divisor} is below 1 in magnitude or not finite, or whose result is not, "
+                    f"take {deferral.quotient} itself)",)
+    return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons, deferral))
+
+
+def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str, tail: Statement,
+              options: Options) -> Optional[Deferral]:
+    """The :class:`Deferral` of ``quotient`` past the chain's last product ``tail``, when its one
+    statement in the group is ``X(v...) = Y(v...) / Z(shared...)`` on temporaries of the
+    product's float type, ``Y`` is not the first product's ``produced`` rows (they have their
+    own block), nothing else reads ``X``, nothing after it writes ``Y`` or ``Z``, and the
+    product overwrites a sum (``+=!``), so dividing its result divides every term."""
+    statements = program.statements
+    writers = [i for i in group.statements if statements[i].stmt.target == quotient]
+    if len(writers) != 1:
+        return None
+    index = writers[0]
+    stmt = statements[index].stmt
+    rhs = stmt.rhs
+    if (stmt.reduction is not None or stmt.where or not isinstance(rhs, ast.Binary) or rhs.op != "/"
+            or not isinstance(rhs.lhs, ast.Access) or not isinstance(rhs.rhs, ast.Access)):
+        return None
+    numerator, divisor = rhs.lhs, rhs.rhs
+    if ([getattr(e, "name", None) for e in numerator.indices] != [getattr(e, "name", None) for e in stmt.lhs]
+            or not all(isinstance(e, ast.IndexVar) for e in stmt.lhs)
+            or not all(isinstance(e, ast.IndexVar) and e.name in group.shared for e in divisor.indices)):
+        return None
+    names = {quotient, numerator.tensor, divisor.tensor}
+    if produced in names:
+        return None
+    temporaries = {t.name for t in program.def_.temporaries}
+    types = {program.types[t] for t in names | {tail.stmt.target}}
+    if len(names) != 3 or not names <= temporaries or len(types) != 1 or not types.pop().is_float:
+        return None
+    if not tail.stmt.init or tail.stmt.reduction != "+":
+        return None
+    con = contraction_of(tail.stmt, tail.ranges, program, options)
+    if con is None or con[0].dtype != program.types[quotient]:
+        return None
+    readers = [i for i, s in enumerate(statements) if any(a.tensor == quotient for a, w in _accesses(s.stmt) if not w)]
+    later = group.statements[group.statements.index(index) + 1:]
+    if readers != [group.statements[-1] + 1] or any(statements[i].stmt.target in names for i in later):
+        return None
+    return Deferral(index, quotient, numerator.tensor, divisor.tensor)
+
+
+def _substituted(stmt: ast.Stmt, old: str, new: str) -> ast.Stmt:
+    """``stmt`` reading tensor ``new`` wherever it read ``old`` (at the same indices)."""
+    def swap(e):
+        if isinstance(e, ast.Access) and e.tensor == old:
+            return dataclasses.replace(e, tensor=new)
+        return None
+    return dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, swap))
 
 
 def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Options) -> tuple[int, tuple[str, ...]]:
@@ -300,7 +381,11 @@ def _shrink_temporaries(program: Program) -> Program:
         rewritten = members - {group.statements[0], group.statements[-1]} if group.chain else members
         locals_: list[tuple[str, str]] = []
         local_bytes = 0
+        deferred = group.chain.deferred if group.chain else None
         for tensor in sorted(temporaries):
+            if deferred is not None and tensor == deferred.quotient:
+                shrunk.append(tensor)  # its statement does not run: no buffer at all
+                continue
             users = [i for i, s in enumerate(statements)
                      if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
             if not users or not set(users) <= members:

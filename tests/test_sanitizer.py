@@ -11,7 +11,8 @@ too, or ASan cannot intercept the C++ exceptions islpy throws: "real___cxa_throw
 
 The child compiles and runs GEMM, conv2d (stride 1 and 2; padded 3x3 ones forced onto the Winograd
 path, NCHW and NHWC), attention as several statements, a
-fused chain whose last product gathers its B columns (at two threads), a padded stencil whose
+fused chain whose last product gathers its B columns (at two threads), a chain that defers its
+quotient past the last product (rows that take the quotient itself included), a padded stencil whose
 untaken ternary branches would read out of bounds, a LUT gather whose run-time check must fire
 before the read, gathers from tensors without elements (where no element 0 exists to fall back
 to), and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random programs from ``tests/strategies.py``,
@@ -90,6 +91,18 @@ CHILD = textwrap.dedent(
              P(b, l, s) = exp(Sc(b, l, s) - Mx(b, l))
              O(b, l, e, f) +=! P(b, l, s) * V(b, e, s, f)
          }''', rand(1, 64, 8), rand(1, 4, 8), rand(1, 16, 4, 64), threads=2)
+    # a quotient deferred past the last product, with rows that take the quotient itself: a zero
+    # divisor (0 / 0), and a sum that overflows before the division (the product runs again)
+    w = np.ones(13, np.float32)
+    w[[1, 4]] = [0.0, 1e30]
+    same('''def deferred(float(M,K) X, float(N,K) Y, float(N,P) Z, float(M) W) -> (O) {
+             T(m, n) +=! X(m, k) * Y(n, k)
+             R(m) max=! T(m, n)
+             E(m, n) = (T(m, n) - R(m) + 2) * W(m)
+             S(m) +=! E(m, n)
+             Q(m, n) = E(m, n) / S(m)
+             O(m, p) +=! Q(m, n) * Z(n, p)
+         }''', abs(rand(13, 3)), abs(rand(11, 3)), abs(rand(11, 6)) * 1e10, w, threads=2)
     same('''def pad(float(N) X) -> (Y) {
              Y(i) = (i >= 1 ? X(i - 1) : 0.0) + X(i) + (i + 1 < N ? X(i + 1) : 0.0) where i in 0:N
          }''', rand(13))

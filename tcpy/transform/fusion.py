@@ -50,7 +50,7 @@ from ..lang.visit import map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
-from .contraction import block_contraction, contraction_of
+from .contraction import Contraction, block_contraction, contraction_of
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10
@@ -148,24 +148,20 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     if (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
             or not any(s.target == consumed[0] for s in inner)):
         return None
-    for tensor in (produced, consumed[0]):
-        users = [i for i, s in enumerate(statements) if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
-        if not set(users) <= set(members) or _shared_positions(
-                [a for i in users for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor], shared) is None:
-            return None
-    if not _legal(program, [statements[i] for i in members], shared) or not all(
-            _first_write_covers(program, [statements[i] for i in members], t) for t in (produced, consumed[0])):
-        return None  # (block buffers hold no zeros for unwritten elements)
+    if not all(_row_buffer_ok(program, members, t, shared) for t in (produced, consumed[0])) or not _legal(
+            program, [statements[i] for i in members], shared):
+        return None
     row_tensors: tuple[str, ...] = (produced, consumed[0])
-    deferral = _deferral(program, group, produced, consumed[0], tail, options)
-    if deferral is not None:
+    deferral = _deferral(program, group, produced, consumed[0], tail_con)
+    if deferral is not None and all(_row_buffer_ok(program, members, t, shared)
+                                    for t in (deferral.numerator, deferral.divisor)):
         deferred_tail = dataclasses.replace(tail, stmt=_substituted(tail.stmt, deferral.quotient, deferral.numerator))
         engine = contraction_of(deferred_tail.stmt, deferred_tail.ranges, program, options)
-        if engine is None:
-            deferral = None
-        else:
+        if engine is not None:
             tail, engines[1], tail_plan = deferred_tail, engine, engine[1]
             row_tensors = (produced, deferral.numerator, deferral.divisor)
+    if len(row_tensors) == 2:
+        deferral = None
     blocked = []
     for k, tensor in enumerate(row_tensors):
         row = 1
@@ -182,19 +178,31 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
         reasons += (f"{deferral.quotient} = {deferral.numerator} / {deferral.divisor} is read only by "
                     f"S{last}, and {deferral.divisor} is one value per row: S{last} reads {deferral.numerator} "
                     f"and divides its rows of {tail.stmt.target} by {deferral.divisor} (S{deferral.statement} "
-                    f"does not run; rows whose {deferral.divisor} is below 1 in magnitude or not finite, or whose result is not, "
-                    f"take {deferral.quotient} itself)",)
+                    f"does not run; rows whose {deferral.divisor} is below 1 in magnitude or not finite, or "
+                    f"whose result is not, take {deferral.quotient} itself)",)
     return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons, deferral))
 
 
-def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str, tail: Statement,
-              options: Options) -> Optional[Deferral]:
-    """The :class:`Deferral` of ``quotient`` past the chain's last product ``tail``, when its one
+def _row_buffer_ok(program: Program, members, tensor: str, shared: tuple[str, ...]) -> bool:
+    """Whether ``tensor`` can live in a chain's block buffer: only the chain uses it, always at
+    the shared point, and its first writer writes every element (block buffers hold no zeros)."""
+    statements = program.statements
+    users = [i for i, s in enumerate(statements) if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
+    return (set(users) <= set(members)
+            and _shared_positions([a for i in users for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor],
+                                  shared) is not None
+            and _first_write_covers(program, [statements[i] for i in members], tensor))
+
+
+def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str,
+              tail_con: Contraction) -> Optional[Deferral]:
+    """The :class:`Deferral` of ``quotient`` past the chain's last product (``tail_con``), when its one
     statement in the group is ``X(v...) = Y(v...) / Z(shared...)`` on temporaries of the
     product's float type, ``Y`` is not the first product's ``produced`` rows (they have their
     own block), nothing else reads ``X``, nothing after it writes ``Y`` or ``Z``, and the
     product overwrites a sum (``+=!``), so dividing its result divides every term."""
     statements = program.statements
+    last = group.statements[-1] + 1
     writers = [i for i in group.statements if statements[i].stmt.target == quotient]
     if len(writers) != 1:
         return None
@@ -213,17 +221,14 @@ def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str,
     if produced in names:
         return None
     temporaries = {t.name for t in program.def_.temporaries}
-    types = {program.types[t] for t in names | {tail.stmt.target}}
+    types = {program.types[t] for t in names | {statements[last].stmt.target}}
     if len(names) != 3 or not names <= temporaries or len(types) != 1 or not types.pop().is_float:
         return None
-    if not tail.stmt.init or tail.stmt.reduction != "+":
-        return None
-    con = contraction_of(tail.stmt, tail.ranges, program, options)
-    if con is None or con[0].dtype != program.types[quotient]:
-        return None
+    if not statements[last].stmt.init or tail_con.dtype != program.types[quotient]:
+        return None  # (a contraction's sum is `+`)
     readers = [i for i, s in enumerate(statements) if any(a.tensor == quotient for a, w in _accesses(s.stmt) if not w)]
     later = group.statements[group.statements.index(index) + 1:]
-    if readers != [group.statements[-1] + 1] or any(statements[i].stmt.target in names for i in later):
+    if readers != [last] or any(statements[i].stmt.target in names for i in later):
         return None
     return Deferral(index, quotient, numerator.tensor, divisor.tensor)
 

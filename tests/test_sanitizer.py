@@ -98,7 +98,7 @@ CHILD = textwrap.dedent(
     same('''def deferred(float(M,K) X, float(N,K) Y, float(N,P) Z, float(M) W) -> (O) {
              T(m, n) +=! X(m, k) * Y(n, k)
              R(m) max=! T(m, n)
-             E(m, n) = (T(m, n) - R(m) + 2) * W(m)
+             E(m, n) = exp(T(m, n) - R(m)) * W(m)
              S(m) +=! E(m, n)
              Q(m, n) = E(m, n) / S(m)
              O(m, p) +=! Q(m, n) * Z(n, p)

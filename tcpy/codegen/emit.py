@@ -557,7 +557,7 @@ class _Emitter:
         With shared packed operands (slot 4), every thread runs the batch loops, one packs, and
         the blocks of the batch are split between the threads."""
         names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
-        calls = []
+        calls, tail_c = [], ""
         for product in (node.head, node.tail):
             pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
             divided = product is node.tail and node.deferred is not None
@@ -566,7 +566,8 @@ class _Emitter:
                 index_c(product.rows), c_name(product.prepacked) if product.prepacked else None, divided)
             self.helpers.append(helpers)
             calls.append((prepack, call))
-        tail_c = pointers[2]
+            if divided:
+                tail_c = pointers[2]  # the block's rows of the product's output
         prepacks = " ".join(p for p, _ in calls if p)
         self.emit("{", depth)
         if node.shared:

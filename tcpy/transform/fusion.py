@@ -82,9 +82,7 @@ def fuse_statements(program: Program, options: Options) -> Program:
     for group in groups:
         deferral = group.chain.deferred if group.chain else None
         if deferral is not None:  # the last product reads the numerator in place of the quotient
-            tail = statements[group.statements[-1]]
-            statements[group.statements[-1]] = dataclasses.replace(
-                tail, stmt=_substituted(tail.stmt, deferral.quotient, deferral.numerator))
+            statements[group.statements[-1]] = _reading_numerator(statements[group.statements[-1]], deferral)
     return _shrink_temporaries(dataclasses.replace(program, statements=tuple(statements), groups=tuple(groups)))
 
 
@@ -155,7 +153,7 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     deferral = _deferral(program, group, produced, consumed[0], tail_con)
     if deferral is not None and all(_row_buffer_ok(program, members, t, shared)
                                     for t in (deferral.numerator, deferral.divisor)):
-        deferred_tail = dataclasses.replace(tail, stmt=_substituted(tail.stmt, deferral.quotient, deferral.numerator))
+        deferred_tail = _reading_numerator(tail, deferral)
         engine = contraction_of(deferred_tail.stmt, deferred_tail.ranges, program, options)
         if engine is not None:
             tail, engines[1], tail_plan = deferred_tail, engine, engine[1]
@@ -233,13 +231,14 @@ def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str,
     return Deferral(index, quotient, numerator.tensor, divisor.tensor)
 
 
-def _substituted(stmt: ast.Stmt, old: str, new: str) -> ast.Stmt:
-    """``stmt`` reading tensor ``new`` wherever it read ``old`` (at the same indices)."""
+def _reading_numerator(tail: Statement, deferral: Deferral) -> Statement:
+    """The chain's last product reading the deferral's numerator where it read the quotient (at
+    the same indices)."""
     def swap(e):
-        if isinstance(e, ast.Access) and e.tensor == old:
-            return dataclasses.replace(e, tensor=new)
+        if isinstance(e, ast.Access) and e.tensor == deferral.quotient:
+            return dataclasses.replace(e, tensor=deferral.numerator)
         return None
-    return dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, swap))
+    return dataclasses.replace(tail, stmt=dataclasses.replace(tail.stmt, rhs=map_expr(tail.stmt.rhs, swap)))
 
 
 def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Options) -> tuple[int, tuple[str, ...]]:

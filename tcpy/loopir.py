@@ -210,6 +210,28 @@ class Chain:
     blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, row elements)
     reasons: tuple[str, ...] = ()
     deferred: Optional["Deferral"] = None
+    online: Optional["Online"] = None
+
+
+@dataclass(frozen=True)
+class Online:
+    """The online-softmax form of a chain whose rows do not fit in cache (flash attention):
+    the column variable ``column_var`` (the first product's output columns, the last
+    product's reduction) also runs in blocks of ``columns``. Per block of columns, the
+    ``maximum`` statement (``M(r) max=! S(r, c)``) gives the block's maximum, folded into a
+    running one; the ``exponential`` statement (``E(r, c) = exp(f(S(r, c) - M(r)))``) uses the
+    running maximum; the ``total`` statement (``Z(r) +=! E(r, c)``) gives the block's sum. When
+    the maximum grows from ``m`` to ``m'``, what was summed so far (the running sum and the last
+    product's partial rows) is multiplied by ``exp(f(m - m'))``, the exponential statement's
+    own expression. The deferred quotient divides the rows at the end. Rows where that could
+    differ from the statements by more than rounding (a maximum or sum not finite, a sum below
+    1, a result not finite) are computed again whole, as the statements say."""
+
+    column_var: str
+    columns: int
+    maximum: int
+    exponential: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -351,8 +373,9 @@ class Scratch:
 # Variables a register tile binds for the code inside it: the block's first row and column,
 # and the row and column within the block.
 TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "tcpy_c"
-# Variables a fused chain's loops bind: the first row of the block and its number of rows.
-BLOCK_START, BLOCK_ROWS = "tcpy_blk", "tcpy_rows"
+# Variables a fused chain's loops bind: the first row of the block and its number of rows, and
+# in the online form the first column of a block of columns.
+BLOCK_START, BLOCK_ROWS, KEY_START = "tcpy_blk", "tcpy_rows", "tcpy_key"
 # Index variables of a panel copy (block, lane within it). Names that passes generate for tensors
 # and index variables contain a ".", which no TC identifier does, so they never meet the user's.
 PANEL_BLOCK, PANEL_LANE = "panel.nb", "panel.cc"
@@ -451,9 +474,55 @@ class BlockChain:
     # a Deferral's (numerator's block buffer, its row elements, divisor's block buffer): the
     # tail reads the numerator and its output rows are divided by the divisor
     deferred: Optional[tuple[str, int, str]] = None
+    online: Optional["KeyBlocks"] = None
 
 
-Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest, BlockChain]
+@dataclass(frozen=True)
+class KeyBlocks:
+    """The loops of an :class:`Online` chain inside each block of rows: ``var`` runs over the
+    column range ``lo..hi`` in steps of ``columns``; the :class:`BlockChain`'s head, body and
+    tail are those of a whole block of columns, ``last`` the (head, body, tail) of a shorter
+    last one (None when the columns divide the range). The running maximum, sum and
+    rescaling factor of each row live in the per-thread buffers ``running``. ``whole`` is
+    the chain as the statements say it, on one row (head, body, tail, its buffers (numerator,
+    its row elements, divisor)), for the rows the online form cannot give exactly (``redo``).
+    Products with b packed once per batch pack it for every block of columns, one after the
+    other, ``panels`` elements apart."""
+
+    var: str
+    lo: int
+    hi: int
+    columns: int
+    last: Optional[tuple["BlockProduct", tuple["Node", ...], "BlockProduct"]]
+    running: tuple[str, str, str]  # (maximum, sum, factor) buffers
+    redo: str  # a flag per row: computed again whole
+    whole: tuple["BlockProduct", tuple["Node", ...], "BlockProduct", tuple[str, int, str]]
+    panels: tuple[int, ...] = ()  # elements of one block's packed b, per prepacked product
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineStep:
+    """Inside a row of an :class:`Online` chain's block of columns: ``kind`` "max" folds the
+    block's maximum (in ``local``) into the running one (``running``), leaves the new maximum
+    in ``local`` and the factor ``rescale`` (the exponential statement ``stmt``'s expression of
+    the old maximum, ``OLD_MAXIMUM``, at ``point``) in ``factor``; "sum" folds the block's sum
+    (``local``) into the running sum, times the factor. ``row`` is the row's index in the block."""
+
+    kind: str
+    stmt: int
+    point: Point_
+    row: "IExpr"
+    local: str
+    running: str
+    factor: str
+    rescale: Optional[ast.Expr] = None
+
+
+OLD_MAXIMUM = "online.old"  # the running maximum before a block, in OnlineStep.rescale
+
+
+Node = Union[Loop, Guard, Block, Point, Accumulate, RegisterTile, TileUpdate, ContractionNest, BlockChain,
+             OnlineStep]
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,6 +634,19 @@ def describe_group(program: Program, group: FusedGroup) -> str:
     return text
 
 
+def _dump_products(label: str, head: BlockProduct, body, tail: BlockProduct, row_var: str, depth: int,
+                   lines: list[str], between: str = "") -> None:
+    inner = "  " * depth
+    for product in (head, tail):
+        if product is tail and between:
+            lines.append(f"{inner}{between}")
+        prepacked = f"; b prepacked in {product.prepacked} per batch" if product.prepacked else ""
+        lines.append(f"{inner}{label}{product.describe()}{prepacked}")
+        if product is head:
+            lines.append(f"{inner}for {row_var} in the block's rows")
+            _dump_nodes(body, depth + 1, lines)
+
+
 def _point_text(point: Point_) -> str:
     return ", ".join(f"{v}={e}" for v, e in point)
 
@@ -619,14 +701,29 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
                        if node.parallel and depth_ == parallel_at else "")
                 lines.append(f"{'  ' * (depth + depth_)}for {var} = {lo}; {var} < {hi}; +{step}{tag}")
             inner = "  " * (depth + len(node.loops))
-            for product in (node.head, node.tail):
-                prepacked = f"; b prepacked in {product.prepacked} per batch" if product.prepacked else ""
-                lines.append(f"{inner}{product.describe()}{prepacked}")
-                if product is node.head:
-                    lines.append(f"{inner}for {node.row_var} in the block's rows")
-                    _dump_nodes(node.body, depth + len(node.loops) + 1, lines)
-            if node.deferred is not None:
+            keys = node.online
+            if keys is not None:
+                lines.append(f"{inner}running {', '.join(keys.running)} = -inf, 0; S{node.tail.stmt}'s rows = 0")
+                lines.append(f"{inner}for {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; +{keys.columns}")
+            products = [("", node.head, node.body, node.tail)]
+            if keys is not None and keys.last is not None:
+                products.append(("last block of columns: ", *keys.last))
+            for label, head, body, tail in products:
+                _dump_products(label, head, body, tail, node.row_var, depth + len(node.loops) + (keys is not None),
+                               lines)
+            if keys is not None:
+                lines.append(f"{inner}divide the rows of S{node.tail.stmt}'s output by {keys.running[1]}; "
+                             f"rows flagged in {keys.redo}, whole:")
+                head, body, tail, (numerator, _, divisor) = keys.whole
+                _dump_products("", head, body, tail, node.row_var, depth + len(node.loops) + 1, lines,
+                               f"{numerator} divided by {divisor} before S{tail.stmt}")
+            elif node.deferred is not None:
                 lines.append(f"{inner}divide the rows of S{node.tail.stmt}'s output by {node.deferred[2]}")
+        elif isinstance(node, OnlineStep):
+            into = (f"{node.running} = max({node.running}, {node.local}), {node.factor} = {node.rescale} "
+                    f"at {OLD_MAXIMUM} = the old {node.running}" if node.kind == "max" else
+                    f"{node.running} = {node.running} * {node.factor} + {node.local}")
+            lines.append(f"{pad}online {node.kind} of row {node.row}: {into}")
         elif isinstance(node, TileUpdate):
             lets = f" with {_point_text(node.lets)}" if node.lets else ""
             lines.append(f"{pad}tile update S{node.stmt} ({_point_text(node.point)}){lets}: {node.rhs}")

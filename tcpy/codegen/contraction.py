@@ -89,11 +89,12 @@ class _Writer:
 
 
 def render_block(con: Contraction, plan: Plan, names: dict, prefix: str, pointers: tuple[str, str, str], rows: str,
-                 prepacked, divided: bool = False) -> tuple[str, str, str]:
+                 prepacked, divided: bool = False, online: bool = False) -> tuple[str, str, str]:
     """``(helpers, prepack, call)`` of a contraction on one block of rows (see
     :meth:`_Renderer.render_block`); ``divided`` adds ``<prefix>_divide_rows``
-    (:meth:`_Renderer.divide_rows`)."""
-    return _Renderer(con, plan, names, prefix, None).render_block(pointers, rows, prepacked, divided)
+    (:meth:`_Renderer.divide_rows`), ``online`` the row helpers of an online chain's last
+    product (:meth:`_Renderer.online_rows`)."""
+    return _Renderer(con, plan, names, prefix, None).render_block(pointers, rows, prepacked, divided, online)
 
 
 def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
@@ -1407,7 +1408,7 @@ class _Renderer:
         w("}", 1)
 
     def render_block(self, pointers: tuple[str, str, str], rows: str, prepacked,
-                     divided: bool = False) -> tuple[str, str, str]:
+                     divided: bool = False, online: bool = False) -> tuple[str, str, str]:
         """``(helpers, prepack, call)`` for one block of rows inside a fused chain (one thread,
         no grid): ``pointers`` are the C pointers of a, b and c at the block; ``prepacked`` the
         C buffer holding B packed once per batch (None: the cell packs or reads B itself)."""
@@ -1416,6 +1417,8 @@ class _Renderer:
         getattr(self, self.plan.path)(helpers)
         if divided:
             self.divide_rows(helpers)
+        if online:
+            self.online_rows(helpers)
         prepack = ""
         if prepacked is not None:
             self.prepack(helpers)
@@ -1424,6 +1427,44 @@ class _Renderer:
                 + self.cell_call(*pointers, "0, 1", f"0, {rows}", f"0, {self.N}", f"0, {self.K}",
                                  bpre=prepacked or "0") + "; }")
         return helpers.text(), prepack, call
+
+    def online_rows(self, w: _Writer):
+        """The row helpers of an online chain's last product (its output rows summed over blocks
+        of columns): ``void <p>_clear_rows(T *C, int64_t rows)`` sets a block's rows to 0;
+        ``void <p>_scale_rows(T *C, int64_t rows, const T *f)`` multiplies row r by ``f[r]``
+        (when it is not 1: the running maximum grew); ``int <p>_finish_rows(T *C, int64_t rows,
+        const T *m, const T *z, int32_t *redo)`` divides row r by ``z[r]`` (the running sum) and
+        sets ``redo[r]`` when the row cannot stand (``m[r]`` or ``z[r]`` not finite, ``z[r]``
+        below 1 in magnitude, a result not finite); it returns whether any row is set."""
+        p, T = self.p, self.T
+
+        def rows_loop(name, params, row, element, after=()):
+            w(f"static {'int' if after else 'void'} {p}_{name}({T} *TCPY_RESTRICT C, int64_t rows{params}) {{")
+            if after:
+                w("int any = 0;", 1)
+            w("for (int64_t r = 0; r < rows; r++) {", 1)
+            w(f"{T} *TCPY_RESTRICT o = C + {p}_off_c_m(r);", 2)
+            for line in row:
+                w(line, 2)
+            w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 2)
+            w(f"{T} *e = o + {p}_off_c_n(j);", 3)
+            for line in element:
+                w(line, 3)
+            w("}", 2)
+            for line in after:
+                w(line, 2)
+            w("}", 1)
+            if after:
+                w("return any;", 1)
+            w("}")
+
+        rows_loop("clear_rows", "", (), (f"*e = ({T})0;",))
+        rows_loop("scale_rows", f", const {T} *TCPY_RESTRICT f", (f"const {T} s = f[r];", "if (s == 1) continue;"),
+                  ("*e = *e * s;",))
+        rows_loop("finish_rows",
+                  f", const {T} *TCPY_RESTRICT m, const {T} *TCPY_RESTRICT z, int32_t *TCPY_RESTRICT redo",
+                  (f"const {T} d = z[r];", f"int bad = !(isfinite(m[r]) && isfinite(d) && fabs(d) >= ({T})1);"),
+                  ("*e = *e / d;", "bad |= !isfinite(*e);"), ("redo[r] = bad;", "any |= bad;"))
 
     def divide_rows(self, w: _Writer):
         """``int <p>_divide_rows(T *C, int64_t rows, const T *z)``: a block's output rows, row r

@@ -24,8 +24,9 @@ from tcpy.lang import ast
 from tcpy.lang.types import ScalarType, accumulator_type, promote
 from tcpy.lang.visit import is_static_index
 from tcpy.loopir import (
-    BLOCK_ROWS, TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, BlockChain, Call, Const,
-    ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, Point, RegisterTile, Select, TileUpdate, Var,
+    BLOCK_ROWS, BLOCK_START, OLD_MAXIMUM, TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block,
+    BlockChain, Call, Const, ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, OnlineStep, Point,
+    RegisterTile, Select, TileUpdate, Var,
 )
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen import winograd as winograd_c
@@ -553,22 +554,24 @@ class _Emitter:
 
     def block_chain(self, node, depth):
         """A fused chain: per-thread block buffers (scratch slot 3), a parallel loop over the
-        batch loops and blocks of rows; per block the head product, the rows, the tail product.
-        With shared packed operands (slot 4), every thread runs the batch loops, one packs, and
-        the blocks of the batch are split between the threads."""
-        names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
-        calls, tail_c = [], ""
-        for product in (node.head, node.tail):
-            pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
-            divided = product is node.tail and node.deferred is not None
-            helpers, prepack, call = contraction_c.render_block(
-                product.contraction, product.plan, names, f"{self.symbol}_s{product.stmt}", pointers,
-                index_c(product.rows), c_name(product.prepacked) if product.prepacked else None, divided)
-            self.helpers.append(helpers)
-            calls.append((prepack, call))
-            if divided:
-                tail_c = pointers[2]  # the block's rows of the product's output
+        batch loops and blocks of rows; per block the head product, the rows, the tail product
+        (an online chain's: per block of columns, see :meth:`key_blocks`). With shared packed
+        operands (slot 4), every thread runs the batch loops, one packs, and the blocks of the
+        batch are split between the threads."""
+        keys = node.online
+        calls, tail_c = self._block_products(node.head, node.tail, "", node.deferred is not None and not keys,
+                                             keys is not None, keys)
         prepacks = " ".join(p for p, _ in calls if p)
+        last_calls = None
+        if keys is not None:
+            if keys.last is not None:
+                last_calls = self._block_products(keys.last[0], keys.last[2], "_last", False, False, keys)[0]
+            if prepacks:  # b of every block of columns
+                if last_calls is not None:
+                    last = " ".join(p for p, _ in last_calls if p)
+                    prepacks = f"if ({keys.var} + {keys.columns} <= {keys.hi}) {{ {prepacks} }} else {{ {last} }}"
+                prepacks = (f"for (int64_t {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; {keys.var} += "
+                            f"{keys.columns}) {{ {prepacks} }}")
         self.emit("{", depth)
         if node.shared:
             self._carve("tcpy_shared", 4, node.shared, depth + 1)
@@ -602,21 +605,119 @@ class _Emitter:
             for loop_var, lo_, hi_ in batch_loops:
                 batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
             self.emit(f"if ({batch} != tcpy_batch) {{ tcpy_batch = {batch}; {prepacks} }}", d + 1)
-        self.emit(calls[0][1], d + 1)
-        self.emit(f"for (int64_t {node.row_var} = {var}; {node.row_var} < {var} + {BLOCK_ROWS}; "
-                  f"{node.row_var}++) {{", d + 1)
-        self.loops += 1
-        self.nodes(node.body, d + 2)
-        self.loops -= 1
-        self.emit("}", d + 1)
-        if node.deferred is None:
-            self.emit(calls[1][1], d + 1)
+        if keys is not None:
+            self.key_blocks(node, calls, last_calls, tail_c, d + 1)
         else:
-            self.deferred_tail(node, calls[1][1], tail_c, d + 1)
+            self.emit(calls[0][1], d + 1)
+            self.block_rows(node.row_var, node.body, d + 1)
+            if node.deferred is None:
+                self.emit(calls[1][1], d + 1)
+            else:
+                self.deferred_tail(node, calls[1][1], tail_c, d + 1)
         self.emit("}", d)
         if node.shared:
             self.emit("}", d - 1)
         self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def _block_products(self, head, tail, suffix: str, divided: bool, online: bool, keys=None):
+        """The C of a chain's two products (helpers added to the file; ``suffix`` tells apart
+        the products of one statement): ``([(prepack, call), (prepack, call)], tail's output
+        pointer)``. With ``keys`` (an online chain's blocks of columns), b packed once per batch
+        is the current block's."""
+        names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
+        calls, tail_c = [], ""
+        for k, product in enumerate((head, tail)):
+            pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
+            last = product is tail
+            prepacked = c_name(product.prepacked) if product.prepacked else None
+            if prepacked and keys is not None:
+                prepacked = f"{prepacked} + ({keys.var} - {keys.lo}) / {keys.columns} * INT64_C({keys.panels[k]})"
+            helpers, prepack, call = contraction_c.render_block(
+                product.contraction, product.plan, names, f"{self.symbol}_s{product.stmt}{suffix}", pointers,
+                index_c(product.rows), prepacked, divided and last, online and last)
+            self.helpers.append(helpers)
+            calls.append((prepack, call))
+            tail_c = pointers[2]  # the block's rows of the last product's output
+        return calls, tail_c
+
+    def block_rows(self, row_var: str, body, depth: int):
+        """``body`` for each row of the block."""
+        self.emit(f"for (int64_t {row_var} = {BLOCK_START}; {row_var} < {BLOCK_START} + {BLOCK_ROWS}; "
+                  f"{row_var}++) {{", depth)
+        self.loops += 1
+        self.nodes(body, depth + 1)
+        self.loops -= 1
+        self.emit("}", depth)
+
+    def key_blocks(self, node, calls, last_calls, tail_c: str, depth: int):
+        """An online chain's block of rows (see :class:`tcpy.loopir.Online`): the rows' running
+        maximum at -inf and sum at 0, the output rows at 0; per block of columns the head
+        product, the rows (folding the block into the running maximum and sum), the output rows
+        rescaled by the factor and the tail product adding the block's terms; then the rows
+        divided by their sums, and the flagged rows computed again whole."""
+        keys = node.online
+        T = node.tail.contraction.dtype
+        tail_fn = f"{self.symbol}_s{node.tail.stmt}"
+        mx, sm, factor = (c_name(b) for b in keys.running)
+        redo = c_name(keys.redo)
+        self.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{ {mx}[r] = TCPY_MAX_IDENTITY_{T.numpy_name}; "
+                  f"{sm}[r] = ({T.c_type})0; }}", depth)
+        self.emit(f"{tail_fn}_clear_rows({tail_c}, {BLOCK_ROWS});", depth)
+        self.emit(f"for (int64_t {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; {keys.var} += {keys.columns}) {{",
+                  depth)
+        variants = [(calls, node.body)]
+        if keys.last is not None:
+            variants.append((last_calls, keys.last[1]))
+            self.emit(f"if ({keys.var} + {keys.columns} <= {keys.hi}) {{", depth + 1)
+        for k, (variant, body) in enumerate(variants):
+            if k:
+                self.emit("} else {", depth + 1)
+            d = depth + 1 + (keys.last is not None)
+            self.emit(variant[0][1], d)
+            self.block_rows(node.row_var, body, d)
+            self.emit(f"{tail_fn}_scale_rows({tail_c}, {BLOCK_ROWS}, {factor});", d)
+            self.emit(variant[1][1], d)
+        if keys.last is not None:
+            self.emit("}", depth + 1)
+        self.emit("}", depth)
+        head, body, tail, (numerator, row, divisor) = keys.whole
+        whole_calls, _ = self._block_products(head, tail, "_whole", False, False)
+        self.emit(f"if ({tail_fn}_finish_rows({tail_c}, {BLOCK_ROWS}, {mx}, {sm}, {redo})) {{", depth)
+        self.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth + 1)
+        self.emit(f"if (!{redo}[r]) continue;", depth + 2)
+        self.emit(f"const int64_t tcpy_row = {BLOCK_START} + r;", depth + 2)
+        self.emit("{  /* the row as the statements say: its quotient itself, all its columns at once */", depth + 2)
+        self.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", depth + 3)
+        self.emit(whole_calls[0][1], depth + 3)
+        self.block_rows(node.row_var, body, depth + 3)
+        y, z = c_name(numerator), c_name(divisor)
+        self.emit(f"for (int64_t e = 0; e < {row}; e++) {y}[e] = {y}[e] / {z}[0];", depth + 3)
+        self.emit(whole_calls[1][1], depth + 3)
+        self.emit("}", depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def online_step(self, node, depth):
+        """An :class:`tcpy.loopir.OnlineStep`: a block's maximum or sum folded into the row's
+        running one (the factor is 0 while the running maximum is -inf: nothing was summed)."""
+        self.stmt_index = node.stmt
+        self.current_stmt = self.stmts[node.stmt]
+        T = self.types[node.local]
+        r = index_c(node.row)
+        run, factor, local = c_name(node.running), c_name(node.factor), c_name(node.local)
+        if node.kind == "sum":
+            self.emit(f"{run}[{r}] = {run}[{r}] * {factor}[{r}] + {local}[0];", depth)
+            return
+        self.env = self._env(node.point)
+        self.shapes[OLD_MAXIMUM], self.types[OLD_MAXIMUM] = (), T
+        self.emit("{", depth)
+        self.emit(f"const {T.c_type} {c_name(OLD_MAXIMUM)}[1] = {{{run}[{r}]}};", depth + 1)
+        self.emit(f"{local}[0] = tcpy_max_{T.numpy_name}({c_name(OLD_MAXIMUM)}[0], {local}[0]);", depth + 1)
+        rescale = convert(self.value(node.rescale), node.rescale.type, T)
+        self.emit(f"{factor}[{r}] = {c_name(OLD_MAXIMUM)}[0] == TCPY_MAX_IDENTITY_{T.numpy_name} ? "
+                  f"({T.c_type})0 : {rescale};", depth + 1)
+        self.emit(f"{run}[{r}] = {local}[0];", depth + 1)
         self.emit("}", depth)
 
     def deferred_tail(self, node, call: str, tail_c: str, depth: int):
@@ -697,6 +798,8 @@ class _Emitter:
                     self.emit(line, depth)
             elif isinstance(node, BlockChain):
                 self.block_chain(node, depth)
+            elif isinstance(node, OnlineStep):
+                self.online_step(node, depth)
             elif isinstance(node, Guard):
                 self.emit(f"if ({index_c(node.cond, top=True)}) {{", depth)
                 self.nodes(node.then, depth + 1)

@@ -929,14 +929,17 @@ class Base:
 
 
 def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str, ...], block_var: str,
-                      rows: int, buffers: Mapping[str, str], program
+                      rows: int, buffers: Mapping[str, str], program,
+                      columns: Optional[tuple[str, int, int]] = None
                       ) -> Optional[tuple[Contraction, tuple[Base, Base, Base]]]:
     """``con`` restricted to one block of ``rows`` rows of ``block_var`` (an M variable) inside
     loops over ``fixed`` (the batch and other M variables): those variables leave the roles and
     move into the operands' bases, so the same micro-kernel runs on each block. A tensor in
     ``buffers`` lives in the named per-thread block buffer, one row (its dimensions not indexed
-    by ``fixed``) per value of ``block_var``. None when the roles do not allow it, or when the
-    contraction has guards (padding)."""
+    by ``fixed``) per value of ``block_var``. ``columns`` (variable, count, width) restricts an
+    N or K variable to a block of ``count`` values too (the operands' bases then also move
+    along it; a block buffer's row holds ``width`` of them). None when the roles do not allow
+    it, or when the contraction has guards (padding)."""
     fixed_set = set(fixed)
     if (con.guards or not {v for v in con.role_vars("batch")} <= fixed_set or block_var not in con.role_vars("m")
             or not set(con.role_vars("m")) <= fixed_set | {block_var}
@@ -944,16 +947,25 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
         return None
     extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}
     extents[block_var] = rows
+    local_ranges = {**ranges, block_var: (0, rows)}
+    moving = {block_var}  # the variables whose block start moves the bases
+    if columns is not None:
+        column, count, width = columns
+        if column not in con.role_vars("n") + con.role_vars("k"):
+            return None
+        extents[column] = count
+        local_ranges[column] = (0, count)
+        moving.add(column)
     accesses = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
     accesses[stmt.target] = ast.Access(stmt.target, stmt.lhs)
-    local_ranges = {**ranges, block_var: (0, rows)}
     accs, bases = {}, []
     for which in "abc":
         acc = getattr(con, which)
         if acc.tensor in buffers:
             indices = accesses[acc.tensor].indices
             shared = fixed_set | {block_var}
-            row = [(e, n) for e, n in zip(indices, program.shapes[acc.tensor])
+            row = [(e, width if columns and isinstance(e, ast.IndexVar) and e.name == column else n)
+                   for e, n in zip(indices, program.shapes[acc.tensor])
                    if not (isinstance(e, ast.IndexVar) and e.name in shared)]
             if len(row) != len(indices) - len(shared):
                 return None
@@ -968,7 +980,7 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
             accs[which] = AffineAccess(acc.tensor, acc.dtype, 0,
                                        tuple((v, s) for v, s in acc.strides if v not in fixed_set))
             bases.append(Base(acc.tensor, acc.offset,
-                              tuple((v, s) for v, s in acc.strides if v in fixed_set or v == block_var)))
+                              tuple((v, s) for v, s in acc.strides if v in fixed_set or v in moving)))
     groups = {}
     for role, primary, members in (("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted((v for v in con.role_vars(role) if v not in fixed_set),

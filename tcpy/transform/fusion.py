@@ -47,7 +47,7 @@ import islpy as isl
 
 from ..lang import ast
 from ..lang.visit import map_expr
-from ..loopir import Chain, Deferral, FusedGroup, Program, Statement
+from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
 from .contraction import Contraction, block_contraction, contraction_of
@@ -167,10 +167,23 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
                         program.shapes[tensor]):
             row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
-    rows, reasons = _row_block(program, blocked, ranges, shared, math.lcm(head_plan.mr, tail_plan.mr), options)
+    mr = math.lcm(head_plan.mr, tail_plan.mr)
+    rows, reasons = _row_block(program, blocked, ranges, shared, mr, options)
+    online = _online(program, group, produced, deferral, engines[0][0], engines[1][0])
+    row_bytes = sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
+    if online is not None and rows * row_bytes > options.target.l2 // 2:
+        columns = _key_block(program, online, head_plan.nr, options)
+        blocked = [(tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in blocked]
+        online = dataclasses.replace(online, columns=columns)
+        whole = rows * row_bytes
+        rows, reasons = _row_block(program, blocked, ranges, shared, mr, options)
+        reasons += (_online_reason(program, online, deferral, whole, last),)
+    else:
+        online = None
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
+    columns = (online.column_var, online.columns, online.columns) if online else None
     for s, (con, _) in zip((head, tail), engines):
-        if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program) is None:
+        if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program, columns) is None:
             return None
     if deferral is not None:
         reasons += (f"{deferral.quotient} = {deferral.numerator} / {deferral.divisor} is read only by "
@@ -178,7 +191,110 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
                     f"and divides its rows of {tail.stmt.target} by {deferral.divisor} (S{deferral.statement} "
                     f"does not run; rows whose {deferral.divisor} is below 1 in magnitude or not finite, or "
                     f"whose result is not, take {deferral.quotient} itself)",)
-    return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons, deferral))
+    return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons, deferral, online))
+
+
+def _online(program: Program, group: FusedGroup, produced: str, deferral: Optional[Deferral],
+            head: Contraction, tail: Contraction) -> Optional[Online]:
+    """The chain's :class:`Online` form (its ``columns`` still 0), when its rows are a softmax
+    whose normalisation is deferred: the statements between the products are, in order,
+    ``M(r) max=! S(r, c)`` on the first product's rows ``S``, ``E(r, c) = exp(u)`` with ``u``
+    one of ``S(r, c) - M(r)``, ``k * (S - M)``, ``(S - M) * k`` or ``(S - M) / k`` (``k`` the
+    same for every column: it reads nothing the chain writes and no ``c``), ``Z(r) +=! E(r, c)``,
+    and the deferred quotient ``E / Z``; ``c`` is the first product's only output column
+    variable and the last product's only reduction variable. Then ``exp(u(S) - u(S'))`` is
+    ``exp(u(S)) / exp(u(S'))`` up to rounding, which is what rescaling relies on."""
+    if deferral is None:
+        return None
+    statements = program.statements
+    rest = [i for i in group.statements if i != deferral.statement]
+    if len(rest) != 3 or head.role_vars("n") != tail.role_vars("k") or len(head.role_vars("n")) != 1:
+        return None
+    column = head.role_vars("n")[0]
+    maximum, exponential, total = (statements[i].stmt for i in rest)
+
+    def row_vars(indices) -> bool:
+        return (all(isinstance(e, ast.IndexVar) for e in indices)
+                and sorted(e.name for e in indices) == sorted(group.shared))
+
+    scores = maximum.rhs
+    if (maximum.reduction != "max" or not maximum.init or maximum.where or not row_vars(maximum.lhs)
+            or not isinstance(scores, ast.Access) or scores.tensor != produced
+            or not all(isinstance(e, ast.IndexVar) for e in scores.indices)
+            or sorted(e.name for e in scores.indices) != sorted(group.shared + (column,))):
+        return None
+    mx = ast.Access(maximum.target, maximum.lhs)
+    if (exponential.target != deferral.numerator or exponential.reduction is not None or exponential.where
+            or [getattr(e, "name", None) for e in exponential.lhs] != [e.name for e in scores.indices]
+            or not isinstance(exponential.rhs, ast.Call) or exponential.rhs.func != "exp"
+            or len(exponential.rhs.args) != 1 or _scaled_difference(exponential.rhs.args[0], scores, mx,
+                                                                    column, program, group) is None):
+        return None
+    summed = total.rhs
+    if (total.target != deferral.divisor or total.reduction != "+" or not total.init or total.where
+            or not row_vars(total.lhs) or not isinstance(summed, ast.Access) or summed.tensor != exponential.target
+            or [getattr(e, "name", None) for e in summed.indices] != [e.name for e in exponential.lhs]):
+        return None
+    float_type = program.types[produced]
+    if any(program.types[t] != float_type for t in (maximum.target, exponential.target, total.target)):
+        return None
+    return Online(column, 0, *rest)
+
+
+def _scaled_difference(u: ast.Expr, scores: ast.Access, mx: ast.Access, column: str, program: Program,
+                       group: FusedGroup) -> Optional[ast.Expr]:
+    """``u`` when it is ``S - M``, ``k * (S - M)``, ``(S - M) * k`` or ``(S - M) / k`` with ``S``
+    the access ``scores``, ``M`` the row maximum ``mx`` and ``k`` free of the column variable and
+    of anything the chain writes (None otherwise)."""
+    def is_difference(e) -> bool:
+        return (isinstance(e, ast.Binary) and e.op == "-" and _same_access(e.lhs, scores)
+                and _same_access(e.rhs, mx))
+
+    if is_difference(u):
+        return u
+    if not isinstance(u, ast.Binary) or u.op not in ("*", "/"):
+        return None
+    if is_difference(u.lhs):
+        factor = u.rhs
+    elif u.op == "*" and is_difference(u.rhs):
+        factor = u.lhs
+    else:
+        return None
+    written = {program.statements[i].stmt.target for i in group.statements} | {scores.tensor}
+    for node in factor.walk():
+        if ((isinstance(node, ast.IndexVar) and node.name == column)
+                or (isinstance(node, ast.Access) and node.tensor in written)):
+            return None
+    return u
+
+
+def _same_access(e: ast.Expr, access: ast.Access) -> bool:
+    return (isinstance(e, ast.Access) and e.tensor == access.tensor
+            and [getattr(i, "name", None) for i in e.indices] == [getattr(i, "name", None) for i in access.indices]
+            and all(isinstance(i, ast.IndexVar) for i in e.indices))
+
+
+def _key_block(program: Program, online: Online, nr: int, options: Options) -> int:
+    """Columns per block of the online form: a multiple of the first product's micro-tile
+    columns whose rows of scores and exponentials (two rows of the block) take a quarter of
+    L1, so a row's passes run in L1; no more than the columns there are."""
+    score = program.statements[online.maximum].stmt.rhs.tensor
+    bytes_ = program.types[score].bits // 8
+    lo, hi = program.statements[online.maximum].ranges[online.column_var]
+    columns = max(nr, options.target.l1d // 4 // (2 * bytes_) // nr * nr)
+    return min(columns, -(-(hi - lo) // nr) * nr)
+
+
+def _online_reason(program: Program, online: Online, deferral: Deferral, whole: int, tail: int) -> str:
+    statements = program.statements
+    mx = statements[online.maximum].stmt.target
+    exponential = statements[online.exponential].stmt
+    return (f"online softmax: a block of whole rows ({whole // 1024} KiB) would not fit half of L2, so "
+            f"{online.column_var} runs in blocks of {online.columns} too: a running maximum {mx} and sum "
+            f"{deferral.divisor} per row; when the maximum grows, the sum and S{tail}'s partial rows are "
+            f"multiplied by {exponential.rhs} at the old maximum (S{online.exponential}'s own expression); "
+            f"rows whose maximum or sum is not finite, whose sum is below 1 or whose result is not finite are "
+            f"computed again whole")
 
 
 def _row_buffer_ok(program: Program, members, tensor: str, shared: tuple[str, ...]) -> bool:
@@ -263,7 +379,7 @@ def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Opti
                f"({target.l2 // 1024} KiB)"]
     if rows * row_bytes > target.l2 // 2:
         reasons.append(f"one block's rows ({rows * row_bytes // 1024} KiB) exceed half of L2: they stream "
-                       "through L3 (the online-softmax form, blocking the rows too, is not implemented)")
+                       "through L3 (the rows are not a softmax whose columns could run in blocks too)")
     if outer * -(-extent // rows) < threads:
         reasons.append(f"{outer * -(-extent // rows)} blocks for {threads} threads")
     return rows, tuple(reasons)

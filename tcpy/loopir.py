@@ -626,9 +626,13 @@ def describe_group(program: Program, group: FusedGroup) -> str:
                      "dependences keep the shared loops equal)")
         for tensor, buffer, row in chain.blocked:
             size = chain.rows * row * program.types[tensor].bits // 8
-            use = ("one value per row, that divides the last product's rows"
-                   if chain.deferred and tensor == chain.deferred.divisor else
-                   "one block of rows, written or read by a product's micro-kernel, so it spans the block")
+            if chain.online and chain.deferred and tensor == chain.deferred.divisor:
+                use = "one value per row: a block of columns' sum, folded into the row's running sum"
+            elif chain.deferred and tensor == chain.deferred.divisor:
+                use = "one value per row, that divides the last product's rows"
+            else:
+                use = (f"one block of {'rows and columns' if chain.online else 'rows'}, written or read by a "
+                       "product's micro-kernel, so it spans the block")
             text += f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): {use} (per thread)"
         text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
     return text

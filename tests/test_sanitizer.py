@@ -12,7 +12,8 @@ too, or ASan cannot intercept the C++ exceptions islpy throws: "real___cxa_throw
 The child compiles and runs GEMM, conv2d (stride 1 and 2; padded 3x3 ones forced onto the Winograd
 path, NCHW and NHWC), attention as several statements, a
 fused chain whose last product gathers its B columns (at two threads), a chain that defers its
-quotient past the last product (rows that take the quotient itself included), a padded stencil whose
+quotient past the last product (rows that take the quotient itself included), a chain in the
+online-softmax form (rows computed again whole included), a padded stencil whose
 untaken ternary branches would read out of bounds, a LUT gather whose run-time check must fire
 before the read, gathers from tensors without elements (where no element 0 exists to fall back
 to), and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random programs from ``tests/strategies.py``,
@@ -50,8 +51,8 @@ CHILD = textwrap.dedent(
     def rand(*shape):
         return rng.standard_normal(shape).astype(np.float32)
 
-    def same(src, *args, threads=None):
-        got = tcpy.define(src, options=tcpy.Options(num_threads=threads))(*args)
+    def same(src, *args, threads=None, target=None):
+        got = tcpy.define(src, options=tcpy.Options(num_threads=threads, target=target))(*args)
         want = tcpy.define(src, backend="reference")(*args)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -103,6 +104,21 @@ CHILD = textwrap.dedent(
              Q(m, n) = E(m, n) / S(m)
              O(m, p) +=! Q(m, n) * Z(n, p)
          }''', abs(rand(13, 3)), abs(rand(11, 3)), abs(rand(11, 6)) * 1e10, w, threads=2)
+    # the online form (caches so small that rows of 100 scores run in blocks of 32 columns and a
+    # last one of 4), with rows whose first blocks are -inf (computed again whole)
+    import dataclasses
+    host = tcpy.Target.host()
+    tiny = dataclasses.replace(host, name=host.name + "-tiny", l1d=1024, l2=6144, l3=24576, l3_sharing=1)
+    y = rand(100, 3)
+    y[:40, 0] = -np.inf
+    same('''def online(float(M,K) X, float(N,K) Y, float(N,P) Z, float t) -> (O) {
+             T(m, n) +=! X(m, k) * Y(n, k)
+             R(m) max=! T(m, n)
+             E(m, n) = exp(t * (T(m, n) - R(m)))
+             S(m) +=! E(m, n)
+             Q(m, n) = E(m, n) / S(m)
+             O(m, p) +=! Q(m, n) * Z(n, p)
+         }''', abs(rand(13, 3)) + 0.1, y, rand(100, 6), np.float32(0.5), threads=2, target=tiny)
     same('''def pad(float(N) X) -> (Y) {
              Y(i) = (i >= 1 ? X(i - 1) : 0.0) + X(i) + (i + 1 < N ? X(i + 1) : 0.0) where i in 0:N
          }''', rand(13))

@@ -36,6 +36,17 @@ divided by ``Sm`` instead (:class:`tcpy.loopir.Deferral`, flash attention's resc
 division per output element instead of one per score. Rows where that could differ by more
 than rounding (``Sm`` below 1 in magnitude or not finite; a sum that overflows before the
 division) take ``P`` itself.
+
+**Online softmax.** When even a block of one micro-tile's rows would not fit half of L2 (long
+sequences) and the rows are a softmax whose normalisation is deferred (``M(r) max=! S(r, c)``,
+``E(r, c) = exp(k * (S(r, c) - M(r)))`` with ``k`` the same for every column, ``Z(r) +=!
+E(r, c)``, ``E / Z``), the columns ``c`` run in blocks too (:class:`tcpy.loopir.Online`,
+flash attention): per block, the block's maximum is folded into a running one, the running sum
+and the output rows are multiplied by the exponential statement's own expression at the old
+maximum (``exp(k * (m - m'))``) when it grew, and the block's terms are added. The block
+buffers hold a block of rows and columns, whatever the sequence length. Rows whose maximum or
+sum is not finite, whose sum is below 1 or whose result is not finite run again whole, as the
+statements say.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Run it as (see BENCHMARKS.md for why the environment variables go)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py [--threads N] [--target NAME]
-        [--suite resnet] [--only TEXT]
+        [--suite resnet|long] [--only TEXT]
 
 Prints the machine, NumPy's BLAS and threads, then one line per case::
 
@@ -295,18 +295,23 @@ def overhead_line(n: int = 4, number: int = 20000) -> str:
             f" | with out=: tcpy {t_tc_out:7.2f} us, numpy {t_np_out:7.2f} us")
 
 
-def attention_memory_line(b: int, h: int, s: int, d: int, threads: int) -> str:
-    """Peak memory of attention beyond inputs and output, fused and unfused (fresh processes)."""
+def attention_memory_line(b: int, h: int, s: int, d: int, threads: int, unfused: bool = True) -> str:
+    """Peak memory of attention beyond inputs and output, fused and (with ``unfused``) unfused,
+    in fresh processes."""
     case = demo.attention_case(b, h, s, d)
     args = case.make_args(np.random.default_rng(0))
     peaks = []
-    for fuse in (True, False):
+    for fuse in (True, False) if unfused else (True,):
         tcpy.define(case.source, options=tcpy.Options(num_threads=threads, fuse=fuse))(*args)  # into the cache
         peaks.append(probe_memory("attention_case", (b, h, s, d), num_threads=threads, fuse=fuse))
     scores = b * h * s * s * 4 / 2**20
     return (f"{'memory':<10} {case.shapes:<28} peak beyond inputs and output {peaks[0]:7.2f} MiB "
-            f"({peaks[0] / scores:.3f} of the {scores:.0f} MiB score matrix) | unfused {peaks[1]:7.2f} MiB"
-            f" | threads {threads}")
+            f"({peaks[0] / scores:.3f} of the {scores:.0f} MiB score matrix)"
+            + (f" | unfused {peaks[1]:7.2f} MiB" if unfused else "") + f" | threads {threads}")
+
+
+# Attention whose score rows do not fit L2 (tcpy's online-softmax form): (batch, heads, length, d).
+LONG_ATTENTION = ((1, 4, 8192, 64), (1, 1, 16384, 64))
 
 
 def threads_line(n: int, options: "tcpy.Options", repeat: int = 5) -> str:
@@ -339,9 +344,10 @@ def main(argv=None) -> int:
                         help="tcpy target preset (x86-64, x86-64-v3, x86-64-v4) instead of this machine; "
                              "for x86-64-v3 compare with OPENBLAS_CORETYPE=Haswell")
     parser.add_argument("--only", default=None, help="run only cases whose name or shapes contain this text")
-    parser.add_argument("--suite", choices=("default", "resnet"), default="default",
+    parser.add_argument("--suite", choices=("default", "resnet", "long"), default="default",
                         help="resnet: the ResNet-50 convolution layers (padded by guarded reads) at N=1 and 8, "
-                             "a depthwise 3x3, and the memory the N=8 56x56 layer needs beyond its arrays")
+                             "a depthwise 3x3, and the memory the N=8 56x56 layer needs beyond its arrays; "
+                             "long: attention over sequences whose score rows do not fit L2, and its memory")
     args = parser.parse_args(argv)
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
@@ -368,12 +374,16 @@ def main(argv=None) -> int:
             print(f"WARNING: {var} is set; it slows numpy's GEMM here. "
                   "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py")
     rng = np.random.default_rng(0)
-    for case in resnet_cases() if args.suite == "resnet" else cases(args.quick):
+    suite = {"resnet": resnet_cases, "long": lambda: (demo.attention_case(*shape) for shape in LONG_ATTENTION)}
+    for case in suite.get(args.suite, lambda: cases(args.quick))():
         if args.only and args.only not in f"{case.name} {case.shapes}":
             continue
         print(run_case(case, rng, args.budget, options), flush=True)
     if args.suite == "resnet":
         print(memory_line((8, 64, 64, 56, 3, 1), options), flush=True)
+    if args.suite == "long":
+        for shape in LONG_ATTENTION:
+            print(attention_memory_line(*shape, tcpy.get_num_threads(), unfused=False), flush=True)
     long_attention = "attention B=1 H=1 L=S=4096 D=128"
     if args.suite == "default" and not args.quick and (not args.only or args.only in long_attention):
         print(attention_memory_line(1, 1, 4096, 128, tcpy.get_num_threads()), flush=True)

@@ -2,7 +2,7 @@
 of whole score rows would not fit half of L2, the score columns run in blocks too, with a
 running maximum and sum per row and the partial output rows rescaled when the maximum grows.
 
-Tiny caches (tests/test_chain.py's) make short rows "long": blocks of 32 columns, a
+Tiny caches (tests/test_chain.py's) make short rows "long": blocks of 16 columns, a
 shorter last block, many rescalings per row. Results are checked against the reference
 evaluator, special values included (the rows the online form cannot give exactly are computed
 again whole, as the statements say).
@@ -102,7 +102,7 @@ def test_other_exponents_keep_whole_rows(u):
 def test_long_rows_are_explained():
     q = np.zeros((1, 2, 131, 7), np.float32)
     text = str(kernel(demo.ATTENTION, 2, tiny_caches(Target.host())).explain(q, q, q, np.float32(1)))
-    assert "online softmax" in text and "s runs in blocks of 32 too" in text
+    assert "online softmax" in text and "s runs in blocks of 16 too" in text
     assert "running maximum Mx and sum Sm per row" in text
     assert "online" not in str(tcpy.define(demo.ATTENTION).explain(q, q, q, np.float32(1)))
 

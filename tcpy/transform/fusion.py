@@ -242,8 +242,8 @@ def _online(program: Program, group: FusedGroup, produced: str, deferral: Option
     if (exponential.target != deferral.numerator or exponential.reduction is not None or exponential.where
             or [getattr(e, "name", None) for e in exponential.lhs] != [e.name for e in scores.indices]
             or not isinstance(exponential.rhs, ast.Call) or exponential.rhs.func != "exp"
-            or len(exponential.rhs.args) != 1 or _scaled_difference(exponential.rhs.args[0], scores, mx,
-                                                                    column, program, group) is None):
+            or len(exponential.rhs.args) != 1
+            or not _scaled_difference(exponential.rhs.args[0], scores, mx, column, program, group)):
         return None
     summed = total.rhs
     if (total.target != deferral.divisor or total.reduction != "+" or not total.init or total.where
@@ -257,30 +257,27 @@ def _online(program: Program, group: FusedGroup, produced: str, deferral: Option
 
 
 def _scaled_difference(u: ast.Expr, scores: ast.Access, mx: ast.Access, column: str, program: Program,
-                       group: FusedGroup) -> Optional[ast.Expr]:
-    """``u`` when it is ``S - M``, ``k * (S - M)``, ``(S - M) * k`` or ``(S - M) / k`` with ``S``
-    the access ``scores``, ``M`` the row maximum ``mx`` and ``k`` free of the column variable and
-    of anything the chain writes (None otherwise)."""
+                       group: FusedGroup) -> bool:
+    """Whether ``u`` is ``S - M``, ``k * (S - M)``, ``(S - M) * k`` or ``(S - M) / k`` with
+    ``S`` the access ``scores``, ``M`` the row maximum ``mx`` and ``k`` free of the column
+    variable and of anything the chain writes."""
     def is_difference(e) -> bool:
         return (isinstance(e, ast.Binary) and e.op == "-" and _same_access(e.lhs, scores)
                 and _same_access(e.rhs, mx))
 
     if is_difference(u):
-        return u
+        return True
     if not isinstance(u, ast.Binary) or u.op not in ("*", "/"):
-        return None
+        return False
     if is_difference(u.lhs):
         factor = u.rhs
     elif u.op == "*" and is_difference(u.rhs):
         factor = u.lhs
     else:
-        return None
+        return False
     written = {program.statements[i].stmt.target for i in group.statements} | {scores.tensor}
-    for node in factor.walk():
-        if ((isinstance(node, ast.IndexVar) and node.name == column)
-                or (isinstance(node, ast.Access) and node.tensor in written)):
-            return None
-    return u
+    return not any((isinstance(node, ast.IndexVar) and node.name == column)
+                   or (isinstance(node, ast.Access) and node.tensor in written) for node in factor.walk())
 
 
 def _same_access(e: ast.Expr, access: ast.Access) -> bool:

@@ -72,7 +72,7 @@ def torch_fn(name: str):
     """The same computation in PyTorch on the CPU (inputs converted outside the timed call)."""
     if torch is None:
         return None
-    fns = {"gemm": torch.matmul, "dgemm": torch.matmul, "bmm": torch.matmul,
+    fns = {"gemm": torch.matmul, "dgemm": torch.matmul, "bmm": torch.matmul, "gemm_nt": lambda a, b: a @ b.t(),
            "conv2d": torch.nn.functional.conv2d,
            "attention": lambda q, k, v, s: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=s),
            "linear": lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)),
@@ -95,6 +95,20 @@ def dgemm_case(m: int, n: int, k: int) -> demo.Case:
     return demo.Case("dgemm", DGEMM, f"{m}x{k} @ {k}x{n}",
                      lambda rng: (rng.standard_normal((m, k)), rng.standard_normal((k, n))),
                      demo.numpy_gemm, 2.0 * m * n * k)
+
+
+GEMM_NT = """
+def gemm_nt(float(M,K) A, float(N,K) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(n, k)
+}
+"""
+
+
+def gemm_nt_case(n: int) -> demo.Case:
+    """(n x n) @ (n x n)^T in float32: B read transposed (a linear layer's weights, Q.K^T)."""
+    return demo.Case("gemm_nt", GEMM_NT, f"{n}x{n} @ ({n}x{n})^T",
+                     lambda rng: (demo._f32(rng, n, n), demo._f32(rng, n, n)), lambda a, b: a @ b.T,
+                     2.0 * n * n * n)
 
 
 def bmm_case(b: int, m: int, n: int, k: int) -> demo.Case:
@@ -169,6 +183,7 @@ def cases(quick: bool):
     yield from (demo.gemm_case(n, n, n) for n in (64, 128))
     if not quick:  # tall-skinny M x N x K, and batched
         yield from (demo.gemm_case(m, n, k) for m, n, k in ((1024, 1024, 64), (128, 128, 4096), (4096, 64, 512)))
+        yield gemm_nt_case(1024)
         yield bmm_case(32, 128, 128, 64)
         yield from (linear_case(n, n, n) for n in (256, 1024))
     yield from (demo.conv2d_case(n, 64, 64, 56) for n in ([1] if quick else [1, 8]))

@@ -625,8 +625,15 @@ class _Renderer:
             col = lambda c: f"co[s + {c}]"  # noqa: E731
             step, run = self.con.n[-1].b, self.con.n[-1].extent
         size = self.con.b.dtype.bits // 8
-        span = abs(step) * (nr - 1) * size  # first to last element of a sliver's row, in bytes
-        lines = [*range(0, span, 64), span]
+        if abs(step) * size >= 64:  # each element of a sliver's row on a line of its own
+            lines = [c * abs(step) * size for c in range(nr)]
+        else:  # first to last element of a sliver's row, in bytes
+            span = abs(step) * (nr - 1) * size
+            lines = [*range(0, span, 64), span]
+        # rows of successive k that share their lines (B transposed: k runs along memory) are
+        # asked for once per line, not once per k
+        k = self.single("k")
+        every = max(1, 64 // (abs(k.b) * size)) if k is not None and k.b else 1
         w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
         w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
         # a whole sliver inside one run of the inner N group is read at that group's stride in B
@@ -637,7 +644,7 @@ class _Renderer:
         w(f"const {TB} *TCPY_RESTRICT pf = bb + (ahead ? {col(str(PACK_B_AHEAD * nr))} : {col('0')});", 3)
         w("for (int64_t k = 0; k < kc; k++) {", 3)
         w(f"const {TB} *TCPY_RESTRICT r = src + {p}_off_b_k(p0 + k);", 4)
-        w("if (ahead) {", 4)
+        w("if (ahead) {" if every == 1 else f"if (ahead && k % {every} == 0) {{", 4)
         w(f"const {TB} *q = pf + {p}_off_b_k(p0 + k);", 5)
         for line in lines:
             w(f"__builtin_prefetch((const char *)q + {line if step > 0 else -line}, 0, 3);", 5)

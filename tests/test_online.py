@@ -7,6 +7,8 @@ shorter last block, many rescalings per row. Results are checked against the ref
 evaluator, special values included (the rows the online form cannot give exactly are computed
 again whole, as the statements say).
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -135,3 +137,12 @@ def test_a_negative_scale_that_overflows_gives_the_statements_values():
         got = kernel(source, 1, tiny_caches(Target.host()))(*args)
     assert not np.isfinite(want).all()
     compare(got, want, 2e-4)
+
+
+def test_online_loop_ir_golden(golden):
+    """The loops of an online chain: blocks of rows, blocks of columns (a shorter last one), the
+    online steps in each row, the rows computed again whole."""
+    attention = tcpy.define(demo.ATTENTION, options=tcpy.Options(
+        num_threads=2, target=tiny_caches(Target.preset("x86-64-v3"))))
+    shapes = ((1, 2, 13, 16), (1, 2, 70, 16), (1, 2, 70, 16), np.float32(0.25))
+    golden.check(Path(__file__).parent / "golden" / "loopir" / "attention_online.expected", attention.loop_ir(*shapes))

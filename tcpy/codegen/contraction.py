@@ -1435,6 +1435,30 @@ class _Renderer:
                                  bpre=prepacked or "0") + "; }")
         return helpers.text(), prepack, call
 
+    def rows_helper(self, w: _Writer, name: str, params: str, row=(), element=(), after=()):
+        """``<p>_<name>(T *C, int64_t rows<params>)``: for each output row r of a block, ``row``
+        lines, then ``element`` lines for each of its elements ``*e``, then ``after`` lines; with
+        ``after`` it returns ``int any`` (which those lines set), else nothing."""
+        p, T = self.p, self.T
+        w(f"static {'int' if after else 'void'} {p}_{name}({T} *TCPY_RESTRICT C, int64_t rows{params}) {{")
+        if after:
+            w("int any = 0;", 1)
+        w("for (int64_t r = 0; r < rows; r++) {", 1)
+        w(f"{T} *TCPY_RESTRICT o = C + {p}_off_c_m(r);", 2)
+        for line in row:
+            w(line, 2)
+        w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 2)
+        w(f"{T} *e = o + {p}_off_c_n(j);", 3)
+        for line in element:
+            w(line, 3)
+        w("}", 2)
+        for line in after:
+            w(line, 2)
+        w("}", 1)
+        if after:
+            w("return any;", 1)
+        w("}")
+
     def online_rows(self, w: _Writer):
         """The row helpers of an online chain's last product (its output rows summed over blocks
         of columns): ``void <p>_clear_rows(T *C, int64_t rows)`` sets a block's rows to 0;
@@ -1443,56 +1467,22 @@ class _Renderer:
         const T *m, const T *z, int32_t *redo)`` divides row r by ``z[r]`` (the running sum) and
         sets ``redo[r]`` when the row cannot stand (``m[r]`` or ``z[r]`` not finite, ``z[r]``
         below 1 in magnitude, a result not finite); it returns whether any row is set."""
-        p, T = self.p, self.T
-
-        def rows_loop(name, params, row, element, after=()):
-            w(f"static {'int' if after else 'void'} {p}_{name}({T} *TCPY_RESTRICT C, int64_t rows{params}) {{")
-            if after:
-                w("int any = 0;", 1)
-            w("for (int64_t r = 0; r < rows; r++) {", 1)
-            w(f"{T} *TCPY_RESTRICT o = C + {p}_off_c_m(r);", 2)
-            for line in row:
-                w(line, 2)
-            w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 2)
-            w(f"{T} *e = o + {p}_off_c_n(j);", 3)
-            for line in element:
-                w(line, 3)
-            w("}", 2)
-            for line in after:
-                w(line, 2)
-            w("}", 1)
-            if after:
-                w("return any;", 1)
-            w("}")
-
-        rows_loop("clear_rows", "", (), (f"*e = ({T})0;",))
-        rows_loop("scale_rows", f", const {T} *TCPY_RESTRICT f", (f"const {T} s = f[r];", "if (s == 1) continue;"),
-                  ("*e = *e * s;",))
-        rows_loop("finish_rows",
-                  f", const {T} *TCPY_RESTRICT m, const {T} *TCPY_RESTRICT z, int32_t *TCPY_RESTRICT redo",
-                  (f"const {T} d = z[r];", f"int bad = !(isfinite(m[r]) && isfinite(d) && fabs(d) >= ({T})1);"),
-                  ("*e = *e / d;", "bad |= !isfinite(*e);"), ("redo[r] = bad;", "any |= bad;"))
+        T = self.T
+        self.rows_helper(w, "clear_rows", "", element=(f"*e = ({T})0;",))
+        self.rows_helper(w, "scale_rows", f", const {T} *TCPY_RESTRICT f",
+                         (f"const {T} s = f[r];", "if (s == 1) continue;"), ("*e = *e * s;",))
+        self.rows_helper(w, "finish_rows",
+                         f", const {T} *TCPY_RESTRICT m, const {T} *TCPY_RESTRICT z, int32_t *TCPY_RESTRICT redo",
+                         (f"const {T} d = z[r];", f"int bad = !(isfinite(m[r]) && isfinite(d) && fabs(d) >= ({T})1);"),
+                         ("*e = *e / d;", "bad |= !isfinite(*e);"), ("redo[r] = bad;", "any |= bad;"))
 
     def divide_rows(self, w: _Writer):
         """``int <p>_divide_rows(T *C, int64_t rows, const T *z)``: a block's output rows, row r
         divided by ``z[r]`` (a quotient deferred past the product); returns 1 when a row whose
         ``z`` is not 1 came out inf or NaN (its sum may have overflowed before the division)."""
-        p, T = self.p, self.T
-        w(f"static int {p}_divide_rows({T} *TCPY_RESTRICT C, int64_t rows, const {T} *TCPY_RESTRICT z) {{")
-        w("int redo = 0;", 1)
-        w("for (int64_t r = 0; r < rows; r++) {", 1)
-        w(f"{T} *TCPY_RESTRICT o = C + {p}_off_c_m(r);", 2)
-        w(f"const {T} d = z[r];", 2)
-        w("int bad = 0;", 2)
-        w(f"for (int64_t j = 0; j < {self.N}; j++) {{", 2)
-        w(f"{T} *e = o + {p}_off_c_n(j);", 3)
-        w("*e = *e / d;", 3)
-        w("bad |= !isfinite(*e);", 3)
-        w("}", 2)
-        w(f"redo |= bad && d != ({T})1;", 2)
-        w("}", 1)
-        w("return redo;", 1)
-        w("}")
+        T = self.T
+        self.rows_helper(w, "divide_rows", f", const {T} *TCPY_RESTRICT z", (f"const {T} d = z[r];", "int bad = 0;"),
+                         ("*e = *e / d;", "bad |= !isfinite(*e);"), (f"any |= bad && d != ({T})1;",))
 
     def render(self) -> tuple[str, str]:
         helpers = _Writer()

@@ -691,8 +691,7 @@ class _Emitter:
         self.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", depth + 3)
         self.emit(whole_calls[0][1], depth + 3)
         self.block_rows(node.row_var, body, depth + 3)
-        y, z = c_name(numerator), c_name(divisor)
-        self.emit(f"for (int64_t e = 0; e < {row}; e++) {y}[e] = {y}[e] / {z}[0];", depth + 3)
+        self.quotient_rows(numerator, row, divisor, T.c_type, None, depth + 3)
         self.emit(whole_calls[1][1], depth + 3)
         self.emit("}", depth + 2)
         self.emit("}", depth + 1)
@@ -729,23 +728,25 @@ class _Emitter:
         product runs again."""
         numerator, row, divisor = node.deferred
         T = node.tail.contraction.dtype.c_type
-        y, z = c_name(numerator), c_name(divisor)
         divide = f"{self.symbol}_s{node.tail.stmt}_divide_rows"
-
-        def exact_rows(condition: str, d: int):
-            self.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", d)
-            self.emit(f"const {T} zr = {z}[r];", d + 1)
-            self.emit(f"if ({condition}) {{", d + 1)
-            self.emit(f"for (int64_t e = 0; e < {row}; e++) {y}[r * {row} + e] = {y}[r * {row} + e] / zr;", d + 2)
-            self.emit(f"{z}[r] = ({T})1;", d + 2)
-            self.emit("}", d + 1)
-            self.emit("}", d)
-
-        exact_rows(f"!(isfinite(zr) && fabs(zr) >= ({T})1)", depth)
+        self.quotient_rows(numerator, row, divisor, T, f"!(isfinite(zr) && fabs(zr) >= ({T})1)", depth)
         self.emit(call, depth)
-        self.emit(f"if ({divide}({tail_c}, {BLOCK_ROWS}, {z})) {{", depth)
-        exact_rows(f"zr != ({T})1", depth + 1)
+        self.emit(f"if ({divide}({tail_c}, {BLOCK_ROWS}, {c_name(divisor)})) {{", depth)
+        self.quotient_rows(numerator, row, divisor, T, f"zr != ({T})1", depth + 1)
         self.emit(call, depth + 1)
+        self.emit("}", depth)
+
+    def quotient_rows(self, numerator: str, row: int, divisor: str, T: str, condition, depth: int):
+        """A deferred quotient ``X = Y / Z`` itself, in place in Y's block buffer (``row``
+        elements of C type ``T`` a row), for the block's rows whose ``zr`` meets ``condition``
+        (all, if None); their Z becomes 1."""
+        y, z = c_name(numerator), c_name(divisor)
+        self.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth)
+        self.emit(f"const {T} zr = {z}[r];", depth + 1)
+        self.emit(f"if ({condition or 1}) {{", depth + 1)
+        self.emit(f"for (int64_t e = 0; e < {row}; e++) {y}[r * {row} + e] = {y}[r * {row} + e] / zr;", depth + 2)
+        self.emit(f"{z}[r] = ({T})1;", depth + 2)
+        self.emit("}", depth + 1)
         self.emit("}", depth)
 
     def _carve(self, base, slot, buffers, depth):

@@ -199,10 +199,10 @@ class FusedGroup:
 
 @dataclass(frozen=True)
 class Chain:
-    """A fused group that starts and ends with a contraction (scores, softmax, times V): the
-    last shared variable ``block_var`` runs in blocks of ``rows``; the first and last statements
-    run on a block of rows through the contraction engine's micro-kernel, the ones between row
-    by row. ``blocked`` pairs each temporary the products share with the rows in between with
+    """A fused group that starts and ends with a contraction (scores, softmax, times V; or two
+    products back to back): the last shared variable ``block_var`` runs in blocks of ``rows``;
+    the first and last statements run on a block of rows through the contraction engine's
+    micro-kernel, the ones between (if any) row by row. ``blocked`` pairs each temporary the products share with the rows in between with
     its per-thread block buffer (``rows`` rows of ``row`` elements); ``reasons`` say why."""
 
     block_var: str

@@ -325,6 +325,8 @@ def _group_rows(program: Program, group: FusedGroup, options: Options, loop_vars
                    BinOp("*", BinOp("-", Var(loop_vars[chain.block_var]), Var(BLOCK_START)),
                          Const(blocked[tensor][1])))
                   for tensor, local in group.locals if tensor in blocked)
+    if not body:
+        return ()  # (a chain of two products: nothing runs between them)
     return (Block(buffers, tuple(body), views),) if buffers or views else tuple(body)
 
 

@@ -1,7 +1,8 @@
 """Fused chains: a contraction, row statements, a contraction (attention's shape) run as one
-parallel loop over blocks of rows (see tcpy.transform.fusion and tcpy.loopir.BlockChain).
+parallel loop over blocks of rows (see tcpy.transform.fusion and tcpy.loopir.BlockChain); two
+products back to back, the second reading the first's rows, the same way.
 
-The random chains draw 0-1 batch variables, transposed operand layouts, 1-4 row statements
+The random chains draw 0-1 batch variables, transposed operand layouts, 0-4 row statements
 (row reductions with +, max, min and elementwise maps of what came before), the second
 product with the rows on either side, extents among 1 and small primes, float32 and float64, at
 1, 2 and 7 threads, for every preset this CPU runs, half of them with tiny caches (small row
@@ -67,7 +68,8 @@ def chains(draw):
     x, y = operand("X", batch + ["m", "k"]), operand("Y", batch + ["n", "k"])
     lines = [f"T({full}) +=! {x} * {y}"]
     prev, reductions = "T", []
-    for i in range(draw(st.integers(1, 4))):
+    statements = draw(st.integers(0, 4))  # 0: the second product reads T itself (a pair)
+    for i in range(statements):
         if draw(st.booleans()) and i < 3:
             op = draw(st.sampled_from(["+=!", "max=!", "min=!"]))
             lines.append(f"R{i}({rows}) {op} {prev}({full})")
@@ -80,7 +82,7 @@ def chains(draw):
             r = f"{draw(st.sampled_from(reductions))}({rows})" if reductions else "0.5"
             lines.append(f"E{i}({full}) = " + form.format(x=f"{prev}({full})", r=r))
             prev = f"E{i}"
-    if prev == "T":
+    if prev == "T" and statements:
         lines.append(f"U({full}) = T({full}) * 0.25")
         prev = "U"
     z = operand("Z", batch + ["n", "p"])
@@ -117,6 +119,58 @@ def test_random_chains_do_form_chains():
         assert chain.head.prepacked and chain.tail.prepacked  # many small blocks: packed once per batch
         assert bool(chain.shared) == chain.parallel  # one batch for several threads: one shared copy
         check(source, args, options, 2e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_two_products_back_to_back_form_a_chain(threads):
+    """(X Y^T) Z: the rows of T live in a block buffer, never the whole T."""
+    source = """def f(float(B,M,K) X, float(B,N,K) Y, float(B,N,P) Z) -> (O) {
+        T(b, m, n) +=! X(b, m, k) * Y(b, n, k)
+        O(b, m, p) +=! T(b, m, n) * Z(b, n, p)
+    }"""
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((3, 41, 7), (3, 29, 7), (3, 29, 13))]
+    for target in ("host", tiny_caches(Target.host())):
+        options = {"num_threads": threads, "target": target}
+        kernel = tcpy.define(source, options=tcpy.Options(**options))
+        (chain,) = chains_of(kernel, *args)
+        assert chain.body == () and [name for name, _, _ in chain.buffers][:1] == ["block.0"]
+        assert "fused S0-S1 over b, m" in str(kernel.explain(*args))
+        check(source, args, options, 2e-4)
+
+
+@pytest.mark.parametrize("source", [
+    # the second product reads T at row M - 1 - m: another row of the shared loop
+    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        O(m, p) +=! T(M - 1 - m, n) * Z(n, p)
+    }""",
+    # the second product sums over m, the first's rows: it needs every row before it runs
+    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        O(n, p) +=! T(m, n) * Z(m, p)
+    }""",
+    # T is an output: it is written whole
+    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (T, O) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        O(m, p) +=! T(m, n) * Z(n, p)
+    }""",
+    # a third statement reads T too
+    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O, R) {
+        T(m, n) +=! X(m, k) * Y(n, k)
+        O(m, p) +=! T(m, n) * Z(n, p)
+        R(m) +=! T(m, n)
+    }""",
+])
+def test_back_to_back_products_that_cannot_chain_stay_apart(source):
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((23, 7), (23, 7), (23, 5))]
+    assert chains_of(tcpy.define(source), *args) == []
+    reference = tcpy.define(source, backend="reference")(*args)
+    got = tcpy.define(source, options=tcpy.Options(num_threads=2))(*args)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), reference if isinstance(reference, tuple) else (reference,)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4)
 
 
 def test_a_row_read_at_another_row_stays_unchained():

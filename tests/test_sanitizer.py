@@ -13,7 +13,7 @@ The child compiles and runs GEMM, conv2d (stride 1 and 2; padded 3x3 ones forced
 path, NCHW and NHWC), attention as several statements, a
 fused chain whose last product gathers its B columns (at two threads), a chain that defers its
 quotient past the last product (rows that take the quotient itself included), a chain in the
-online-softmax form (rows computed again whole included), a padded stencil whose
+online-softmax form (rows computed again whole included), two products back to back, a padded stencil whose
 untaken ternary branches would read out of bounds, a LUT gather whose run-time check must fire
 before the read, gathers from tensors without elements (where no element 0 exists to fall back
 to), and ``TCPY_SANITIZE_EXAMPLES`` (default 15) random programs from ``tests/strategies.py``,
@@ -119,6 +119,11 @@ CHILD = textwrap.dedent(
              Q(m, n) = E(m, n) / S(m)
              O(m, p) +=! Q(m, n) * Z(n, p)
          }''', abs(rand(13, 3)) + 0.1, y, rand(100, 6), np.float32(0.5), threads=2, target=tiny)
+    # two products back to back: the first's rows in a block buffer, several blocks per thread
+    same('''def pair(float(B,M,K) X, float(B,N,K) Y, float(B,N,P) Z) -> (O) {
+             T(b, m, n) +=! X(b, m, k) * Y(b, n, k)
+             O(b, m, p) +=! T(b, m, n) * Z(b, n, p)
+         }''', rand(2, 41, 5), rand(2, 23, 5), rand(2, 23, 7), threads=2, target=tiny)
     same('''def pad(float(N) X) -> (Y) {
              Y(i) = (i >= 1 ? X(i - 1) : 0.0) + X(i) + (i + 1 < N ? X(i + 1) : 0.0) where i in 0:N
          }''', rand(13))

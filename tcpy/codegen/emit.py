@@ -642,7 +642,9 @@ class _Emitter:
         return calls, tail_c
 
     def block_rows(self, row_var: str, body, depth: int):
-        """``body`` for each row of the block."""
+        """``body`` for each row of the block (none for a chain of two products)."""
+        if not body:
+            return
         self.emit(f"for (int64_t {row_var} = {BLOCK_START}; {row_var} < {BLOCK_START} + {BLOCK_ROWS}; "
                   f"{row_var}++) {{", depth)
         self.loops += 1

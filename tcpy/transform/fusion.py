@@ -27,7 +27,8 @@ tensors' blocks fit half of L2: per block the first product writes its rows into
 block buffer through the micro-kernel, the statements between run row by row on views of those
 buffers, and the second product reads its block of rows as its A operand. The products'
 other operands depend only on the batch loops, so they are packed once per batch
-(:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`).
+(:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`). Two products back to back, the second
+reading the rows the first writes (``(A B) C``), chain the same way with nothing between them.
 
 **Deferred quotients.** When the rows the second product reads are a quotient
 ``P(r, s) = E(r, s) / Sm(r)`` by one value per row (softmax's normalisation) that nothing else
@@ -90,9 +91,10 @@ def fuse_statements(program: Program, options: Options) -> Program:
         if end - start >= 2:
             groups.append(FusedGroup(tuple(range(start, end)), shared))
         start = end
+    groups = [_chain(program, group, options) or group for group in groups]
+    groups = _with_product_pairs(program, groups, options)
     if not groups:
         return program
-    groups = [_chain(program, group, options) or group for group in groups]
     statements = list(statements)
     for group in groups:
         deferral = group.chain.deferred if group.chain else None
@@ -130,23 +132,52 @@ def _common_vars(shared, candidate, first: Statement, other: Statement) -> tuple
 # ----------------------------------------------------------------------------- chains
 
 
-def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[FusedGroup]:
+def _with_product_pairs(program: Program, groups: list[FusedGroup], options: Options) -> list[FusedGroup]:
+    """``groups`` and, in order among them, the chains of two consecutive products that no group
+    holds, where the second reads the rows the first writes (``(A B) C``: the product of the
+    first's rows by the second's operand needs nothing but those rows)."""
+    taken = {i for group in groups for i in group.statements}
+    pairs = []
+    for first in range(len(program.statements) - 1):
+        if first in taken or first + 1 in taken:
+            continue
+        head = program.statements[first]
+        shared = tuple(e.name for e in head.stmt.lhs if isinstance(e, ast.IndexVar))
+        pair = _chain(program, FusedGroup((), shared), options, first)
+        if pair is not None:
+            pairs.append(pair)
+            taken |= {first, first + 1}
+    return sorted(groups + pairs, key=lambda group: group.statements[0])
+
+
+def _chain(program: Program, group: FusedGroup, options: Options, first: int = -1) -> Optional[FusedGroup]:
     """``group`` widened by the contraction right before it and the one right after it, when the
     first produces rows the group consumes and the last consumes rows the group produces (scores,
     softmax, times V), both along the shared loops: one parallel loop over blocks of rows then
-    computes a block's products with the micro-kernel and its rows in cache. None otherwise."""
-    first, last = group.statements[0] - 1, group.statements[-1] + 1
-    if first < 0 or last >= len(program.statements):
-        return None
+    computes a block's products with the micro-kernel and its rows in cache. An empty ``group``
+    (``group.shared``: the first product's output variables) chains statement ``first`` and the
+    next, the second reading the first's rows; the shared loops are those of both along which
+    that holds. None otherwise."""
     statements = program.statements
+    if group.statements:
+        first, last = group.statements[0] - 1, group.statements[-1] + 1
+    else:
+        last = first + 1
+    if first < 0 or last >= len(statements):
+        return None
     head, tail = statements[first], statements[last]
     engines = [contraction_of(s.stmt, s.ranges, program, options) for s in (head, tail)]
     if (None in engines or head.origin < 0 or tail.origin < 0
             or any(e.producer in (first, last) for e in program.epilogues)):
         return None  # (a product with an epilogue runs it in its own store)
     shared = group.shared
+    ranges = head.ranges
+    if not group.statements:  # a pair: the first's output variables that the second writes along too
+        shared = tuple(v for v in shared if v in tail.stmt.output_vars and tail.ranges[v] == ranges[v])
+        group = dataclasses.replace(group, shared=shared)
+    if not shared:
+        return None
     block_var, fixed = shared[-1], shared[:-1]
-    ranges = statements[group.statements[0]].ranges
     if any(not set(shared) <= set(s.stmt.output_vars) or any(s.ranges[v] != ranges[v] for v in shared)
            for s in (head, tail)):
         return None
@@ -155,17 +186,17 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
     produced = head.stmt.target
     (_, head_plan), (tail_con, tail_plan) = engines
     consumed = [acc.tensor for acc in (tail_con.a, tail_con.b) if acc.tensor in temporaries]
-    if produced not in temporaries or len(consumed) != 1 or consumed[0] == produced:
-        return None
     inner = [statements[i].stmt for i in group.statements]
-    if (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
-            or not any(s.target == consumed[0] for s in inner)):
+    if produced not in temporaries or len(consumed) != 1 or (consumed[0] == produced) != (not inner):
+        return None
+    if inner and (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
+                  or not any(s.target == consumed[0] for s in inner)):
         return None
     if not all(_row_buffer_ok(program, members, t, shared) for t in (produced, consumed[0])) or not _legal(
             program, [statements[i] for i in members], shared):
         return None
-    row_tensors: tuple[str, ...] = (produced, consumed[0])
-    deferral = _deferral(program, group, produced, consumed[0], tail_con)
+    row_tensors: tuple[str, ...] = tuple(dict.fromkeys((produced, consumed[0])))
+    deferral = _deferral(program, group, produced, consumed[0], tail_con) if inner else None
     if deferral is not None and all(_row_buffer_ok(program, members, t, shared)
                                     for t in (deferral.numerator, deferral.divisor)):
         deferred_tail = _reading_numerator(tail, deferral)
@@ -173,12 +204,12 @@ def _chain(program: Program, group: FusedGroup, options: Options) -> Optional[Fu
         if engine is not None:
             tail, engines[1], tail_plan = deferred_tail, engine, engine[1]
             row_tensors = (produced, deferral.numerator, deferral.divisor)
-    if len(row_tensors) == 2:
+    if len(row_tensors) < 3:
         deferral = None
     blocked = []
     for k, tensor in enumerate(row_tensors):
         row = 1
-        for e, n in zip(next(a for s in inner for a, _ in _accesses(s) if a.tensor == tensor).indices,
+        for e, n in zip(next(a for i in members for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor).indices,
                         program.shapes[tensor]):
             row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))

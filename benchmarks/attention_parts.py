@@ -13,7 +13,10 @@ For each shape it prints one line::
 GFLOP/s against the FMA peak of one core times the threads; ``softmax rows`` are the four row
 statements over a full score tensor (it streams through memory, the fused kernel's rows do not),
 with their cost per score. The parts do not add up to the fused time: the fused kernel keeps its
-blocks in cache. Times are the best of repeated calls, contenders in turn.
+blocks in cache. ``products only`` is the two products chained without the softmax between them
+(``O = (Q K^T) V``, fused the same way): the fused kernel's floor. With PyTorch installed,
+``torch`` is ``scaled_dot_product_attention`` and ``torch/products`` the most ``torch/fused``
+could reach if the softmax cost nothing. Times are the best of repeated calls, contenders in turn.
 """
 from __future__ import annotations
 
@@ -33,6 +36,12 @@ from peak import fma_peak  # noqa: E402
 
 SCORES = "def qk(float(B,H,L,D) Q, float(B,H,S,D) K) -> (Sc) { Sc(b,h,l,s) +=! Q(b,h,l,d) * K(b,h,s,d) }"
 TIMES_V = "def pv(float(B,H,L,S) P, float(B,H,S,D) V) -> (O) { O(b,h,l,d) +=! P(b,h,l,s) * V(b,h,s,d) }"
+PRODUCTS = """
+def products(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V) -> (O) {
+    Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d)
+    O(b, h, l, d) +=! Sc(b, h, l, s) * V(b, h, s, d)
+}
+"""
 ROWS = """
 def rows(float(B,H,L,S) Sc, float scale) -> (P) {
     Mx(b, h, l) max=! Sc(b, h, l, s)
@@ -69,22 +78,38 @@ def main() -> None:
         [(1, 8, 512, 64), (1, 8, 2048, 64), (4, 12, 256, 64), (1, 1, 4096, 128)]
     peak = fma_peak(tcpy.Target.host(), "float") * args.threads
     print(f"threads {args.threads}; FMA peak {peak:.1f} GFLOP/s; {tcpy.Target.host()}")
-    fused, scores, times_v, rows = (tcpy.define(s) for s in (demo.ATTENTION, SCORES, TIMES_V, ROWS))
+    fused, scores, times_v, rows, products = (tcpy.define(s) for s in (demo.ATTENTION, SCORES, TIMES_V, ROWS,
+                                                                      PRODUCTS))
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        torch = None
     rng = np.random.default_rng(0)
     for b, h, length, d in shapes:
         q, k, v = (rng.standard_normal((b, h, length, d), dtype=np.float32) for _ in range(3))
         scale = np.float32(1 / np.sqrt(d))
         sc = scores(q, k)
         p = rows(sc, scale)
-        t = best_times({"fused": lambda: fused(q, k, v, scale), "qk": lambda: scores(q, k),
-                        "pv": lambda: times_v(p, v), "rows": lambda: rows(sc, scale)}, args.rounds, args.repeat)
+        calls = {"fused": lambda: fused(q, k, v, scale), "qk": lambda: scores(q, k),
+                 "pv": lambda: times_v(p, v), "rows": lambda: rows(sc, scale),
+                 "products": lambda: products(q, k, v)}
+        if torch is not None:
+            tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+            calls["torch"] = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, scale=float(scale))
+        t = best_times(calls, args.rounds, args.repeat)
         flops = 2.0 * b * h * length * length * d
         n_scores = b * h * length * length
-        print(f"attention  B={b} H={h} L=S={length} D={d}".ljust(36)
-              + f" fused {t['fused']:8.3f} ms"
-              + f" | Q.K^T {t['qk']:8.3f} ms {flops / t['qk'] / 1e6:6.1f} GFLOP/s ({flops / t['qk'] / 1e6 / peak:.0%})"
-              + f" | P.V {t['pv']:8.3f} ms {flops / t['pv'] / 1e6:6.1f} GFLOP/s ({flops / t['pv'] / 1e6 / peak:.0%})"
-              + f" | softmax rows {t['rows']:8.3f} ms {t['rows'] * 1e6 / n_scores:.2f} ns/score", flush=True)
+        line = (f"attention  B={b} H={h} L=S={length} D={d}".ljust(36)
+                + f" fused {t['fused']:8.3f} ms"
+                + f" | Q.K^T {t['qk']:8.3f} ms {flops / t['qk'] / 1e6:6.1f} GFLOP/s ({flops / t['qk'] / 1e6 / peak:.0%})"
+                + f" | P.V {t['pv']:8.3f} ms {flops / t['pv'] / 1e6:6.1f} GFLOP/s ({flops / t['pv'] / 1e6 / peak:.0%})"
+                + f" | softmax rows {t['rows']:8.3f} ms {t['rows'] * 1e6 / n_scores:.2f} ns/score"
+                + f" | products only {t['products']:8.3f} ms ({2 * flops / t['products'] / 1e6 / peak:.0%})")
+        if torch is not None:
+            line += (f" | torch {t['torch']:8.3f} ms torch/fused {t['torch'] / t['fused']:.2f}x"
+                     f" torch/products {t['torch'] / t['products']:.2f}x")
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

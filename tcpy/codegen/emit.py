@@ -495,7 +495,8 @@ class _Emitter:
 
     def _strips(self, node):
         """``(lo, strip, hi)`` when the SIMD reduction loop ``node`` runs as REDUCTION_STRIPS
-        strips: constant bounds, points only in its body, at least two vectors per strip."""
+        strips: constant bounds, points only in its body, at least two vectors per strip. A
+        strip is whole vectors (no scalar tail per strip); what is left runs after them."""
         if node.step != 1 or not isinstance(node.lo, Const) or not all(isinstance(n, Point) for n in node.body):
             return None
         cond = node.cond
@@ -504,8 +505,9 @@ class _Emitter:
             return None
         lo, hi = node.lo.value, cond.rhs.value + (cond.op == "<=")
         acc_type = accumulator_type(self.types[self.stmts[self.stmt_index].target])
-        strip = (hi - lo) // REDUCTION_STRIPS
-        if strip < 2 * self.ir.options.target.lanes(acc_type.bits // 8):
+        lanes = self.ir.options.target.lanes(acc_type.bits // 8)
+        strip = (hi - lo) // REDUCTION_STRIPS // lanes * lanes
+        if strip < 2 * lanes:
             return None
         return lo, strip, hi
 

@@ -131,6 +131,10 @@ class Target:
         if self.arch == "x86_64" and self.vector_bytes >= 64:
             # gcc's tuning for AVX-512 machines prefers 256-bit vectors; our blocks use 512
             flags += ("-mprefer-vector-width=512",)
+        if self.arch == "x86_64":
+            # gcc may move 64-bit values through MMX registers (movq2dq) and never clear them
+            # (emms): every x87 operation after the kernel, numpy's long double included, is NaN
+            flags += ("-mno-mmx",)
         return flags
 
     def key(self) -> str:

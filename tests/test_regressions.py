@@ -83,3 +83,18 @@ def test_max_min_ties_of_signed_zeros_return_the_first_operand(backend, t):
     p, q = k(np.array([-0.0, 0.0], np.dtype(tcpy.lang.types.TYPE_NAMES[t].numpy_name)))
     np.testing.assert_array_equal(p, [np.inf, np.inf])
     np.testing.assert_array_equal(q, [-np.inf, np.inf])
+
+
+@pytest.mark.skipif(tcpy.Target.host().arch != "x86_64", reason="MMX and x87 are x86")
+@pytest.mark.parametrize("preset", ["x86-64", "host"])
+def test_a_kernel_leaves_the_x87_unit_usable(preset):
+    """Bug 8: built for baseline x86-64, an int64 GEMM moved values through an MMX register
+    (gcc: movq2dq) and never cleared it (emms); every x87 operation after it, numpy's long
+    double sum included, was NaN. Kernels are built without MMX."""
+    k = tcpy.define("def f(int64(M,K) A, int64(N,K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }",
+                    options=tcpy.Options(target=preset, loop_order=("j", "i", "l"), unroll=4,
+                                         tile_sizes={"q": 1}, register_tile=False, parallel=False))
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-5, 5, (53, 63)), rng.integers(-5, 5, (49, 63))
+    np.testing.assert_array_equal(k(a, b), a @ b.T)
+    assert np.array([1.5, 2.25], dtype=np.longdouble).sum() == 3.75

@@ -98,3 +98,15 @@ def test_a_kernel_leaves_the_x87_unit_usable(preset):
     a, b = rng.integers(-5, 5, (53, 63)), rng.integers(-5, 5, (49, 63))
     np.testing.assert_array_equal(k(a, b), a @ b.T)
     assert np.array([1.5, 2.25], dtype=np.longdouble).sum() == 3.75
+
+
+@pytest.mark.parametrize("flags", [{"fast_math": True}, {"cflags": ["-Ofast"]}])
+def test_a_fast_math_kernel_leaves_the_process_denormals_alone(flags, tmp_path, monkeypatch):
+    """Bug 9: built with -ffast-math (or -Ofast), gcc linked crtfastmath.o into the kernel's
+    library, whose constructor set flush-to-zero and denormals-are-zero when it was loaded: from
+    then on NumPy's float arithmetic flushed denormals to 0 in the whole process."""
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))  # a fresh build, not a cached library
+    k = tcpy.define("def f(float(N) A) -> (O) { O(i) = exp(A(i)) }", options=tcpy.Options(**flags))
+    np.testing.assert_allclose(k(np.zeros(5, np.float32)), np.ones(5), rtol=1e-6)
+    assert np.float32(1e-38) * np.float32(1e-3) > 0
+    assert np.float64(1e-300) * 1e-10 > 0

@@ -45,6 +45,14 @@ from ..target import Target
 
 DEFAULT_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+# Flags with which gcc (before 13) links crtfastmath.o into the library: its constructor turns on
+# flush-to-zero and denormals-are-zero in the thread that loads it, for all the process's later
+# float arithmetic (NumPy's included). With them, the kernel is compiled with them and linked
+# without them.
+FAST_MATH_LINK_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
+# Part of every cache key: raised when the way a library is built changes (not its flags), so
+# that no entry built the old way is loaded. 2: fast-math flags no longer reach the link.
+BUILD_RECIPE = "2"
 HEADER_NAME = "tcpy_runtime.h"
 
 #: Number of times this process ran the C compiler (tests assert that cache hits do not).
@@ -179,7 +187,7 @@ def _cache_key(c_source: str, cc: str, flags: tuple[str, ...], target: Target) -
     subprocess); the entry's sidecar records the compiler binary instead (see _entry_is_valid),
     and the target gives the -march flags."""
     h = hashlib.sha256()
-    for part in (c_source, _header_digest(), cc, "\0".join(flags), target.key()):
+    for part in (c_source, _header_digest(), cc, "\0".join(flags), target.key(), BUILD_RECIPE):
         h.update(part.encode())
         h.update(b"\0\1")  # separator: no two different tuples hash the same text
     return h.hexdigest()
@@ -328,10 +336,24 @@ def _compile(c_source: str, cc: str, flags: tuple[str, ...], user_flags: tuple[s
 
 def _run_compiler(cc: str, flags: tuple[str, ...], c_path: Path, so_path: Path) -> subprocess.CompletedProcess:
     global compiler_invocations
-    cmd = [cc, *flags, "-I", str(runtime_include_dir()), str(c_path), "-o", str(so_path), "-lm"]
+    compiler_invocations += 1
+    include = ("-I", str(runtime_include_dir()))
+    if FAST_MATH_LINK_FLAGS.isdisjoint(flags):
+        return _run(cc, [cc, *flags, *include, str(c_path), "-o", str(so_path), "-lm"])
+    obj = so_path.with_suffix(".o")
+    try:
+        result = _run(cc, [cc, *flags, *include, "-c", str(c_path), "-o", str(obj)])
+        if result.returncode == 0:
+            link = [f for f in flags if f not in FAST_MATH_LINK_FLAGS]
+            result = _run(cc, [cc, *link, str(obj), "-o", str(so_path), "-lm"])
+        return result
+    finally:
+        obj.unlink(missing_ok=True)
+
+
+def _run(cc: str, cmd: list[str]) -> subprocess.CompletedProcess:
     if _debug_level() >= 1:
         print("tcpy: " + shlex.join(cmd), file=sys.stderr)
-    compiler_invocations += 1
     try:
         return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
     except OSError as e:

@@ -28,7 +28,8 @@ class Options:
     num_threads: OpenMP threads (default: ``$OMP_NUM_THREADS``, else every CPU available).
     parallel, vectorize: turn OpenMP parallel loops / ``omp simd`` off.
     fast_math: compile with ``-ffast-math`` (vectorized libm calls, reassociation; NaN/inf
-        semantics are no longer guaranteed). Off by default.
+        semantics are no longer guaranteed) for this kernel only: the process's floating-point
+        modes (denormals) are left alone. Off by default.
     check_indices: bounds-check data-dependent indices such as ``B(C(i))`` at run time.
     cflags: extra compiler flags.
     register_tile: keep blocks of outputs in registers across reductions (GEMM-like nests).

@@ -104,11 +104,11 @@ def gemm_nt(float(M,K) A, float(N,K) B) -> (C) {
 """
 
 
-def gemm_nt_case(n: int) -> demo.Case:
-    """(n x n) @ (n x n)^T in float32: B read transposed (a linear layer's weights, Q.K^T)."""
-    return demo.Case("gemm_nt", GEMM_NT, f"{n}x{n} @ ({n}x{n})^T",
-                     lambda rng: (demo._f32(rng, n, n), demo._f32(rng, n, n)), lambda a, b: a @ b.T,
-                     2.0 * n * n * n)
+def gemm_nt_case(m: int, n: int, k: int) -> demo.Case:
+    """(m x k) @ (n x k)^T in float32: B read transposed (a linear layer's weights, Q.K^T)."""
+    return demo.Case("gemm_nt", GEMM_NT, f"{m}x{k} @ ({n}x{k})^T",
+                     lambda rng: (demo._f32(rng, m, k), demo._f32(rng, n, k)), lambda a, b: a @ b.T,
+                     2.0 * m * n * k)
 
 
 def bmm_case(b: int, m: int, n: int, k: int) -> demo.Case:
@@ -183,7 +183,8 @@ def cases(quick: bool):
     yield from (demo.gemm_case(n, n, n) for n in (64, 128))
     if not quick:  # tall-skinny M x N x K, and batched
         yield from (demo.gemm_case(m, n, k) for m, n, k in ((1024, 1024, 64), (128, 128, 4096), (4096, 64, 512)))
-        yield gemm_nt_case(1024)
+        yield gemm_nt_case(1024, 1024, 1024)
+        yield gemm_nt_case(64, 2048, 2048)  # a linear layer on 64 tokens: packing B is most of the work
         yield bmm_case(32, 128, 128, 64)
         yield from (linear_case(n, n, n) for n in (256, 1024))
     yield from (demo.conv2d_case(n, 64, 64, 56) for n in ([1] if quick else [1, 8]))

@@ -397,6 +397,29 @@ def test_gemm_edges_around_the_micro_tile(target, threads):
 
 
 @pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("dtype", ["float", "double"])
+def test_b_read_transposed_packs_whole_blocks_of_k(target, dtype):
+    """``C(m, n) +=! A(m, k) * B(n, k)`` (a linear layer's weights): B's sliver rows run along
+    memory in k, so packing loads a vector of k per row and transposes blocks of lanes x lanes
+    in registers; K = lanes * 5 + 3 leaves a remainder, N an edge sliver, kc blocks split K."""
+    t = Target.preset(target)
+    np_dtype = {"float": np.float32, "double": np.float64}[dtype]
+    lanes = t.lanes(np.dtype(np_dtype).itemsize)
+    mr, nv = micro_tile(t, np.dtype(np_dtype).itemsize)
+    src = f"def f({dtype}(M,K) A, {dtype}(N,K) B) -> (C) {{ C(m,n) +=! A(m,k) * B(n,k) }}"
+    rng = np.random.default_rng(3)
+    m, n, k = 2 * mr + 1, 3 * nv * lanes + 1, 5 * lanes + 3
+    A, B = (rng.integers(-9, 9, shape).astype(np_dtype) for shape in ((m, k), (n, k)))
+    for tt in (t, tiny_caches(t)):
+        kernel = tcpy.define(src, options=tcpy.Options(target=tt, num_threads=2))
+        node = kernel.specialize(A, B).ir.nests[0].body[0]
+        assert isinstance(node, ContractionNest) and (node.plan.path != "small" or tt is t)  # B packed
+        got = kernel(A, B)
+        assert got.dtype == np_dtype and got.shape == (m, n)
+        np.testing.assert_array_equal(got, A.astype(np.int64) @ B.astype(np.int64).T)  # (exact: small integers)
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("threads", [1, 2, 7])
 def test_outputs_written_once_bypass_the_caches(target, threads):
     """A contraction with K in one block and an output beyond the threads' halves of L3 stores

@@ -642,15 +642,26 @@ class _Renderer:
         w(f"const {TB} *TCPY_RESTRICT src = bb + {col('0')};", 3)
         w(f"const int ahead = s + {PACK_B_AHEAD * nr + nr} <= nc;", 3)
         w(f"const {TB} *TCPY_RESTRICT pf = bb + (ahead ? {col(str(PACK_B_AHEAD * nr))} : {col('0')});", 3)
-        w("for (int64_t k = 0; k < kc; k++) {", 3)
-        w(f"const {TB} *TCPY_RESTRICT r = src + {p}_off_b_k(p0 + k);", 4)
-        w("if (ahead) {" if every == 1 else f"if (ahead && k % {every} == 0) {{", 4)
-        w(f"const {TB} *q = pf + {p}_off_b_k(p0 + k);", 5)
-        for line in lines:
-            w(f"__builtin_prefetch((const char *)q + {line if step > 0 else -line}, 0, 3);", 5)
-        w("}", 4)
-        self.copy_sliver_row(w, f"d + k * {nr}", "r", nr, step, TB, 4)
-        w("}", 3)
+        L = self.plan.lanes
+        # B transposed (k runs along memory), same type: blocks of L k steps of each L rows of
+        # the sliver transposed in registers, one vector load per row instead of L scalar ones
+        blocks = k is not None and k.b == 1 and TB == T and L >= 2 and nr % L == 0
+        w("int64_t k = 0;", 3)
+        for first, last in (((f"k + {L} <= kc", f"k += {L}"),) if blocks else ()) + (("k < kc", "k++"),):
+            w(f"for (; {first}; {last}) {{", 3)
+            w(f"const {TB} *TCPY_RESTRICT r = src + {p}_off_b_k(p0 + k);", 4)
+            w("if (ahead) {" if every == 1 else f"if (ahead && k % {every} == 0) {{", 4)  # (every: a multiple of L)
+            w(f"const {TB} *q = pf + {p}_off_b_k(p0 + k);", 5)
+            for line in lines:
+                w(f"__builtin_prefetch((const char *)q + {line if step > 0 else -line}, 0, 3);", 5)
+            w("}", 4)
+            if last == "k++":
+                self.copy_sliver_row(w, f"d + k * {nr}", "r", nr, step, TB, 4)
+            else:
+                for h in range(nr // L):
+                    self.transpose_block(w, 4, lambda c, h=h: f"*(const {p}_vu *)(r + INT64_C({step}) * {h * L + c})",
+                                         lambda l, h=h: f"d + (k + {l}) * {nr} + {h * L}")
+            w("}", 3)
         w("continue;", 3)
         w("}", 2)
         w("for (int64_t k = 0; k < kc; k++) {", 2)
@@ -706,20 +717,32 @@ class _Renderer:
 
     def transposed_rows(self, w: _Writer, depth: int, row_stride: int):
         """The whole-sliver case of packing A when its rows are contiguous along K: blocks of
-        ``lanes`` K steps are loaded as one vector per row, transposed in registers (log2(lanes)
-        stages, each swapping the off-diagonal blocks of half the size) and written one vector
-        per K step. A store writes ``lanes - MR`` lanes past its K step; the next step's store
-        (or the remainder loop, the next sliver, the buffer's slack) overwrites them. Leaves
-        the remaining K steps to a scalar loop."""
+        ``lanes`` K steps are loaded as one vector per row, transposed in registers
+        (:meth:`transpose_block`) and written one vector per K step. A store writes ``lanes -
+        MR`` lanes past its K step; the next step's store (or the remainder loop, the next
+        sliver, the buffer's slack) overwrites them. Leaves the remaining K steps to a scalar
+        loop."""
         p, T, mr, L = self.p, self.T, self.plan.mr, self.plan.lanes
         w(f"const {T} *TCPY_RESTRICT s0 = ab + {p}_off_a_k(p0) + INT64_C({row_stride}) * (i0 + s);", depth)
         w("int64_t k = 0;", depth)
         w(f"for (; k + {L} <= kc; k += {L}) {{", depth)
-        rows = [f"*(const {p}_vu *)(s0 + {r * row_stride} + k)" for r in range(mr)]
+        self.transpose_block(w, depth + 1, lambda r: f"*(const {p}_vu *)(s0 + {r * row_stride} + k)" if r < mr else "x0",
+                             lambda l: f"d + (k + {l}) * {mr}")
+        w("}", depth)
+        w("for (; k < kc; k++)", depth)
+        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = s0[{row_stride} * r + k];", depth + 1)
+
+    def transpose_block(self, w: _Writer, depth: int, load, store):
+        """A ``lanes`` x ``lanes`` block transposed in registers: vector ``r`` is ``load(r)``
+        (a row: one element per column), then log2(lanes) stages each swap the off-diagonal
+        blocks of half the size, and column ``l`` is stored at ``store(l)``."""
+        p, L = self.p, self.plan.lanes
+        w("{", depth)
+        depth += 1
         names = []
         for r in range(L):
             names.append(f"x{r}")
-            w(f"const {p}_v x{r} = {rows[r] if r < mr else 'x0'};", depth + 1)
+            w(f"const {p}_v x{r} = {load(r)};", depth)
         b, stage = L // 2, 0
         while b >= 1:
             stage += 1
@@ -731,14 +754,12 @@ class _Renderer:
                     continue
                 x, y = names[i], names[i + b]
                 out[i], out[i + b] = f"t{stage}_{i}", f"t{stage}_{i + b}"
-                w(f"const {p}_v {out[i]} = __builtin_shuffle({x}, {y}, ({p}_m){{{lo}}});", depth + 1)
-                w(f"const {p}_v {out[i + b]} = __builtin_shuffle({x}, {y}, ({p}_m){{{hi}}});", depth + 1)
+                w(f"const {p}_v {out[i]} = __builtin_shuffle({x}, {y}, ({p}_m){{{lo}}});", depth)
+                w(f"const {p}_v {out[i + b]} = __builtin_shuffle({x}, {y}, ({p}_m){{{hi}}});", depth)
             names, b = out, b // 2
         for l in range(L):
-            w(f"*({p}_vu *)(d + (k + {l}) * {mr}) = {names[l]};", depth + 1)
-        w("}", depth)
-        w("for (; k < kc; k++)", depth)
-        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = s0[{row_stride} * r + k];", depth + 1)
+            w(f"*({p}_vu *)({store(l)}) = {names[l]};", depth)
+        w("}", depth - 1)
 
     def micro_kernels(self, w: _Writer):
         """Into the output, and (split K) into a partial-sum tile."""

@@ -28,7 +28,9 @@ block buffer through the micro-kernel, the statements between run row by row on 
 buffers, and the second product reads its block of rows as its A operand. The products'
 other operands depend only on the batch loops, so they are packed once per batch
 (:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`). Two products back to back, the second
-reading the rows the first writes (``(A B) C``), chain the same way with nothing between them.
+reading the rows the first writes (``(A B) C``), chain the same way with nothing between them,
+when both products' other operands fit half of a core's share of L3 (every block of rows reads
+them again; an MLP's large weights would stream from memory once per block).
 
 **Deferred quotients.** When the rows the second product reads are a quotient
 ``P(r, s) = E(r, s) / Sm(r)`` by one value per row (softmax's normalisation) that nothing else
@@ -192,6 +194,9 @@ def _chain(program: Program, group: FusedGroup, options: Options, first: int = -
     if inner and (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
                   or not any(s.target == consumed[0] for s in inner)):
         return None
+    if not inner and sum(con.size("n") * con.size("k") * con.dtype.bits // 8
+                         for con, _ in engines) > options.target.l3_per_core // 2:
+        return None  # a pair reads both b again for every block of rows: from cache, or not at all
     if not all(_row_buffer_ok(program, members, t, shared) for t in (produced, consumed[0])) or not _legal(
             program, [statements[i] for i in members], shared):
         return None

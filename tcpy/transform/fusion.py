@@ -28,9 +28,10 @@ block buffer through the micro-kernel, the statements between run row by row on 
 buffers, and the second product reads its block of rows as its A operand. The products'
 other operands depend only on the batch loops, so they are packed once per batch
 (:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`). Two products back to back, the second
-reading the rows the first writes (``(A B) C``), chain the same way with nothing between them,
-when both products' other operands fit half of a core's share of L3 (every block of rows reads
-them again; an MLP's large weights would stream from memory once per block).
+reading the rows the first writes (``(A B) C``), chain the same way with nothing between them.
+Every block of rows reads the products' other operands again: such a pair chains when they fit
+half of a core's share of L3, or when those reads move less than the rows written and read whole
+would (an MLP's large weights and short rows stay apart).
 
 **Deferred quotients.** When the rows the second product reads are a quotient
 ``P(r, s) = E(r, s) / Sm(r)`` by one value per row (softmax's normalisation) that nothing else
@@ -134,6 +135,17 @@ def _common_vars(shared, candidate, first: Statement, other: Statement) -> tuple
 # ----------------------------------------------------------------------------- chains
 
 
+def _rereads_pay(engines, extent: int, rows: int, row_bytes: int, options: Options) -> bool:
+    """Whether a pair's blocks of ``rows`` rows (of ``extent``) may each read both products' b
+    again: yes when they fit half of a core's share of L3; else only if those reads move less
+    than writing and reading the rows whole (``row_bytes`` a row) would. An MLP's weights
+    (``X W1`` then ``W2``) are large and its rows short: apart, each product streams them once."""
+    b_bytes = sum(con.size("n") * con.size("k") * con.dtype.bits // 8 for con, _ in engines)
+    if b_bytes <= options.target.l3_per_core // 2:
+        return True
+    return -(-extent // rows) * b_bytes <= 2 * extent * row_bytes
+
+
 def _with_product_pairs(program: Program, groups: list[FusedGroup], options: Options) -> list[FusedGroup]:
     """``groups`` and, in order among them, the chains of two consecutive products that no group
     holds, where the second reads the rows the first writes (``(A B) C``: the product of the
@@ -194,9 +206,6 @@ def _chain(program: Program, group: FusedGroup, options: Options, first: int = -
     if inner and (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
                   or not any(s.target == consumed[0] for s in inner)):
         return None
-    if not inner and sum(con.size("n") * con.size("k") * con.dtype.bits // 8
-                         for con, _ in engines) > options.target.l3_per_core // 2:
-        return None  # a pair reads both b again for every block of rows: from cache, or not at all
     if not all(_row_buffer_ok(program, members, t, shared) for t in (produced, consumed[0])) or not _legal(
             program, [statements[i] for i in members], shared):
         return None
@@ -231,6 +240,9 @@ def _chain(program: Program, group: FusedGroup, options: Options, first: int = -
         reasons += (_online_reason(program, online, deferral, whole, last),)
     else:
         online = None
+    if not inner and not _rereads_pay(engines, ranges[block_var][1] - ranges[block_var][0], rows, row_bytes,
+                                      options):
+        return None  # (a softmax's chain keeps its rows in blocks whatever the b: its rows are the memory)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     columns = (online.column_var, online.columns, online.columns) if online else None
     for s, (con, _) in zip((head, tail), engines):

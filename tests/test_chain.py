@@ -139,46 +139,46 @@ def test_two_products_back_to_back_form_a_chain(threads):
         check(source, args, options, 2e-4)
 
 
-@pytest.mark.parametrize("source", [
+SMALL = ((23, 7), (23, 7), (23, 5))
+
+
+@pytest.mark.parametrize("source, shapes", [
     # the second product reads T at row M - 1 - m: another row of the shared loop
-    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
+    ("""def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
         T(m, n) +=! X(m, k) * Y(n, k)
         O(m, p) +=! T(M - 1 - m, n) * Z(n, p)
-    }""",
+    }""", SMALL),
     # the second product sums over m, the first's rows: it needs every row before it runs
-    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
+    ("""def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O) {
         T(m, n) +=! X(m, k) * Y(n, k)
         O(n, p) +=! T(m, n) * Z(m, p)
-    }""",
+    }""", SMALL),
     # Y and Z (each 64 x 64 floats) together exceed half of the tiny caches' L3: every block of
     # rows would read them again from memory (an MLP's weights), so the products stay apart
-    """def f(float(M,K) X, float(K,N) Y, float(N,P) Z) -> (O) {
+    ("""def f(float(M,K) X, float(K,N) Y, float(N,P) Z) -> (O) {
         T(m, n) +=! X(m, k) * Y(k, n)
         O(m, p) +=! T(m, n) * Z(n, p)
-    }""",
+    }""", ((23, 64), (64, 64), (64, 64))),
     # T is an output: it is written whole
-    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (T, O) {
+    ("""def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (T, O) {
         T(m, n) +=! X(m, k) * Y(n, k)
         O(m, p) +=! T(m, n) * Z(n, p)
-    }""",
+    }""", SMALL),
     # a third statement reads T too
-    """def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O, R) {
+    ("""def f(float(M,K) X, float(M,K) Y, float(M,P) Z) -> (O, R) {
         T(m, n) +=! X(m, k) * Y(n, k)
         O(m, p) +=! T(m, n) * Z(n, p)
         R(m) +=! T(m, n)
-    }""",
+    }""", SMALL),
 ])
-def test_back_to_back_products_that_cannot_chain_stay_apart(source):
+def test_back_to_back_products_that_cannot_chain_stay_apart(source, shapes):
     rng = np.random.default_rng(6)
-    if "float(K,N) Y" in source:
-        args = [rng.standard_normal(s).astype(np.float32) for s in ((23, 64), (64, 64), (64, 64))]
-    else:
-        args = [rng.standard_normal(s).astype(np.float32) for s in ((23, 7), (23, 7), (23, 5))]
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     options = tcpy.Options(num_threads=2, target=tiny_caches(Target.host()))
     assert chains_of(tcpy.define(source, options=options), *args) == []
-    reference = tcpy.define(source, backend="reference")(*args)
+    want = tcpy.define(source, backend="reference")(*args)
     got = tcpy.define(source, options=options)(*args)
-    for g, w in zip(got if isinstance(got, tuple) else (got,), reference if isinstance(reference, tuple) else (reference,)):
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4)
 

@@ -155,8 +155,10 @@ def _with_product_pairs(program: Program, groups: list[FusedGroup], options: Opt
     for first in range(len(program.statements) - 1):
         if first in taken or first + 1 in taken:
             continue
-        head = program.statements[first]
-        shared = tuple(e.name for e in head.stmt.lhs if isinstance(e, ast.IndexVar))
+        head, tail = program.statements[first], program.statements[first + 1]
+        # the shared loops: the first's output variables that the second writes along too
+        shared = tuple(e.name for e in head.stmt.lhs if isinstance(e, ast.IndexVar)
+                       and e.name in tail.stmt.output_vars and tail.ranges[e.name] == head.ranges[e.name])
         pair = _chain(program, FusedGroup((), shared), options, first)
         if pair is not None:
             pairs.append(pair)
@@ -169,9 +171,8 @@ def _chain(program: Program, group: FusedGroup, options: Options, first: int = -
     first produces rows the group consumes and the last consumes rows the group produces (scores,
     softmax, times V), both along the shared loops: one parallel loop over blocks of rows then
     computes a block's products with the micro-kernel and its rows in cache. An empty ``group``
-    (``group.shared``: the first product's output variables) chains statement ``first`` and the
-    next, the second reading the first's rows; the shared loops are those of both along which
-    that holds. None otherwise."""
+    (with the pair's shared loops) chains statement ``first`` and the next, the second reading
+    the first's rows. None otherwise."""
     statements = program.statements
     if group.statements:
         first, last = group.statements[0] - 1, group.statements[-1] + 1
@@ -186,9 +187,6 @@ def _chain(program: Program, group: FusedGroup, options: Options, first: int = -
         return None  # (a product with an epilogue runs it in its own store)
     shared = group.shared
     ranges = head.ranges
-    if not group.statements:  # a pair: the first's output variables that the second writes along too
-        shared = tuple(v for v in shared if v in tail.stmt.output_vars and tail.ranges[v] == ranges[v])
-        group = dataclasses.replace(group, shared=shared)
     if not shared:
         return None
     block_var, fixed = shared[-1], shared[:-1]

@@ -3,7 +3,7 @@
 Run it as (see BENCHMARKS.md for why the environment variables go)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py [--threads N] [--target NAME]
-        [--suite resnet|long] [--only TEXT]
+        [--suite resnet|long] [--only TEXT] [--json PATH]
 
 Prints the machine, NumPy's BLAS and threads, then one line per case::
 
@@ -11,6 +11,8 @@ Prints the machine, NumPy's BLAS and threads, then one line per case::
 
 ``numpy/tcpy`` is NumPy's time divided by tcpy's (above 1x: tcpy is faster). Times are the
 best of repeated calls after a first call that compiles (its time is shown as ``compile``).
+``--json PATH`` also writes the header, every case's times and the other lines to PATH;
+``benchmarks/compare.py A.json B.json`` prints the ratios between two such runs.
 """
 from __future__ import annotations
 
@@ -224,7 +226,9 @@ def torch_conv(case):
     return {"torch": conv(torch.contiguous_format), "torch-cl": conv(torch.channels_last)}
 
 
-def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
+def run_case(case, rng, budget: float, options: "tcpy.Options") -> dict:
+    """Compile, check and time one case against its contenders: a record of the results
+    (:func:`case_line` prints it; ``--json`` writes it)."""
     kernel = tcpy.define(case.source, options=options)
     args = case.make_args(rng)
     compile_s = timeit.default_timer()
@@ -245,14 +249,36 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> str:
     for _ in range(ROUNDS):
         for name, (f, f_args) in contenders.items():
             best[name] = min(best[name], demo.best_time(f, *f_args, budget=budget / ROUNDS))
-    t_tc, t_np = best["tcpy"], best["numpy"]
-    gflops = lambda t: case.flops / t / 1e9  # noqa: E731
-    line = (f"{case.name:<10} {case.shapes:<28} tcpy {t_tc * 1e3:9.3f} ms {gflops(t_tc):6.1f} GFLOP/s"
+    seconds = {"tcpy": best["tcpy"], "numpy": best["numpy"]}
+    if "torch" in best:  # the faster of torch's layouts
+        seconds["torch"] = min(t for name, t in best.items() if name.startswith("torch"))
+    return {"name": case.name, "shapes": case.shapes, "flops": case.flops, "seconds": seconds,
+            "compile_seconds": compile_s, "correct": bool(ok)}
+
+
+def case_line(record: dict) -> str:
+    """One case as the line of the text output (see the module docstring)."""
+    t_tc, t_np = record["seconds"]["tcpy"], record["seconds"]["numpy"]
+    gflops = lambda t: record["flops"] / t / 1e9  # noqa: E731
+    line = (f"{record['name']:<10} {record['shapes']:<28} tcpy {t_tc * 1e3:9.3f} ms {gflops(t_tc):6.1f} GFLOP/s"
             f" | numpy {t_np * 1e3:9.3f} ms {gflops(t_np):6.1f} GFLOP/s | numpy/tcpy {t_np / t_tc:5.2f}x")
-    if "torch" in best:
-        t_torch = min(t for name, t in best.items() if name.startswith("torch"))
+    if "torch" in record["seconds"]:
+        t_torch = record["seconds"]["torch"]
         line += f" | torch {t_torch * 1e3:9.3f} ms torch/tcpy {t_torch / t_tc:5.2f}x"
-    return line + f" | compile {compile_s:5.2f} s | correct {'yes' if ok else 'NO'}"
+    return line + f" | compile {record['compile_seconds']:5.2f} s | correct {'yes' if record['correct'] else 'NO'}"
+
+
+def git_commit() -> str:
+    """The checkout's commit (with ``+`` when it has uncommitted changes), or ``unknown``."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+" if dirty else "")
 
 
 MEMORY_PROBE = """
@@ -360,6 +386,9 @@ def main(argv=None) -> int:
                         help="tcpy target preset (x86-64, x86-64-v3, x86-64-v4) instead of this machine; "
                              "for x86-64-v3 compare with OPENBLAS_CORETYPE=Haswell")
     parser.add_argument("--only", default=None, help="run only cases whose name or shapes contain this text")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write the header and every result to PATH as JSON "
+                             "(benchmarks/compare.py compares two such files)")
     parser.add_argument("--suite", choices=("default", "resnet", "long"), default="default",
                         help="resnet: the ResNet-50 convolution layers (padded by guarded reads) at N=1 and 8, "
                              "a depthwise 3x3, and the memory the N=8 56x56 layer needs beyond its arrays; "
@@ -374,39 +403,53 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
     options = tcpy.Options(target=args.target)
 
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
-    print(f"machine: {machine()}")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, tcpy {tcpy.__version__}, "
-          f"torch {torch.__version__ if torch else 'not installed'}")
+    report = {"date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+              "machine": machine(), "commit": git_commit(), "threads": tcpy.get_num_threads(),
+              "target": options.target.describe(), "suite": args.suite, "quick": args.quick,
+              "header": [], "cases": [], "lines": []}
+
+    def show(line: str, section: str = "lines") -> None:
+        """Print a line of the text output and keep it for the JSON."""
+        print(line, flush=True)
+        report[section].append(line)
+        if args.json is not None:  # rewritten after every line: an interrupted run keeps its results
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+    show(f"date: {report['date']}", "header")
+    show(f"machine: {report['machine']}", "header")
+    show(f"python {platform.python_version()}, numpy {np.__version__}, tcpy {tcpy.__version__}, "
+         f"torch {torch.__version__ if torch else 'not installed'}", "header")
     for line in blas_info():
-        print(f"threadpool: {line}")
-    print(f"tcpy threads: {tcpy.get_num_threads()}; target: {options.target.describe()}")
-    print("peak of one core (benchmarks/peak.py): float {:.1f}, double {:.1f} GFLOP/s".format(
-        fma_peak(options.target, "float"), fma_peak(options.target, "double")))
-    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} (other work on the machine skews timings)"
-          .format(*os.getloadavg()))
+        show(f"threadpool: {line}", "header")
+    show(f"tcpy threads: {tcpy.get_num_threads()}; target: {options.target.describe()}", "header")
+    show("peak of one core (benchmarks/peak.py): float {:.1f}, double {:.1f} GFLOP/s".format(
+        fma_peak(options.target, "float"), fma_peak(options.target, "double")), "header")
+    show("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} (other work on the machine skews timings)"
+         .format(*os.getloadavg()), "header")
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if var in os.environ:
-            print(f"WARNING: {var} is set; it slows numpy's GEMM here. "
-                  "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py")
+            show(f"WARNING: {var} is set; it slows numpy's GEMM here. "
+                 "Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py", "header")
     rng = np.random.default_rng(0)
     suite = {"resnet": resnet_cases, "long": lambda: (demo.attention_case(*shape) for shape in LONG_ATTENTION)}
     for case in suite.get(args.suite, lambda: cases(args.quick))():
         if args.only and args.only not in f"{case.name} {case.shapes}":
             continue
-        print(run_case(case, rng, args.budget, options), flush=True)
+        record = run_case(case, rng, args.budget, options)
+        report["cases"].append(record)
+        show(case_line(record))
     if args.suite == "resnet":
-        print(memory_line((8, 64, 64, 56, 3, 1), options), flush=True)
+        show(memory_line((8, 64, 64, 56, 3, 1), options))
     if args.suite == "long":
         for shape in LONG_ATTENTION:
-            print(attention_memory_line(*shape, tcpy.get_num_threads(), unfused=False), flush=True)
+            show(attention_memory_line(*shape, tcpy.get_num_threads(), unfused=False))
     long_attention = "attention B=1 H=1 L=S=4096 D=128"
     if args.suite == "default" and not args.quick and (not args.only or args.only in long_attention):
-        print(attention_memory_line(1, 1, 4096, 128, tcpy.get_num_threads()), flush=True)
+        show(attention_memory_line(1, 1, 4096, 128, tcpy.get_num_threads()))
     if args.only or args.suite != "default":
         return 0
-    print(overhead_line(), flush=True)
-    print(threads_line(256 if args.quick else 1024, options), flush=True)
+    show(overhead_line())
+    show(threads_line(256 if args.quick else 1024, options))
     return 0
 
 

@@ -32,6 +32,7 @@ from .options import Options
 from .target import Target
 from .tuning import autotune
 from .runtime.launch import get_num_threads, set_num_threads
+from . import tinyir
 
 __version__ = "0.1.0"
 

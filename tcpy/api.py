@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -33,6 +34,10 @@ BACKENDS = ("compiled", "reference")
 
 #: The largest size a kernel takes: sizes, indices and offsets are int64 in the C.
 MAX_SIZE = 2**63 - 1
+
+#: Below this many iterations in all, a kernel runs in microseconds: its call keeps the GIL and
+#: does not watch for Ctrl-C (both cost system calls, more than such a kernel).
+QUICK_CALL_POINTS = 1 << 12
 
 # Flags every kernel needs for TC's semantics: signed overflow wraps (int arithmetic is modular,
 # as in NumPy), math functions may skip errno so gcc can inline and vectorize them, and floating
@@ -216,7 +221,14 @@ class Kernel(Launcher):
             error_messages=list(spec.error_messages),
             num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,
+            quick=_points(program) < QUICK_CALL_POINTS,
         )
+
+
+def _points(program) -> int:
+    """Iterations of all statements together: a measure of a kernel's work."""
+    return sum(math.prod(max(hi - lo, 0) for lo, hi in statement.ranges.values())
+               for statement in program.statements)
 
 
 def _follows_threads(options: Options) -> bool:

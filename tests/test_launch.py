@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 
+import tcpy
 from tcpy import TCArgumentError, TCRuntimeError
 from tcpy.runtime import build
 from tcpy.runtime.launch import LaunchEntry, Launcher, get_num_threads, set_num_threads
@@ -296,6 +297,27 @@ def test_kernel_runs_without_the_gil(library):
         w.join()
     elapsed = time.perf_counter() - start
     assert elapsed < 0.6, f"4 kernels of 200 ms took {elapsed:.2f} s: they did not run in parallel"
+
+
+def test_a_quick_entry_keeps_the_gil(library):
+    # quick kernels skip the GIL release (and the SIGINT handler's system calls): the naps queue
+    run, _ = launcher(library, "nap", n_inputs=0, output_specs=[((), F32)], quick=True)
+    run()
+    start = time.perf_counter()
+    workers = [threading.Thread(target=run) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert time.perf_counter() - start >= 0.55
+
+
+def test_only_kernels_with_little_work_are_quick():
+    add = tcpy.define("def add(float(N) A, float(N) B) -> (C) { C(i) = A(i) + B(i) }")
+    for n in (4, 1 << 16):
+        a = np.ones(n, np.float32)
+        np.testing.assert_array_equal(add(a, a), a + a)
+    assert sorted(entry.quick for entry in add.table.values()) == [False, True]
 
 
 def test_entry_validates_its_description(library):

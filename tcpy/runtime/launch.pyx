@@ -181,6 +181,9 @@ cdef class LaunchEntry:
     ``single_output``: return the array itself instead of a 1-tuple. ``input_dtypes``: the
     dtype of each input, needed to turn Python numbers into 0-d arrays (None: arrays only).
     ``owner``: any object to keep alive as long as the entry (e.g. the loaded library).
+    ``quick``: the kernel does little work (microseconds), so the call keeps the GIL and does not
+    watch for Ctrl-C: releasing the GIL and asking the OS for the SIGINT handler (two system
+    calls) would cost more than the kernel.
     """
     cdef readonly object func_address
     cdef readonly int n_inputs
@@ -191,13 +194,14 @@ cdef class LaunchEntry:
     cdef readonly bint single_output
     cdef readonly tuple input_dtypes
     cdef readonly object owner
+    cdef readonly bint quick
     cdef kernel_fn fn
     cdef tuple _outs
     cdef tuple _temps
     cdef list _spare_temps  # temporaries of the last call, reused by the next one (or None)
 
     def __init__(self, func_address, n_inputs, output_specs, temp_specs=(), error_messages=(),
-                 num_threads=0, single_output=True, input_dtypes=None, owner=None):
+                 num_threads=0, single_output=True, input_dtypes=None, owner=None, quick=False):
         if not func_address:
             raise ValueError("LaunchEntry needs the kernel's function address")
         self.func_address = int(func_address)
@@ -216,6 +220,7 @@ cdef class LaunchEntry:
                 raise ValueError(f"{len(input_dtypes)} input dtypes for {n_inputs} inputs")
         self.input_dtypes = input_dtypes
         self.owner = owner
+        self.quick = quick
 
     def __repr__(self):
         outs = ", ".join(f"{d}{list(s)}" for s, d in self.output_specs)
@@ -463,10 +468,13 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
         for i in range(n_buf):
             buffers[i] = cnp.PyArray_DATA(<cnp.ndarray>arrays[i])
         err[0] = err[1] = err[2] = err[3] = 0
-        # Ctrl-C reaches a kernel only in the main thread, where Python handles signals
-        stop = tcpy_stop_flag(PyThread_get_thread_ident() == _main_thread)
-        with nogil:
-            rc = fn(buffers, threads, err, stop)
+        if entry.quick:
+            rc = fn(buffers, threads, err, tcpy_stop_flag(0))
+        else:
+            # Ctrl-C reaches a kernel only in the main thread, where Python handles signals
+            stop = tcpy_stop_flag(PyThread_get_thread_ident() == _main_thread)
+            with nogil:
+                rc = fn(buffers, threads, err, stop)
     finally:
         if buffers != stack:
             free(buffers)

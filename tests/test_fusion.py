@@ -235,3 +235,31 @@ def test_a_fully_written_row_buffer_is_not_zeroed():
     source = (GOOD / "softmax_temporaries.tc").read_text()
     (group,), _ = fused_groups(tcpy.define(source), (37, 101))
     assert group.zeroed == ()
+
+
+def test_a_long_def_fuses_with_dependence_work_linear_in_its_statements(monkeypatch):
+    # n statements that all accumulate into O depend on each other pairwise; testing every pair
+    # made the first call quadratic (2,000 statements took minutes): now each statement's
+    # accesses are tested once against the group's, so n statements build 3n access maps
+    from tcpy.transform import fusion
+    built = []
+    build = fusion._access_map
+    monkeypatch.setattr(fusion, "_access_map", lambda *args: built.append(args) or build(*args))
+    n = 150
+    source = ("def f(float(N) A) -> (O) {\n    O(i) = A(i)\n"
+              + "".join(f"    O(i) += A(i) * {k % 5}.0\n" for k in range(1, n)) + "}")
+    groups, _ = fused_groups(tcpy.define(source), (16,))
+    assert [(g.statements, g.shared) for g in groups] == [(tuple(range(n)), ("i",))]
+    assert len(built) <= 3 * n
+    check_against_reference(source, [np.arange(16, dtype=np.float32)], 2)
+
+
+def test_a_group_stops_at_the_first_statement_that_reads_another_row():
+    # the dependence on S0 is found among the group's accesses however many statements
+    # between them touch O
+    source = ("def f(float(N) A) -> (O, P) {\n    O(i) = A(i)\n"
+              + "".join(f"    O(i) += A(i) * {k}.0\n" for k in range(1, 6))
+              + "    P(i) = O(N - 1 - i)\n}")
+    groups, _ = fused_groups(tcpy.define(source), (9,))
+    assert [g.statements for g in groups] == [tuple(range(6))]
+    check_against_reference(source, [np.arange(9, dtype=np.float32)], 2)

@@ -80,22 +80,30 @@ BLOCK_PREFIX = "block."
 def fuse_statements(program: Program, options: Options) -> Program:
     """``program`` with fused groups (and their shrunk temporaries)."""
     statements = program.statements
+    uses = _uses(statements)
+    in_epilogues = {i for e in program.epilogues for i in e.members}
+    fusable = [() if i in in_epilogues else _fusable_vars(program, s, options) for i, s in enumerate(statements)]
     groups: list[FusedGroup] = []
     start = 0
     while start < len(statements):
-        shared = _fusable_vars(program, statements[start], options)
+        shared = fusable[start]
         end = start + 1
+        if shared:
+            dependences = _GroupDependences(program, shared)
+            dependences.admit(statements[start])
         while shared and end < len(statements):
-            candidate = _fusable_vars(program, statements[end], options)
-            common = _common_vars(shared, candidate, statements[start], statements[end])
-            if not common or not _legal(program, statements[start:end + 1], common, first_new=end - start):
+            common = _common_vars(shared, fusable[end], statements[start], statements[end])
+            if not common:
+                break
+            dependences.narrow(common)
+            if not dependences.admit(statements[end]):
                 break
             shared, end = common, end + 1
         if end - start >= 2:
             groups.append(FusedGroup(tuple(range(start, end)), shared))
         start = end
-    groups = [_chain(program, group, options) or group for group in groups]
-    groups = _with_product_pairs(program, groups, options)
+    groups = [_chain(program, uses, group, options) or group for group in groups]
+    groups = _with_product_pairs(program, uses, groups, options)
     if not groups:
         return program
     statements = list(statements)
@@ -110,12 +118,11 @@ def _fusable_vars(program: Program, statement: Statement, options: Options) -> t
     """The statement's left-hand variables that could be shared loops (empty: not fusable).
 
     Contractions, register-tiled nests (GEMM-like) and the copies passes add keep their own
-    loops."""
+    loops; so do statements an epilogue runs (the caller knows those: they run in a
+    contraction's store)."""
     stmt = statement.stmt
     if statement.origin < 0 or not stmt.lhs or statement.panel is not None:
         return ()
-    if any(statement is program.statements[i] for e in program.epilogues for i in e.members):
-        return ()  # runs in a contraction's store
     if contraction_of(stmt, statement.ranges, program, options) is not None:
         return ()  # the contraction engine blocks it itself
     sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
@@ -146,7 +153,7 @@ def _rereads_pay(engines, extent: int, rows: int, row_bytes: int, options: Optio
     return -(-extent // rows) * b_bytes <= 2 * extent * row_bytes
 
 
-def _with_product_pairs(program: Program, groups: list[FusedGroup], options: Options) -> list[FusedGroup]:
+def _with_product_pairs(program: Program, uses, groups: list[FusedGroup], options: Options) -> list[FusedGroup]:
     """``groups`` and, in order among them, the chains of two consecutive products that no group
     holds, where the second reads the rows the first writes (``(A B) C``: the product of the
     first's rows by the second's operand needs nothing but those rows)."""
@@ -159,14 +166,14 @@ def _with_product_pairs(program: Program, groups: list[FusedGroup], options: Opt
         # the shared loops: the first's output variables that the second writes along too
         shared = tuple(e.name for e in head.stmt.lhs if isinstance(e, ast.IndexVar)
                        and e.name in tail.stmt.output_vars and tail.ranges[e.name] == head.ranges[e.name])
-        pair = _chain(program, FusedGroup((), shared), options, first)
+        pair = _chain(program, uses, FusedGroup((), shared), options, first)
         if pair is not None:
             pairs.append(pair)
             taken |= {first, first + 1}
     return sorted(groups + pairs, key=lambda group: group.statements[0])
 
 
-def _chain(program: Program, group: FusedGroup, options: Options, first: int = -1) -> Optional[FusedGroup]:
+def _chain(program: Program, uses, group: FusedGroup, options: Options, first: int = -1) -> Optional[FusedGroup]:
     """``group`` widened by the contraction right before it and the one right after it, when the
     first produces rows the group consumes and the last consumes rows the group produces (scores,
     softmax, times V), both along the shared loops: one parallel loop over blocks of rows then
@@ -204,12 +211,12 @@ def _chain(program: Program, group: FusedGroup, options: Options, first: int = -
     if inner and (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
                   or not any(s.target == consumed[0] for s in inner)):
         return None
-    if not all(_row_buffer_ok(program, members, t, shared) for t in (produced, consumed[0])) or not _legal(
+    if not all(_row_buffer_ok(program, uses, members, t, shared) for t in (produced, consumed[0])) or not _legal(
             program, [statements[i] for i in members], shared):
         return None
     row_tensors: tuple[str, ...] = tuple(dict.fromkeys((produced, consumed[0])))
-    deferral = _deferral(program, group, produced, consumed[0], tail_con) if inner else None
-    if deferral is not None and all(_row_buffer_ok(program, members, t, shared)
+    deferral = _deferral(program, uses, group, produced, consumed[0], tail_con) if inner else None
+    if deferral is not None and all(_row_buffer_ok(program, uses, members, t, shared)
                                     for t in (deferral.numerator, deferral.divisor)):
         deferred_tail = _reading_numerator(tail, deferral)
         engine = contraction_of(deferred_tail.stmt, deferred_tail.ranges, program, options)
@@ -356,18 +363,16 @@ def _online_reason(program: Program, online: Online, deferral: Deferral, whole: 
             f"computed again whole")
 
 
-def _row_buffer_ok(program: Program, members, tensor: str, shared: tuple[str, ...]) -> bool:
+def _row_buffer_ok(program: Program, uses, members, tensor: str, shared: tuple[str, ...]) -> bool:
     """Whether ``tensor`` can live in a chain's block buffer: only the chain uses it, always at
     the shared point, and its first writer writes every element (block buffers hold no zeros)."""
-    statements = program.statements
-    users = [i for i, s in enumerate(statements) if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
+    users = [i for i, _, _ in uses.get(tensor, ())]
     return (set(users) <= set(members)
-            and _shared_positions([a for i in users for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor],
-                                  shared) is not None
-            and _first_write_covers(program, [statements[i] for i in members], tensor))
+            and _shared_positions([a for _, a, _ in uses[tensor]], shared) is not None
+            and _first_write_covers(program, program.statements[users[0]], tensor))
 
 
-def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str,
+def _deferral(program: Program, uses, group: FusedGroup, produced: str, quotient: str,
               tail_con: Contraction) -> Optional[Deferral]:
     """The :class:`Deferral` of ``quotient`` past the chain's last product (``tail_con``), when its one
     statement in the group is ``X(v...) = Y(v...) / Z(shared...)`` on temporaries of the
@@ -399,7 +404,7 @@ def _deferral(program: Program, group: FusedGroup, produced: str, quotient: str,
         return None
     if not statements[last].stmt.init or tail_con.dtype != program.types[quotient]:
         return None  # (a contraction's sum is `+`)
-    readers = [i for i, s in enumerate(statements) if any(a.tensor == quotient for a, w in _accesses(s.stmt) if not w)]
+    readers = list(dict.fromkeys(i for i, _, write in uses.get(quotient, ()) if not write))
     later = group.statements[group.statements.index(index) + 1:]
     if readers != [last] or any(statements[i].stmt.target in names for i in later):
         return None
@@ -499,6 +504,16 @@ def _affine(expr: ast.Expr, names: Mapping[str, str], program: Program) -> Optio
     return None
 
 
+def _uses(statements) -> dict[str, list[tuple[int, ast.Access, bool]]]:
+    """tensor -> (statement index, access, is_write) of every access to it, in statement order
+    (an index built once, so that no question about a tensor scans every statement)."""
+    uses: dict[str, list[tuple[int, ast.Access, bool]]] = {}
+    for i, statement in enumerate(statements):
+        for access, is_write in _accesses(statement.stmt):
+            uses.setdefault(access.tensor, []).append((i, access, is_write))
+    return uses
+
+
 def _tuple(statement: Statement, shared: tuple[str, ...], label: str) -> tuple[str, dict[str, str], str]:
     """(``label[x0, ...]`` with the shared variables first, variable -> isl name, domain text)."""
     vars_ = shared + tuple(v for v in statement.stmt.index_vars if v not in shared)
@@ -513,36 +528,57 @@ def _access_map(statement: Statement, shared, label: str, access: ast.Access, pr
     return isl.Map(f"{{ {space} -> T[{', '.join(indices)}] : {domain} }}")
 
 
-def _legal(program: Program, group, shared: tuple[str, ...], first_new: int = 1) -> bool:
-    """Every dependence between statements of the group keeps the shared loops equal.
+class _GroupDependences:
+    """The accesses of a growing group, per tensor, as maps ``{ S[shared] -> T[element] }`` (the
+    statements' other loops projected out): a statement joins when every element it touches at a
+    point of the shared loops is touched there only, by the members before it (one a writer).
 
-    Only pairs with a statement from ``first_new`` on are checked: a group grows one statement
-    at a time, and a pair legal under some shared loops stays legal under fewer of them (equal
-    on each of them implies equal on a subset), so earlier pairs need no second look."""
-    k = len(shared)
-    accesses = [list(_accesses_rw(s.stmt)) for s in group]
-    written = [{acc.tensor for acc, write in rw if write} for rw in accesses]
-    touched = [{acc.tensor for acc, _ in rw} for rw in accesses]
-    for b in range(max(first_new, 1), len(group)):
-        for a in range(b):
-            if not (written[a] & touched[b] or written[b] & touched[a]):
-                continue  # no tensor that one writes and the other accesses
-            sa, sb = group[a], group[b]
-            for acc_a, write_a in accesses[a]:
-                for acc_b, write_b in accesses[b]:
-                    if acc_a.tensor != acc_b.tensor or not (write_a or write_b):
-                        continue
-                    map_a = _access_map(sa, shared, "A", acc_a, program)
-                    map_b = _access_map(sb, shared, "B", acc_b, program)
-                    dependence = map_a.apply_range(map_b.reverse())  # A[x] -> B[y], same element
-                    n_a, n_b = len(sa.stmt.index_vars), len(sb.stmt.index_vars)
-                    xs = ", ".join(f"x{i}" for i in range(n_a))
-                    ys = ", ".join(f"y{i}" for i in range(n_b))
-                    equal = " and ".join(f"x{i} = y{i}" for i in range(k))
-                    same_shared = isl.Map(f"{{ A[{xs}] -> B[{ys}] : {equal} }}")
-                    if not dependence.subtract(same_shared).is_empty():
-                        return False
-    return True
+    That is isl dependence analysis between the statement and each member at once, and it is
+    exact: a dependence ``Sa[x] -> Sb[y]`` keeps the shared loops equal exactly when its
+    projection on them does. One test per access of the statement, whatever the group's size:
+    a def of thousands of statements fuses in linear time."""
+
+    def __init__(self, program: Program, shared: tuple[str, ...]):
+        self.program, self.shared = program, shared
+        self.written: dict[str, isl.Map] = {}
+        self.touched: dict[str, isl.Map] = {}
+
+    def narrow(self, shared: tuple[str, ...]) -> None:
+        """Keep only the shared loops ``shared`` (a subsequence of the current ones): a group
+        legal under some shared loops stays legal under fewer of them."""
+        dropped = [k for k, v in enumerate(self.shared) if v not in shared]
+        if not dropped:
+            return
+        for maps in (self.written, self.touched):
+            for tensor, relation in maps.items():
+                for k in reversed(dropped):
+                    relation = relation.project_out(isl.dim_type.in_, k, 1)
+                maps[tensor] = relation.set_tuple_name(isl.dim_type.in_, "S").coalesce()
+        self.shared = shared
+
+    def admit(self, statement: Statement) -> bool:
+        """Add ``statement`` if every dependence between it and the members keeps the shared
+        loops equal; False (and nothing added) otherwise."""
+        maps = [(access.tensor, is_write, _access_map(statement, self.shared, "S", access, self.program)
+                 .project_out(isl.dim_type.in_, len(self.shared), len(statement.stmt.index_vars) - len(self.shared))
+                 .set_tuple_name(isl.dim_type.in_, "S"))
+                for access, is_write in _accesses_rw(statement.stmt)]
+        for tensor, is_write, relation in maps:
+            others = (self.touched if is_write else self.written).get(tensor)
+            if others is not None:
+                dependence = relation.apply_range(others.reverse())  # S[x] -> S[y]: one element
+                if not dependence.is_subset(isl.Map.identity(dependence.get_space())):
+                    return False
+        for tensor, is_write, relation in maps:
+            for table in (self.touched, self.written) if is_write else (self.touched,):
+                table[tensor] = table[tensor].union(relation).coalesce() if tensor in table else relation
+        return True
+
+
+def _legal(program: Program, group, shared: tuple[str, ...]) -> bool:
+    """Every dependence between statements of the group keeps the shared loops equal."""
+    dependences = _GroupDependences(program, shared)
+    return all(dependences.admit(statement) for statement in group)
 
 
 # ----------------------------------------------------------------------------- shrinking
@@ -550,6 +586,7 @@ def _legal(program: Program, group, shared: tuple[str, ...], first_new: int = 1)
 
 def _shrink_temporaries(program: Program) -> Program:
     temporaries = {t.name for t in program.def_.temporaries}
+    uses = _uses(program.statements)
     statements = list(program.statements)
     shapes, types = dict(program.shapes), dict(program.types)
     groups, shrunk = [], []
@@ -561,16 +598,15 @@ def _shrink_temporaries(program: Program) -> Program:
         locals_: list[tuple[str, str]] = []
         local_bytes = 0
         deferred = group.chain.deferred if group.chain else None
-        for tensor in sorted(temporaries):
+        touched = {a.tensor for i in group.statements for a, _ in _accesses(program.statements[i].stmt)}
+        for tensor in sorted(touched & temporaries):
             if deferred is not None and tensor == deferred.quotient:
                 shrunk.append(tensor)  # its statement does not run: no buffer at all
                 continue
-            users = [i for i, s in enumerate(statements)
-                     if any(a.tensor == tensor for a, _ in _accesses(s.stmt))]
-            if not users or not set(users) <= members:
+            users = [i for i, _, _ in uses[tensor]]
+            if not set(users) <= members:
                 continue
-            positions = _shared_positions(
-                [a for i in users for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor], group.shared)
+            positions = _shared_positions([a for _, a, _ in uses[tensor]], group.shared)
             if positions is None:
                 continue
             shape = tuple(n for d, n in enumerate(shapes[tensor]) if d not in positions)
@@ -600,28 +636,26 @@ def _shrink_temporaries(program: Program) -> Program:
                 if stmt.target == tensor:
                     new_stmt = dataclasses.replace(new_stmt, target=local, lhs=rest(stmt.lhs))
                 statements[i] = dataclasses.replace(statements[i], stmt=new_stmt)
+        # (a local's users are all members: the first of them is the group's first to touch it)
         zeroed = tuple(local for tensor, local in locals_
-                       if not _first_write_covers(program, [program.statements[i] for i in group.statements], tensor))
+                       if not _first_write_covers(program, program.statements[uses[tensor][0][0]], tensor))
         groups.append(dataclasses.replace(group, locals=tuple(locals_), zeroed=zeroed))
     return dataclasses.replace(program, statements=tuple(statements), shapes=shapes, types=types,
                                groups=tuple(groups), shrunk=tuple(shrunk))
 
 
-def _first_write_covers(program: Program, group: list[Statement], tensor: str) -> bool:
-    """Whether the first statement of the group that touches ``tensor`` writes every element of
-    it without reading it: then its buffer needs no zeros (TC: unwritten elements read 0)."""
-    for statement in group:
-        stmt = statement.stmt
-        if not any(a.tensor == tensor for a, _ in _accesses(stmt)):
-            continue
-        reads_itself = (any(a.tensor == tensor for a, w in _accesses(stmt) if not w)
-                        or (stmt.reduction is not None and not stmt.init))
-        if stmt.target != tensor or reads_itself:
-            return False
-        shape = program.shapes[tensor]
-        return all(isinstance(e, ast.IndexVar) and statement.ranges[e.name][0] <= 0
-                   and statement.ranges[e.name][1] >= n for e, n in zip(stmt.lhs, shape))
-    return False
+def _first_write_covers(program: Program, first: Statement, tensor: str) -> bool:
+    """Whether ``first``, the first statement of a group that touches ``tensor``, writes every
+    element of it without reading it: then its buffer needs no zeros (TC: unwritten elements
+    read 0)."""
+    stmt = first.stmt
+    reads_itself = (any(a.tensor == tensor for a, w in _accesses(stmt) if not w)
+                    or (stmt.reduction is not None and not stmt.init))
+    if stmt.target != tensor or reads_itself:
+        return False
+    shape = program.shapes[tensor]
+    return all(isinstance(e, ast.IndexVar) and first.ranges[e.name][0] <= 0
+               and first.ranges[e.name][1] >= n for e, n in zip(stmt.lhs, shape))
 
 
 def _shared_positions(accesses: list[ast.Access], shared: tuple[str, ...]) -> Optional[frozenset[int]]:

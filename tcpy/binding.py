@@ -16,7 +16,7 @@ from .errors import TCArgumentError, TCOverflowError, TCShapeError
 from .lang import ast
 from .lang.types import ScalarType
 
-# Index arithmetic in generated code is int32 (TC's index type).
+# Sizes are values of TC's index type, int32.
 MAX_SIZE = 2**31 - 1
 
 

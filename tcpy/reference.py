@@ -16,7 +16,11 @@ Semantics (the contract the compiled kernels are tested against):
   first, ``op=`` accumulates into the existing values.
 * Every expression is computed in its checked type (``expr.type``) with C-like arithmetic:
   operands are converted to the operation's type, integers wrap, float32 stays float32,
-  ``bool`` arithmetic is done in int32 and converted back (non-zero is true).
+  ``bool`` arithmetic is done in int32 and converted back (non-zero is true). Index values
+  (``i * N + j``: index and size variables, dimensions, literals) are the exception: their type
+  is int32, as in TC, but they are computed exactly in int64; range inference's bind refuses
+  sizes for which one used as an int32 value would not fit, and a cast (``int64(i * N)``) or a
+  subscript takes the exact value.
 * Integer ``/`` and ``%`` truncate toward zero (C) in value expressions and round toward
   negative infinity (TC) inside tensor index expressions; ``MIN / -1`` wraps to ``MIN``,
   ``MIN % -1`` is 0. Division or modulo by zero raises :class:`~tcpy.TCRuntimeError`.
@@ -51,8 +55,8 @@ import numpy as np
 from .binding import bind_arguments, numpy_dtype
 from .errors import TCArgumentError, TCProgramError, TCRuntimeError
 from .lang import ast as A
-from .lang.types import INDEX_TYPE, ScalarType, accumulator_type, promote
-from .lang.visit import inline_lets, reads_tensor
+from .lang.types import INDEX_VALUE_TYPE, ScalarType, accumulator_type, promote
+from .lang.visit import exact_index_value, inline_lets, is_index_value, reads_tensor
 
 __all__ = ["ReferenceKernel", "define_reference", "evaluate"]
 
@@ -289,8 +293,10 @@ class _StatementEvaluator:
             return np.array(e.value).astype(numpy_dtype(t))
         if isinstance(e, A.FloatLit):
             return np.array(e.value, numpy_dtype(t))
+        if t is not INDEX_VALUE_TYPE and is_index_value(e):  # exact in 64 bits, then int32 (checked to fit)
+            return convert(self.value(exact_index_value(e), mask, index), INDEX_VALUE_TYPE, t)
         if isinstance(e, A.IndexVar):
-            return convert(self.axes[e.name], INDEX_TYPE, t)
+            return convert(self.axes[e.name], INDEX_VALUE_TYPE, t)
         if isinstance(e, A.SizeVar):
             return np.array(self.sizes[e.name]).astype(numpy_dtype(t))
         if isinstance(e, A.DimRef):
@@ -298,7 +304,8 @@ class _StatementEvaluator:
         if isinstance(e, A.Access):
             return self.access(e, mask)
         if isinstance(e, A.Cast):
-            return convert(self.value(e.operand, mask, index), e.operand.type, e.to, explicit=True)
+            operand = exact_index_value(e.operand)
+            return convert(self.value(operand, mask, index), operand.type, e.to, explicit=True)
         if isinstance(e, A.Unary):
             x = self.value(e.operand, mask, index)
             if e.op == "!":
@@ -392,7 +399,7 @@ class _StatementEvaluator:
         array = self.env[e.tensor]
         if not e.indices:
             return np.asarray(array[()])
-        indices = [self.value(i, mask, index=True) for i in e.indices]
+        indices = [self.value(exact_index_value(i), mask, index=True) for i in e.indices]
         safe = []
         for dim, (ix, size) in enumerate(zip(indices, array.shape)):
             bad = (ix < 0) | (ix >= size)

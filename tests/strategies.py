@@ -17,7 +17,7 @@ access in bounds, intersected over accesses, found in rounds):
 The shapes the generator computes are an oracle for range inference, independent of it.
 Expressions cover + - * / %, unary - and !, comparisons, && ||, lazy ternaries (also guarding
 integer divisions), builtins, min/max, casts, index and size variables used as values and
-literals; targets cover outputs, temporaries, updates of earlier outputs and rank 0, with every
+literals, and whole right-hand sides that are index values (int32 outputs, as in TC); targets cover outputs, temporaries, updates of earlier outputs and rank 0, with every
 reduction operator with and without ``!``; dtypes cover half, float, double, signed and
 unsigned integers and bool.
 
@@ -444,6 +444,18 @@ class _Stmt:
         inner, t = sub()
         return (f"!({inner})", S.BOOL) if t is S.BOOL else (f"-({inner})", t)
 
+    def index_value(self, out_vars):
+        """An index value over the output variables, sizes and literals (``(i) * N + 2``): int32
+        as in TC, computed exactly in 64 bits; sometimes ``int64(...)`` around it."""
+        b = self.b
+        parts = [v.name for v in out_vars] + list(b.sizes) + ["2", "3"]
+        text = b.pick(parts)
+        for _ in range(b.draw(st.integers(0, 2))):
+            op = b.pick(("+", "-", "*", "/", "%"))
+            other = b.pick(("2", "3")) if op in ("/", "%") else b.pick(parts)  # never by zero
+            text = f"({text}) {op} {other}"
+        return (f"int64({text})", S.INT64) if b.chance(0.2) else (text, INDEX_TYPE)
+
     def condition(self, depth: int):
         b = self.b
         roll = b.draw(st.integers(0, 99))
@@ -467,13 +479,20 @@ class _Stmt:
         if target is not None:  # the target's shape bounds the left side like a read
             for v, n in zip(out_vars, target.shape):
                 v.lo, v.hi = 0, n
-        rhs, rtype = self.expr(b.draw(st.integers(0, 3)), b.family != "int")
-        if b.chance(0.12):  # a let binding, inlined by sema
+        index_valued = b.chance(0.1)  # an index-valued output: int32, as in TC
+        if index_valued:
+            rhs, rtype = self.index_value(out_vars)
+        else:
+            rhs, rtype = self.expr(b.draw(st.integers(0, 3)), b.family != "int")
+        if not index_valued and b.chance(0.12):  # a let binding, inlined by sema
             let_text, let_type = self.expr(1, b.family != "int")
             self.where.append(f"z0 = {let_text}")
             rhs, rtype = f"({rhs}) {b.pick(('+', '*', '-'))} z0", promote(rtype, let_type)
         for text, ttype in self.terms:
-            rhs, rtype = f"({rhs}) {b.pick(('+', '*'))} {text}", promote(rtype, ttype)
+            if index_valued:  # keep the value an index value: the anchor only constrains
+                self.where.append(f"exists {text}")
+            else:
+                rhs, rtype = f"({rhs}) {b.pick(('+', '*'))} {text}", promote(rtype, ttype)
         for v in out_vars:  # every output variable needs something that bounds it
             if v.bounded:
                 continue
@@ -485,7 +504,7 @@ class _Stmt:
                 own = self.use(v, t.shape[dim])
                 if own is not None:
                     text = f"{t.name}({', '.join(own if k == dim else self.index(s) for k, s in enumerate(t.shape))})"
-                    if b.chance(0.3):  # constrains like an access, computes nothing
+                    if index_valued or b.chance(0.3):  # constrains like an access, computes nothing
                         self.where.append(f"exists {text}")
                     else:
                         rhs, rtype = f"({rhs}) + {text}", promote(rtype, t.type)
@@ -496,7 +515,7 @@ class _Stmt:
                 self.where.append(v.where)
         if rtype is S.BOOL:
             rhs, rtype = f"int32({rhs})", S.INT32
-        if target is None and b.family != "int" and b.chance(0.3):
+        if target is None and b.family != "int" and not index_valued and b.chance(0.3):
             rhs, rtype = f"{b.base.tc_name}({rhs})", b.base
         if target is not None and rtype is not target.type:
             rhs, rtype = f"{target.type.tc_name}({rhs})", target.type

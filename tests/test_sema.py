@@ -27,7 +27,7 @@ def test_matmul_checked():
     (s,) = d.stmts
     assert (s.output_vars, s.reduction_vars, s.index_vars) == (("m", "n"), ("k",), ("m", "n", "k"))
     assert s.lhs == (ast.IndexVar("m"), ast.IndexVar("n"))
-    assert all(isinstance(i, ast.IndexVar) and i.type is S.INT64 for a in s.rhs.children() for i in a.indices)
+    assert all(isinstance(i, ast.IndexVar) and i.type is S.INT32 for a in s.rhs.children() for i in a.indices)
     assert s.rhs.type is S.FLOAT32
 
 
@@ -76,7 +76,10 @@ def test_name_resolution_kinds():
         ("F(i) > 0 ? I8(i) : D(i)", S.FLOAT64),
         ("int64(F(i))", S.INT64),
         ("-U8(i)", S.UINT8),
-        ("i + N + F.0", S.INT64),  # index values are int64 (issue 15, item 3)
+        ("i + N + F.0", S.INT32),  # TC's index type (issue 34, item 4); computed in 64 bits
+        ("int64(i * N)", S.INT64),
+        ("I8(i) + i", S.INT32),
+        ("I64(i) + i", S.INT64),
     ],
 )
 def test_expression_types(expr, expected):

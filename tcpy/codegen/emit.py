@@ -7,10 +7,10 @@ One C function per (def, dtypes, shapes, options), following the kernel ABI of
 
 Rendering is mechanical: every decision (loop order, tiles, parallel and SIMD loops, register
 tiles, copies) is in the IR. Sizes are baked in as constants. Expressions are emitted in the
-types sema gave them, with TC's semantics: C-like promotion, integer ``/`` and ``%`` truncating
-in values and flooring in index expressions, division by zero and out-of-bounds data-dependent
-indices reported through the return code, lazy ternaries (a branch not taken reads no memory),
-saturating casts. The C is the same for every target; what differs between targets (``-march``
+types sema gave them (index values, int32 by type, are computed in int64 and then converted),
+with TC's semantics: C-like promotion, integer ``/`` and ``%`` truncating in values and flooring
+in index expressions, division by zero and out-of-bounds data-dependent indices reported through
+the return code, lazy ternaries (a branch not taken reads no memory), saturating casts. The C is the same for every target; what differs between targets (``-march``
 and tuning flags) comes from the :class:`~tcpy.target.Target` at build time.
 
 This module is Python source that ``setup.py`` compiles with Cython (pure-Python mode): the
@@ -21,8 +21,8 @@ coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
 import cython
 
 from tcpy.lang import ast
-from tcpy.lang.types import ScalarType, accumulator_type, promote
-from tcpy.lang.visit import is_static_index
+from tcpy.lang.types import INDEX_VALUE_TYPE, ScalarType, accumulator_type, promote
+from tcpy.lang.visit import exact_index_value, is_index_value, is_static_index
 from tcpy.loopir import (
     BLOCK_ROWS, BLOCK_START, OLD_MAXIMUM, TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block,
     BlockChain, Call, Const, ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, OnlineStep, Point,
@@ -237,6 +237,9 @@ class _Emitter:
     def value(self, expr):
         """C text of a value expression, of C type ``expr.type``."""
         t = expr.type
+        if t is not INDEX_VALUE_TYPE and is_index_value(expr):
+            # exact in 64 bits; the launcher refused sizes for which the int32 result overflows
+            return f"(({t.c_type}){self.value(exact_index_value(expr))})"
         if isinstance(expr, ast.IntLit):
             return _literal(expr.value, t)
         if isinstance(expr, ast.FloatLit):
@@ -252,7 +255,8 @@ class _Emitter:
                 return self.registers[expr.tensor]
             return self.access(expr.tensor, expr.indices, read=True)
         if isinstance(expr, ast.Cast):
-            return convert(self.value(expr.operand), expr.operand.type, expr.to)
+            operand = exact_index_value(expr.operand)  # int64(i * N) is exact
+            return convert(self.value(operand), operand.type, expr.to)
         if isinstance(expr, ast.Unary):
             if expr.op == "!":
                 return f"(!{self.value(expr.operand)})"

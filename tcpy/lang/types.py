@@ -82,9 +82,12 @@ TYPE_NAMES: dict[str, ScalarType] = {
 
 _INT_BY_BITS = {8: ScalarType.INT8, 16: ScalarType.INT16, 32: ScalarType.INT32, 64: ScalarType.INT64}
 
-# Index variables, size variables and dimension references: int32 in TC, int64 here, so that
-# index values and arithmetic on them do not wrap at 2**31 (ranges of more than 2**31 elements).
-INDEX_TYPE = ScalarType.INT64
+# Index variables, size variables and dimension references have TC's type, int32: an output
+# defined from them is int32, as TC programs expect. Kernels compute their values in
+# INDEX_VALUE_TYPE (see ``tcpy.lang.visit.is_index_value``), so nothing wraps at 2**31: a call
+# whose sizes would put an int32 index result out of range raises, and ``int64(i)`` is exact.
+INDEX_TYPE = ScalarType.INT32
+INDEX_VALUE_TYPE = ScalarType.INT64
 
 
 def promote(a: ScalarType, b: ScalarType) -> ScalarType:

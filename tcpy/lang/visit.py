@@ -10,8 +10,10 @@ import dataclasses
 from typing import Callable, Optional
 
 from . import ast
+from .types import INDEX_VALUE_TYPE
 
-__all__ = ["index_vars", "inline_lets", "is_static_index", "map_expr", "reads_tensor"]
+__all__ = ["exact_index_value", "index_results", "index_vars", "inline_lets", "is_index_value", "is_static_index",
+           "map_expr", "reads_tensor"]
 
 
 def index_vars(expr: ast.Expr) -> frozenset[str]:
@@ -37,6 +39,54 @@ def is_static_index(expr: ast.Expr) -> bool:
     if isinstance(expr, ast.Binary) and expr.op in ("/", "%"):
         return is_static_index(expr.lhs) and isinstance(expr.rhs, ast.IntLit) and expr.rhs.value > 0
     return False
+
+
+_INDEX_LEAVES = (ast.IndexVar, ast.SizeVar, ast.DimRef)
+
+
+def is_index_value(expr: ast.Expr) -> bool:
+    """Whether ``expr`` is an index value: integer literals, index and size variables and
+    dimension references combined with ``+ - * / %`` and unary minus, using at least one
+    variable or dimension. Its type is TC's int32 (``INDEX_TYPE``), but every backend computes
+    it in ``INDEX_VALUE_TYPE`` (64 bits), so intermediate results never wrap."""
+    def only_index_nodes(e: ast.Expr) -> bool:
+        if isinstance(e, (ast.IntLit,) + _INDEX_LEAVES):
+            return True
+        if isinstance(e, ast.Unary) and e.op == "-":
+            return only_index_nodes(e.operand)
+        if isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/", "%"):
+            return only_index_nodes(e.lhs) and only_index_nodes(e.rhs)
+        return False
+
+    return only_index_nodes(expr) and any(isinstance(n, _INDEX_LEAVES) for n in expr.walk())
+
+
+def exact_index_value(expr: ast.Expr) -> ast.Expr:
+    """An index value retyped to ``INDEX_VALUE_TYPE`` at every node (the exact computation
+    backends perform); any other expression unchanged."""
+    if not is_index_value(expr) or expr.type is INDEX_VALUE_TYPE:
+        return expr
+    return map_expr(expr, lambda n: dataclasses.replace(n, type=INDEX_VALUE_TYPE))
+
+
+def index_results(expr: ast.Expr) -> tuple[ast.Expr, ...]:
+    """The index values of ``expr`` used as int32 values: the largest index-value subtrees that
+    are neither a tensor subscript (computed in 64 bits and bounds-checked) nor the operand of a
+    cast (``int64(i * N)`` converts the exact value). Each must fit in int32 where it is
+    evaluated; a call whose sizes would make one overflow raises."""
+    found: list[ast.Expr] = []
+
+    def visit(e: ast.Expr, exact: bool) -> None:
+        if is_index_value(e):
+            if not exact:
+                found.append(e)
+            return
+        exact_children = isinstance(e, (ast.Access, ast.Cast))
+        for child in e.children():
+            visit(child, exact_children)
+
+    visit(expr, False)
+    return tuple(found)
 
 
 # The Expr fields that hold sub-expressions, per node class.

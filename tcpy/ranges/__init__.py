@@ -9,6 +9,8 @@ syntax (``floor((H - KH)/2)`` prints as ``(H - KH)/2``).
 * :mod:`.convert` — index and size expressions of the AST as isl functions and sets.
 * :mod:`.isl_helpers` — spaces, projections, bounds and their values at concrete sizes.
 * :mod:`.symbolic` — isl bounds as sympy expressions and TC-style text.
+* :mod:`.index_values` — the int32 index results of a statement at concrete sizes: the
+  precondition that none overflows.
 * :mod:`.report` — :func:`explain`, and the message of a violated size precondition.
 """
 from .inference import BoundRanges, DefRanges, Precondition, StmtRanges, VarRange, infer

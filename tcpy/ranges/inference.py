@@ -49,6 +49,7 @@ from ..errors import TCPreconditionError, TCRangeError, TCShapeError
 from ..lang import ast
 from ..lang.visit import index_vars, inline_lets
 from .convert import Converter, NotAffine, guarded_accesses
+from .index_values import check_index_results
 from .isl_helpers import CTX, PARAM, keep_dim, param_space, simplest, try_bound, value_at
 from .report import violation_message
 from .symbolic import format_expr, pw_to_sympy, requires_text
@@ -134,13 +135,16 @@ class DefRanges:
         """Evaluate ranges and shapes for concrete ``sizes`` (every size variable, ints >= 0).
 
         Raises :class:`~tcpy.errors.TCPreconditionError` naming the access, its position and
-        the sizes when some access would read out of bounds for these sizes.
+        the sizes when some access would read out of bounds for these sizes, or naming the
+        statement when an int32 index result would overflow.
         """
         point = self.size_point(sizes)
         broken = self.violated(point)
         if broken:
             raise TCPreconditionError(violation_message(self, broken[0], sizes, point))
-        return self.evaluate(sizes, point)
+        bound = self.evaluate(sizes, point)
+        check_index_results(self.def_, self.statements, bound.statements, sizes, bound.shapes)
+        return bound
 
     def violated(self, point: isl.Point) -> list:
         """The preconditions these sizes (an isl point over the size variables) violate."""

@@ -28,6 +28,7 @@ from .errors import (
 )
 from .lang import parse
 from .api import Kernel, Library, define
+from .autodiff import grad, value_and_grad, vjp
 from .options import Options
 from .target import Target
 from .tuning import autotune
@@ -43,6 +44,9 @@ __all__ = [
     "Options",
     "Target",
     "autotune",
+    "grad",
+    "vjp",
+    "value_and_grad",
     "get_num_threads",
     "set_num_threads",
     "parse",

@@ -1,0 +1,478 @@
+"""Reverse mode on a checked def: the backward def, as TC source.
+
+Statements are visited last to first. Each statement ``T(o) op rhs`` hands the cotangent of its
+target, ``dT(o)``, to the tensor reads of ``rhs`` (:func:`~.derivatives.partials`); each read
+``X(e)`` then becomes one statement accumulating into ``dX``, a comprehension over the forward
+statement's own index variables, pinned to their forward ranges by ``where`` clauses:
+
+* an index that is a loop variable is kept: ``dA(m, k) +=! dC(m, n) * B(k, n)`` (gather form;
+  GEMM's backward is two GEMMs, conv's weight gradient a contraction);
+* an affine index with a unit coefficient on some variable ``v`` gets a new variable ``x``
+  and ``v`` is solved for (``v = x - rest``), guarded by ``v``'s forward range: a convolution's
+  input gradient becomes a transposed convolution;
+* any other index (data-dependent, ``2*i``, ``i + j`` with both used) gets a new variable
+  ``x`` over the whole dimension and a mask ``index == x``: the scatter of a gather, as a sum.
+
+``max=!``/``min=!`` send the cotangent to the first arg-max/min in the reduction order (as
+PyTorch), found by a ``min=!`` over the linear position of the reduction variables among the
+points equal to the forward value. Forward tensors the backward reads are recomputed by their
+forward statements inside the backward def (``value_and_grad`` returns them as outputs
+instead of computing them twice); the fusion pass then runs on the backward like on any def.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import sympy
+
+from ..errors import TCArgumentError, TCSemanticError
+from ..lang import ast
+from ..lang.builtins import BUILTINS, MIN_MAX
+from ..lang.visit import index_vars, inline_lets, map_expr
+from ..ranges import DefRanges, format_expr
+from .derivatives import NotDifferentiable, add, conj, depends, mul, partials, ternary, ZERO
+
+__all__ = ["backward_source", "default_wrt"]
+
+
+def default_wrt(def_: ast.Def) -> tuple[str, ...]:
+    """Every floating-point input, in signature order."""
+    return tuple(p.name for p in def_.params if def_.tensor(p.name).scalar.is_float)
+
+
+def backward_source(def_: ast.Def, def_ranges: DefRanges, source: str, wrt: tuple[str, ...],
+                    *, with_values: bool = False) -> str:
+    """The TC source of the backward def of ``def_`` (checked, with its inferred ranges).
+
+    Its parameters are the forward's plus one cotangent per floating-point output (``dC`` for
+    ``C``, same shape); its outputs are the cotangents of ``wrt`` (``dA`` for ``A``), preceded
+    by the forward outputs when ``with_values``. Raises :class:`~tcpy.TCArgumentError` for a
+    ``wrt`` that is not a floating-point input and :class:`~tcpy.TCSemanticError`, naming the
+    statement, for what has no derivative.
+    """
+    return _Reverse(def_, def_ranges, source, wrt, with_values).source()
+
+
+@dataclass(frozen=True)
+class _Contribution:
+    """A cotangent ``term`` for the read ``access`` of forward statement ``index``."""
+
+    index: int
+    access: ast.Access
+    term: ast.Expr
+
+
+def _atom(text: str) -> ast.Expr:
+    """Size-expression text as an expression node (printed as is, parenthesised)."""
+    return ast.Name(text if text.replace("_", "").isalnum() else f"({text})")
+
+
+class _Reverse:
+    def __init__(self, def_: ast.Def, def_ranges: DefRanges, source: str, wrt, with_values: bool):
+        self.def_ = def_
+        self.ranges = def_ranges
+        self.src = source
+        self.with_values = with_values
+        self.stmts = tuple(inline_lets(s) for s in def_.stmts)
+        self.params = {p.name: p for p in def_.params}
+        self.returns = {r.name: r for r in def_.returns}
+        self.taken = set(BUILTINS) | set(MIN_MAX) | set(def_.size_vars) | {t.name for t in def_.tensors}
+        for s in self.stmts:
+            self.taken.update(s.index_vars)
+        self.wrt = self.check_wrt(wrt)
+        self.writers: dict[str, list[int]] = {}
+        for k, s in enumerate(self.stmts):
+            self.writers.setdefault(s.target, []).append(k)
+        self.check_writes()
+        self.active = self.active_tensors()
+        self.adjoint: dict[str, str] = {}   # tensor -> name of its cotangent in the backward
+        self.written: set[str] = set()      # cotangents that have a statement yet
+        self.cotangents: dict[str, str] = {}  # float output -> cotangent parameter
+        self.extra_sizes: list[str] = []
+        self.lines: list[str] = []          # backward statements, in order
+        self.needed: set[str] = set()       # forward tensors the backward reads
+
+    # -- checks
+
+    def error(self, message: str, span) -> TCSemanticError:
+        return TCSemanticError(message, span, self.src, self.def_.name)
+
+    def check_wrt(self, wrt) -> tuple[str, ...]:
+        names = []
+        for name in wrt:
+            if name not in self.params:
+                raise TCArgumentError(
+                    f"wrt names an input of def '{self.def_.name}': got {name!r}, its inputs are "
+                    f"{', '.join(self.params) or 'none'}")
+            scalar = self.def_.tensor(name).scalar
+            if not scalar.is_float:
+                raise TCArgumentError(
+                    f"input '{name}' of def '{self.def_.name}' is {scalar}: only floating-point "
+                    "inputs have gradients")
+            if name in names:
+                raise TCArgumentError(f"wrt names input '{name}' twice")
+            names.append(name)
+        if not names:
+            raise TCArgumentError(f"wrt names no input of def '{self.def_.name}' to differentiate")
+        return tuple(names)
+
+    def check_writes(self) -> None:
+        """A tensor written twice must be accumulated (``+=``) after its first write, and read
+        only after its last: then every read sees the final value, whose cotangent is one."""
+        for tensor, ks in self.writers.items():
+            for k in ks[1:]:
+                s = self.stmts[k]
+                if s.reduction != "+" or s.init:
+                    raise self.error(
+                        f"cannot differentiate '{s}': '{tensor}' is written again with '{s.op}' after "
+                        f"line {self.stmts[ks[0]].span.line}; only '+=' may add to a written tensor", s.span)
+            for k, s in enumerate(self.stmts):
+                reads = {a.tensor for a in s.rhs.walk() if isinstance(a, ast.Access)}
+                if tensor in reads and ks[0] < k < ks[-1]:
+                    raise self.error(
+                        f"cannot differentiate '{s}': it reads '{tensor}' between two of its writes "
+                        f"(lines {self.stmts[ks[0]].span.line} and {self.stmts[ks[-1]].span.line})", s.span)
+
+    def active_tensors(self) -> set[str]:
+        """The tensors whose values depend on ``wrt``; an integer output among them is an error."""
+        active = set(self.wrt)
+        for s in self.stmts:
+            if depends(s.rhs, self.is_active_with(active)):
+                info = self.def_.tensor(s.target)
+                if info.scalar.is_float:
+                    active.add(s.target)
+                elif info.role == "output":
+                    raise self.error(
+                        f"cannot differentiate '{s}': output '{s.target}' is {info.scalar} and depends on "
+                        f"{', '.join(self.wrt)}; integer values have no derivative", s.span)
+        return active
+
+    @staticmethod
+    def is_active_with(active: set[str]):
+        return lambda a: a.tensor in active and a.type is not None and a.type.is_float
+
+    # -- names and texts
+
+    def fresh(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}_{n}", n + 1
+        self.taken.add(name)
+        return name
+
+    def dim_text(self, tensor: str, d: int) -> str:
+        if tensor in self.params:
+            return str(self.params[tensor].type.dims[d])
+        return self.size_text(self.ranges.shapes[tensor][d], f"dimension {d} of '{tensor}'")
+
+    def size_text(self, expr, what: str) -> str:
+        if isinstance(expr, sympy.Piecewise):
+            raise self.error(f"cannot differentiate def '{self.def_.name}': {what} is piecewise ({expr})",
+                             self.def_.name_span)
+        return format_expr(expr)
+
+    def range_texts(self, k: int) -> dict[str, tuple[str, str]]:
+        return {v: (self.size_text(r.lo, f"the start of '{v}'"), self.size_text(r.hi, f"the end of '{v}'"))
+                for v, r in self.ranges.statements[k].ranges.items()}
+
+    # -- the walk
+
+    def source(self) -> str:
+        for name in self.wrt:
+            self.adjoint[name] = self.fresh("d" + name)
+        for r in self.def_.returns:
+            if self.def_.tensor(r.name).scalar.is_float:
+                self.cotangents[r.name] = self.adjoint[r.name] = self.fresh("d" + r.name)
+        for k in reversed(range(len(self.stmts))):
+            self.statement(k)
+        return self.assemble()
+
+    def statement(self, k: int) -> None:
+        s = self.stmts[k]
+        if s.target not in self.active or s.target not in self.adjoint:
+            return
+        seed: ast.Expr = ast.Access(self.adjoint[s.target], tuple(ast.IndexVar(v) for v in s.output_vars))
+        extremum = s.reduction in ("max", "min")
+        if extremum and s.init and s.reduction_vars:
+            seed = ternary(self.first_extremum(k), seed, ZERO)
+        elif (extremum and not s.init) or (s.reduction == "*" and (s.reduction_vars or not s.init)):
+            raise self.error(f"cannot differentiate '{s}': '{s.op}' has no derivative in tcpy "
+                             "(sums, max=! and min=! do)", s.span)
+        try:
+            found = partials(s.rhs, self.is_active_with(self.active), seed)
+        except NotDifferentiable as exc:
+            raise self.error(f"cannot differentiate '{s}': {exc.why}", exc.node.span or s.span) from None
+        grouped: dict[tuple[str, str], _Contribution] = {}
+        for access, term in found:
+            key = (access.tensor, str(access))
+            if key in grouped:
+                term = add(grouped[key].term, term)
+            grouped[key] = _Contribution(k, access, term)
+        for contribution in grouped.values():
+            self.contribute(contribution)
+
+    def first_extremum(self, k: int) -> ast.Expr:
+        """The mask of the first point (in reduction order) where ``rhs`` equals the forward
+        max/min; emits the statement that finds that point's position."""
+        s = self.stmts[k]
+        ranges = self.range_texts(k)
+        position, count = None, None
+        for v in s.reduction_vars:
+            lo, hi = ranges[v]
+            extent = _atom(f"{hi} - {lo}") if lo != "0" else _atom(hi)
+            offset = ast.IndexVar(v) if lo == "0" else ast.Binary("-", ast.IndexVar(v), _atom(lo))
+            position = offset if position is None else ast.Binary("+", ast.Binary("*", position, extent), offset)
+            count = extent if count is None else ast.Binary("*", count, extent)
+        value = ast.Access(s.target, tuple(ast.IndexVar(v) for v in s.output_vars))
+        equal = ast.Binary("==", s.rhs, value)
+        arg = self.fresh(f"{s.target}_first")
+        self.needed.add(s.target)
+        self.needed.update(a.tensor for a in s.rhs.walk() if isinstance(a, ast.Access))
+        lhs = f"{arg}({', '.join(s.output_vars)})" if s.output_vars else arg
+        self.lines.append(f"{lhs} min=! {ternary(equal, position, count)}{self.where(ranges)}")
+        return ast.Binary("&&", equal, ast.Binary("==", position, ast.Access(arg, value.indices)))
+
+    def where(self, ranges: dict[str, tuple[str, str]]) -> str:
+        return (" where " + ", ".join(f"{v} in {lo}:{hi}" for v, (lo, hi) in ranges.items())) if ranges else ""
+
+    def contribute(self, c: _Contribution) -> None:
+        """One statement adding ``c.term`` into the cotangent of the tensor ``c.access`` reads."""
+        s = self.stmts[c.index]
+        tensor = c.access.tensor
+        ranges = self.range_texts(c.index)
+        candidates = list(s.output_vars) + list(s.reduction_vars)
+        lhs: list[str] = []
+        subst: dict[str, ast.Expr] = {}
+        bounds: list[ast.Expr] = []   # affine: range inference sees which reads they guard
+        checks: list[ast.Expr] = []   # divisibility and masks: tested inside the bounds
+        new_ranges: dict[str, tuple[str, str]] = {}
+        for d, index in enumerate(c.access.indices):
+            index = _substitute(index, subst)
+            if isinstance(index, ast.IndexVar) and index.name in ranges and index.name not in lhs:
+                lhs.append(index.name)
+                continue
+            x = self.fresh(f"{tensor.lower()}{d}")
+            new_ranges[x] = ("0", self.dim_text(tensor, d))
+            lhs.append(x)
+            # solve for an output variable if one appears (it has the long range: a strided
+            # window's input gradient then sums over the window, not over all outputs); a
+            # range with a division cannot guard in a condition (C's `/` truncates there)
+            solvable = [(v, _coefficient(index, v)) for v in candidates
+                        if v in ranges and v not in lhs and v not in subst and "/" not in "".join(ranges[v])]
+            solvable = sorted(((v, coef) for v, coef in solvable if coef),
+                              key=lambda vc: (vc[0] not in s.output_vars, abs(vc[1]) != 1))
+            if solvable:
+                v, coef = solvable[0]
+                rest = _substitute(index, {v: ZERO})
+                offset = _canonical(ast.Binary("-", ast.IndexVar(x), rest) if coef > 0
+                                    else ast.Binary("-", rest, ast.IndexVar(x)))
+                scale = abs(coef)
+                subst[v] = offset if scale == 1 else ast.Binary("/", offset, ast.IntLit(scale))
+                lo, hi = ranges.pop(v)
+                if scale != 1:
+                    checks.append(ast.Binary("==", ast.Binary("%", offset, ast.IntLit(scale)), ZERO))
+                    lo, hi = f"{scale} * ({lo})", f"{scale} * ({hi})"
+                bounds.append(ast.Binary("&&", ast.Binary(">=", offset, _atom(lo)), ast.Binary("<", offset, _atom(hi))))
+            else:
+                checks.append(ast.Binary("==", _canonical(index), ast.IndexVar(x)))
+        read = ast.Access(tensor, tuple(ast.IndexVar(v) for v in lhs))
+        term = map_expr(c.term, lambda n: read if n == c.access else None)
+        inner = None
+        for extra in checks:
+            inner = conj(inner, extra)
+        outer = None
+        for extra in bounds:
+            outer = conj(outer, extra)
+        if inner is not None:
+            term = ternary(inner, term, ZERO)
+        if outer is not None:
+            term = ternary(outer, term, ZERO)
+        for _ in range(len(subst) + 1):  # a solution may use variables solved for later
+            term = _substitute(term, subst)
+        self.needed.update(a.tensor for a in term.walk() if isinstance(a, ast.Access))
+        self.accumulate(tensor, lhs, term, {**ranges, **new_ranges}, s)
+
+    def accumulate(self, tensor: str, lhs: list[str], term: ast.Expr, ranges, s: ast.Stmt) -> None:
+        """Emit ``d<tensor>(lhs) += term``: the first contribution to a cotangent initialises
+        it (``+=!`` when it covers the whole tensor, else after a statement writing zeros)."""
+        info = self.def_.tensor(tensor)
+        covers = all(ranges[v] == ("0", self.dim_text(tensor, d)) for d, v in enumerate(lhs))
+        if tensor not in self.adjoint:
+            self.adjoint[tensor] = self.fresh("d" + tensor)
+        target = self.adjoint[tensor]
+        if target not in self.written:
+            if tensor in self.cotangents:
+                # an output read by later statements: its cotangent is the caller's plus theirs
+                total = self.fresh(f"{target}_total")
+                self.lines.append(self.full(total, tensor, ast.Access(target, tuple(map(ast.IndexVar, self.full_vars(tensor))))))
+                self.adjoint[tensor] = target = total
+            elif tensor not in self.params and not covers:
+                self.lines.append(self.full(target, tensor, ast.Cast(info.scalar, ZERO)))
+            self.written.add(target)
+            # (an output that is not covered is filled with zeros before the first statement)
+            op = "+=!" if tensor in self.params or (covers and tensor not in self.cotangents) else "+="
+        else:
+            op = "+="
+        if info.scalar is not s.rhs.type or self.def_.tensor(s.target).scalar is not info.scalar:
+            term = ast.Cast(info.scalar, term)
+        head = f"{target}({', '.join(lhs)})" if lhs else target
+        self.lines.append(f"{head} {op} {term}{self.where(ranges)}")
+
+    def full_vars(self, tensor: str) -> list[str]:
+        return [f"i{d}" for d in range(self.def_.tensor(tensor).rank)]
+
+    def full(self, target: str, tensor: str, value: ast.Expr) -> str:
+        """``target(i0, ...) = value`` over the whole shape of ``tensor``."""
+        names = self.full_vars(tensor)
+        head = f"{target}({', '.join(names)})" if names else target
+        return f"{head} = {value}{self.where({n: ('0', self.dim_text(tensor, d)) for d, n in enumerate(names)})}"
+
+    # -- the def
+
+    def forward_lines(self) -> list[str]:
+        """The forward statements the backward reads the results of (all, with values)."""
+        if self.with_values:
+            return [str(s) for s in self.def_.stmts]
+        needed = self.needed & set(self.writers)
+        changed = True
+        while changed:
+            changed = False
+            for t in list(needed):
+                for k in self.writers[t]:
+                    for a in self.stmts[k].rhs.walk():
+                        if isinstance(a, ast.Access) and a.tensor in self.writers and a.tensor not in needed:
+                            needed.add(a.tensor)
+                            changed = True
+        lines = []
+        for k, s in enumerate(self.def_.stmts):
+            if s.target not in needed:
+                continue
+            if k == self.writers[s.target][0] and s.reduction is not None and not s.init:
+                raise self.error(f"cannot differentiate '{s}': the backward needs '{s.target}', which adds to "
+                                 "the caller's out= array", s.span)
+            declared = self.def_.tensor(s.target).scalar
+            if declared is not s.rhs.type:  # an output's declared type: keep it as a temporary
+                s = dataclasses.replace(s, rhs=ast.Cast(declared, s.rhs))
+            lines.append(str(s))
+        return lines
+
+    def assemble(self) -> str:
+        d = self.def_
+        params = [str(p) for p in d.params]
+        for output, name in self.cotangents.items():
+            info = d.tensor(output)
+            dims = self.output_dims(output)
+            params.append(f"{info.scalar.tc_name}({', '.join(dims)}) {name}" if dims else f"{info.scalar.tc_name} {name}")
+        returns = [str(r) for r in d.returns] if self.with_values else []
+        for name in self.wrt:
+            p = self.params[name]
+            returns.append(f"{p.type} {self.adjoint_output(name)}")
+        body = self.forward_lines() + self.lines
+        for name in self.wrt:
+            if self.adjoint_output(name) not in self.written:
+                body.append(self.full(self.adjoint_output(name), name, ast.Cast(d.tensor(name).scalar, ZERO)))
+        suffix = "value_and_grad" if self.with_values else "grad"
+        text = f"def {d.name}_{suffix}({', '.join(params)}) -> ({', '.join(returns)}) {{\n"
+        return text + "".join(f"    {line}\n" for line in body) + "}\n"
+
+    def adjoint_output(self, name: str) -> str:
+        return self.adjoint[name]
+
+    def output_dims(self, output: str) -> list[str]:
+        declared = self.returns[output].type
+        if declared is not None:
+            return [str(x) for x in declared.dims]
+        dims = []
+        for d, extent in enumerate(self.ranges.shapes[output]):
+            if isinstance(extent, (sympy.Symbol, sympy.Integer)):
+                dims.append(str(extent))
+            else:  # not a size variable: the cotangent's own size, checked by its reads
+                dims.append(self.fresh(f"{output}_{d}"))
+        return dims
+
+
+def _substitute(expr: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
+    """``expr`` with index variables replaced, affine index expressions written canonically
+    (``2*h + (i1 - 2*h)`` is ``i1``: the engines recognise plain variables)."""
+    def replace(node):
+        if isinstance(node, ast.IndexVar):
+            return subst.get(node.name)
+        if isinstance(node, ast.Access):
+            return dataclasses.replace(node, indices=tuple(_canonical(i) for i in node.indices))
+        return None
+    return map_expr(expr, replace)
+
+
+def _linear(expr: ast.Expr) -> Optional[dict]:
+    """``expr`` as {variable name (None for the constant): integer coefficient} when it is a
+    sum of index variables, size variables and literals times literals, else None."""
+    if isinstance(expr, ast.IntLit):
+        return {None: expr.value}
+    if isinstance(expr, (ast.IndexVar, ast.SizeVar)):
+        return {expr.name: 1}
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        inner = _linear(expr.operand)
+        return None if inner is None else {k: -v for k, v in inner.items()}
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-"):
+        a, b = _linear(expr.lhs), _linear(expr.rhs)
+        if a is None or b is None:
+            return None
+        sign = 1 if expr.op == "+" else -1
+        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in a.keys() | b.keys()}
+    if isinstance(expr, ast.Binary) and expr.op == "*":
+        a, b = _linear(expr.lhs), _linear(expr.rhs)
+        if a is None or b is None:
+            return None
+        for factor, other in ((a, b), (b, a)):
+            if set(factor) == {None}:
+                return {k: v * factor[None] for k, v in other.items()}
+    return None
+
+
+def _canonical(expr: ast.Expr) -> ast.Expr:
+    """An affine index as ``2*h + kh - 1``: variables in order of appearance, then the constant."""
+    terms = _linear(expr)
+    if terms is None:
+        return expr
+    names = {n.name: n for n in expr.walk() if isinstance(n, (ast.IndexVar, ast.SizeVar))}
+    result = None
+    for name, node in names.items():
+        coef = terms.get(name, 0)
+        if coef == 0:
+            continue
+        term = node if abs(coef) == 1 else ast.Binary("*", ast.IntLit(abs(coef)), node)
+        if result is None:
+            result = term if coef > 0 else ast.Unary("-", term)
+        else:
+            result = ast.Binary("+" if coef > 0 else "-", result, term)
+    constant = terms.get(None, 0)
+    if result is None:
+        return ast.IntLit(constant) if constant >= 0 else ast.Unary("-", ast.IntLit(-constant))
+    if constant:
+        result = ast.Binary("+" if constant > 0 else "-", result, ast.IntLit(abs(constant)))
+    return result
+
+
+def _coefficient(expr: ast.Expr, var: str) -> Optional[int]:
+    """The integer coefficient of index variable ``var`` in ``expr`` if ``expr`` is affine in it
+    (``+ - *`` by literals), else None."""
+    if var not in index_vars(expr):
+        return 0
+    if isinstance(expr, ast.IndexVar):
+        return 1
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        inner = _coefficient(expr.operand, var)
+        return None if inner is None else -inner
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-"):
+        a, b = _coefficient(expr.lhs, var), _coefficient(expr.rhs, var)
+        if a is None or b is None:
+            return None
+        return a + b if expr.op == "+" else a - b
+    if isinstance(expr, ast.Binary) and expr.op == "*":
+        for factor, other in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
+            if isinstance(factor, ast.IntLit):
+                inner = _coefficient(other, var)
+                return None if inner is None else inner * factor.value
+    return None

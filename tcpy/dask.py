@@ -668,7 +668,67 @@ class _Call:
         return tuple(chunks)
 
     def build(self):
+        """The outputs as Dask arrays: one ``blockwise`` when every block reads its own aligned
+        chunks, else one task per cell on slices that include the halos."""
         task = _BlockTask.for_kernel(self.kernel, self.options, len(self.cells()))
+        index = self._blockwise_index()
+        return self._build_blockwise(task, index) if index is not None else self._build_cells(task)
+
+    def _blockwise_index(self) -> Optional[dict]:
+        """Each array's blockwise index (a dimension number per axis), if the plan allows one."""
+        if len(self.outputs) != 1:
+            return None
+        index = {name: tuple(self._dim_of((name, axis)) for axis in range(len(shape)))
+                 for name, shape in self.shapes.items() if name in self.args or name in self.outputs}
+        for name, dims in index.items():
+            if len(set(dims)) != len(dims):
+                return None  # one dimension on two axes of an array: blockwise would take a diagonal
+        (out,) = self.outputs
+        for d, dim in enumerate(self.dims):
+            if dim.kind == "halo":
+                return None
+            if dim.kind == "blockwise" and any(self.shapes[t][a] != self.shapes[out][index[out].index(d)]
+                                               for t, a in self.input_axes(dim)):
+                return None  # the output covers part of the input: blocks would not line up
+        return index
+
+    def _dim_of(self, axis) -> int:
+        return next(d for d, dim in enumerate(self.dims) if axis in dim.axes)
+
+    def _build_blockwise(self, task, index):
+        (out,) = self.outputs
+        reduced = [d for d, dim in enumerate(self.dims) if dim.kind == "reduced"]
+        args, lengths = [], []
+        for name, arg in self.args.items():
+            if not isinstance(arg, da.Array):
+                args += [arg, None]
+                continue
+            chunks = tuple(tuple(b - a for a, b in self.dims[d].blocks) if self.dims[d].blocks else -1
+                           for d in index[name])
+            args += [arg.rechunk(chunks), index[name]]
+        positions = [n for n, a in enumerate(self.args.values())]
+        adjust, new_axes = {d: 1 for d in reduced}, {}
+        for axis, d in enumerate(index[out]):
+            inputs = [(p, index[name].index(d)) for p, name in zip(positions, self.args)
+                      if isinstance(self.args[name], da.Array) and d in index[name]]
+            extent = self.shapes[out][axis]
+            if self.dims[d].kind == "blockwise":
+                lengths.append(inputs[0])  # as long as the aligned input block
+            else:
+                lengths.append(extent)
+                (adjust if inputs else new_axes)[d] = extent
+        function = _AlignedBlock(task, tuple(lengths), len(reduced))
+        dtype = binding.numpy_dtype(self.types[out])
+        partials = da.blockwise(function, index[out] + tuple(reduced), *args, dtype=dtype, concatenate=True,
+                                token=f"tcpy-{self.def_.name}",
+                                adjust_chunks=adjust, new_axes=new_axes,
+                                meta=np.empty((0,) * (len(index[out]) + len(reduced)), dtype))
+        if not reduced:
+            return partials
+        axes = tuple(range(len(index[out]), len(index[out]) + len(reduced)))
+        return self._combine_axes(partials, axes, dtype)
+
+    def _build_cells(self, task):
         dtypes = {name: binding.numpy_dtype(self.types[name]) for name in self.outputs}
         partials: dict = {}  # (output, block position) -> [dask arrays to combine]
         for cell in self.cells():
@@ -695,7 +755,9 @@ class _Call:
                         index.append(slice(0, size))
                         position.append(0)
                 trims[name] = (tuple(index), tuple(position))
-            result = dask.delayed(task, pure=True)(tuple(trims[n][0] for n in self.outputs), *pieces)
+            cuts = tuple(trims[n][0] for n in self.outputs)
+            task_key = f"tcpy-{self.def_.name}-{dask.base.tokenize(task, cuts, *pieces)}"
+            result = dask.delayed(task, pure=True)(cuts, *pieces, dask_key_name=task_key)
             for k, name in enumerate(self.outputs):
                 index, position = trims[name]
                 shape = tuple(s.stop - s.start for s in index)
@@ -718,12 +780,15 @@ class _Call:
         return any(self.dims[d].kind == "reduced" for d in cell)
 
     def _combine(self, parts, dtype):
+        return self._combine_axes(da.stack(parts), 0, dtype)
+
+    def _combine_axes(self, partials, axes, dtype):
+        """Partial results combined over ``axes`` with the reduction's operator, in a tree, in ``dtype``."""
         operator = next(dim.operator for dim in self.dims if dim.kind == "reduced")
-        stacked = da.stack(parts)
         how = _COMBINE[operator]
         if how in ("sum", "prod"):
-            return getattr(stacked, how)(axis=0, dtype=dtype, split_every=2)
-        return getattr(stacked, how)(axis=0, split_every=2)
+            return getattr(partials, how)(axis=axes, dtype=dtype, split_every=2)
+        return getattr(partials, how)(axis=axes, split_every=2)
 
 
 def _nest(blocks: dict, rank: int):
@@ -799,6 +864,22 @@ class _BlockTask:
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         return tuple(np.ascontiguousarray(out[index]) for out, index in zip(outputs, trims))
+
+
+@dataclass(frozen=True)
+class _AlignedBlock:
+    """A blockwise task: the kernel on aligned blocks, its output cut to the block's extent
+    (``lengths``: per output axis an extent, or the input (argument, axis) it is as long as),
+    with a unit axis per dimension reduced across chunks."""
+
+    task: _BlockTask
+    lengths: tuple
+    reduced: int
+
+    def __call__(self, *blocks):
+        index = tuple(slice(0, blocks[n[0]].shape[n[1]] if isinstance(n, tuple) else n) for n in self.lengths)
+        (out,) = self.task((index,), *blocks)
+        return out.reshape(out.shape + (1,) * self.reduced)
 
 
 def _cluster_threads() -> tuple:

@@ -56,6 +56,7 @@ class _Lowering:
         self.stored: dict[str, tuple[str, tuple[int, ...]]] = {}  # node -> (tensor, axes kept)
         self.loop_extents: dict[sympy.Symbol, object] = {}
         self.uses = self.count_uses()
+        self.output_names = {self.value_of(o): o for o in graph.outputs}  # value node -> output id
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -76,6 +77,16 @@ class _Lowering:
                 uses[s] = uses.get(s, 0) + 1
         return uses
 
+    def value_of(self, nid: str) -> str:
+        """The node whose tensor an output can be: seen through CASTs to the same dtype of
+        values nothing else reads (an fp32 GEMM's final CAST then copies nothing)."""
+        node = self.nodes[nid]
+        while (node.uop == "CAST" and node.dtype == self.nodes[node.src[0]].dtype
+               and self.uses.get(node.src[0]) == 1 and self.nodes[node.src[0]].uop != "INPUT"
+               and node.src[0] not in self.graph.outputs):
+            node = self.nodes[node.src[0]]
+        return node.id
+
     def cheap(self, nid: str) -> bool:
         """Reads, movement, casts and negations only: recomputing is cheaper than storing."""
         node = self.nodes[nid]
@@ -85,7 +96,7 @@ class _Lowering:
 
     def must_store(self, nid: str) -> bool:
         node = self.nodes[nid]
-        return (node.uop == "REDUCE" or nid in self.graph.outputs
+        return (node.uop == "REDUCE" or nid in self.output_names
                 or (node.uop != "INPUT" and self.uses.get(nid, 0) > 1 and not self.cheap(nid)))
 
     # -- the def -------------------------------------------------------------------------------
@@ -98,9 +109,10 @@ class _Lowering:
                            for n in self.graph.inputs)
         outputs = []
         for nid in self.graph.outputs:
-            if nid not in self.stored:  # an output that is an input: copy it
-                self.store(self.nodes[nid])
-            outputs.append(self.stored[nid][0])
+            value = self.value_of(nid)
+            if value not in self.stored:  # an output that is an input: copy it
+                self.store(self.nodes[value])
+            outputs.append(self.stored[value][0])
         body = "\n".join(f"    {s}" for s in self.statements)
         return f"def {self.name}({params}) -> ({', '.join(outputs)}) {{\n{body}\n}}\n"
 
@@ -112,9 +124,10 @@ class _Lowering:
     def store(self, node: Node) -> None:
         """Emit the statement(s) that compute ``node`` into a tensor of its own."""
         nid = node.id
-        output = nid in self.graph.outputs
+        output = self.output_names.get(nid)
         keep = tuple(k for k, d in enumerate(node.shape) if output or d != 1)
-        tensor = self.fresh(nid if nid.isidentifier() else "t")
+        name = output or nid
+        tensor = self.fresh(name if name.isidentifier() else "t")
         self.loop_extents = {}
         taken = set()
         lhs = {k: self.loop_var(node.shape[k], taken) for k in keep}
@@ -148,6 +161,7 @@ class _Lowering:
         self.stored[nid] = (tensor, keep)
 
     def emit(self, tensor, lhs, op, rhs, ranges) -> None:
+        rhs = _unwrap(rhs)
         target = f"{tensor}({', '.join(str(v) for v in lhs.values())})" if lhs else tensor
         where = ", ".join(f"{v} in 0:{self.size(e, None)}" for v, e in ranges)
         self.statements.append(f"{target} {op} {rhs}" + (f" where {where}" if where else ""))
@@ -198,7 +212,7 @@ class _Lowering:
                 operands.append((_literal(s, node.dtype, kind), kind))
         if node.uop == "CAST":
             (text, src_kind), to = operands[0], TC_TYPES[node.dtype]
-            return (text, src_kind) if src_kind == to else (f"{to}({text})", to)
+            return (text, src_kind) if src_kind == to else (f"{to}({_unwrap(text)})", to)
         if node.uop == "WHERE":
             (cond, _), (a, ka), (b, kb) = operands
             return f"({cond} ? {_convert(a, ka, kind)} : {_convert(b, kb, kind)})", kind
@@ -206,13 +220,13 @@ class _Lowering:
         if node.uop in _BINARY:
             return f"({args[0]} {_BINARY[node.uop]} {args[1]})", kind
         if node.uop in ("MAX", "MIN"):
-            return f"{node.uop.lower()}({args[0]}, {args[1]})", kind
+            return f"{node.uop.lower()}({_unwrap(args[0])}, {_unwrap(args[1])})", kind
         if node.uop == "NEG":
             return f"(-{args[0]})", kind
         if node.uop == "RELU":
-            return f"max({args[0]}, {_literal(0, node.dtype, kind)})", kind
+            return f"max({_unwrap(args[0])}, {_literal(0, node.dtype, kind)})", kind
         # EXP2, RSQRT: TC's builtins compute in float
-        return _convert(f"{node.uop.lower()}({args[0]})", "float", kind), kind
+        return _convert(f"{node.uop.lower()}({_unwrap(args[0])})", "float", kind), kind
 
     def move(self, node: Node, index, ctx: _Context) -> tuple[str, str]:
         """Read the source of a movement op at the index its result is read at."""
@@ -456,8 +470,18 @@ def _literal(value, dtype: str, kind: str) -> str:
     return f"half({text})" if kind == "half" else text
 
 
+def _unwrap(text: str) -> str:
+    """``text`` without parentheses around the whole of it."""
+    depth = 0
+    for k, c in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0 and k < len(text) - 1:
+            return text
+    return text[1:-1] if text.startswith("(") else text
+
+
 def _convert(text: str, kind: str, to: str) -> str:
-    return text if kind == to else f"{to}({text})"
+    return text if kind == to else f"{to}({_unwrap(text)})"
 
 
 def to_tc(graph: Graph, name: str = "tinyir", max_piecewise: int = MAX_PIECEWISE) -> str:

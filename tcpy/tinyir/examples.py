@@ -1,12 +1,16 @@
-"""The three naive programs of the Tiny IR spec (seed 004, section 5), as dicts.
+"""The three naive programs of the Tiny IR spec (seed ``004_*``, section 5), as dicts.
+
+``gemm(dtype)``, ``conv(dtype)`` (load it with ``sizes=CONV_SIZES``) and ``attention(dtype)``
+build each program for element type ``dtype`` (``"fp16"`` as listed, or ``"fp32"``).
 
 They are the spec's listings (comments dropped: they are not JSON) with two repairs. The
-convolution listing adds the fp16 bias to the fp32 sums, an implicit cast its type rule
-forbids (DtypeMismatch): CONV casts the bias first. The attention listing subtracts the row maximum ``[B,H,M]`` from the scores ``[B,H,M,N]``, which
-the spec's own right-aligned broadcasting rule rejects (BroadcastMismatch); ATTENTION inserts
-the RESHAPEs to ``[B,H,M,1]`` the rule asks for; and it reshapes ``K^T`` ``[B,H,D,N]`` to
-``[B,H,1,N,D]``, which by RESHAPE's row-major meaning mixes D and N (a transpose is not a
-reshape), so ATTENTION reshapes K itself. attention_as_listed keeps the listing.
+convolution listing adds the fp16 bias to the fp32 sums, an implicit cast its type rule forbids
+(DtypeMismatch): ``conv`` casts the bias first. The attention listing subtracts the row maximum
+``[B,H,M]`` from the scores ``[B,H,M,N]``, which the spec's own right-aligned broadcasting rule
+rejects (BroadcastMismatch), and reshapes ``K^T`` ``[B,H,D,N]`` to ``[B,H,1,N,D]``, which by
+RESHAPE's row-major meaning mixes D and N (a transpose is not a reshape): ``attention``
+reshapes the row statistics to ``[B,H,M,1]`` and K itself to ``[B,H,1,N,D]``.
+``attention_as_listed`` keeps the listing.
 """
 
 
@@ -18,6 +22,7 @@ def _u(id_, uop, src=(), **arg):
 
 
 def gemm(dtype="fp16"):
+    """C[M,N] = A[M,K] x B[K,N]: RESHAPE and EXPAND both to [M,N,K], MUL, REDUCE(SUM) over K."""
     return {"uops": [
         _u("n0", "INPUT", tensor_id="A", dtype=dtype, shape=["M", "K"]),
         _u("n1", "INPUT", tensor_id="B", dtype=dtype, shape=["K", "N"]),
@@ -37,6 +42,8 @@ CONV_SIZES = {"G": 1, "pt": 1, "pb": 1, "pl": 1, "pr": 1, "Sh": 2, "Sw": 2, "Dh"
 
 
 def conv(dtype="fp16"):
+    """A 3x3 convolution (stride 2, pad 1 with CONV_SIZES): PAD, POOL into windows, RESHAPE,
+    EXPAND and PERMUTE input and weights to one shape, MUL, REDUCE(SUM), add the bias."""
     return {"uops": [
         _u("x", "INPUT", tensor_id="X", dtype=dtype, shape=["N", "Cin_total", "H", "W"]),
         _u("w", "INPUT", tensor_id="W", dtype=dtype, shape=["Cout", "Cin", "Kh", "Kw"]),
@@ -60,6 +67,7 @@ def conv(dtype="fp16"):
 
 
 def _attention(dtype, as_listed):
+    """Scores Q K^T as MUL + REDUCE(SUM) over D, then the row softmax with EXP2."""
     uops = [
         _u("n0", "INPUT", tensor_id="Q", dtype=dtype, shape=["B", "H", "M", "D"]),
         _u("n1", "INPUT", tensor_id="K", dtype=dtype, shape=["B", "H", "N", "D"]),
@@ -86,8 +94,10 @@ def _attention(dtype, as_listed):
 
 
 def attention(dtype="fp16"):
+    """Attention up to the softmax, repaired as the module docstring says."""
     return _attention(dtype, as_listed=False)
 
 
 def attention_as_listed(dtype="fp16"):
+    """The attention listing as the spec prints it (raises BroadcastMismatch at n10)."""
     return _attention(dtype, as_listed=True)

@@ -15,6 +15,7 @@ from .errors import (
     TCCompilerError,
     TCError,
     TCLookupError,
+    TCOpError,
     TCOptionError,
     TCOverflowError,
     TCPreconditionError,
@@ -33,7 +34,7 @@ from .options import Options
 from .target import Target
 from .tuning import autotune
 from .runtime.launch import get_num_threads, set_num_threads
-from . import tinyir
+from . import ops, tinyir
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,7 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "parse",
+    "ops",
     "TCError",
     "TCProgramError",
     "TCSyntaxError",
@@ -62,6 +64,7 @@ __all__ = [
     "TCRuntimeError",
     "TCCompilerError",
     "TCOptionError",
+    "TCOpError",
     "TCOverflowError",
     "TCWarning",
 ]

@@ -133,6 +133,11 @@ class TCOptionError(TCArgumentError, ValueError):
     variable, or a compiler flag of the user's that makes the build fail."""
 
 
+class TCOpError(TCArgumentError, ValueError):
+    """An operation of :mod:`tcpy.ops` given operands or attributes its PTIR contract rejects
+    (an axis out of range, a bad permutation, mismatched shapes or dtypes, ...)."""
+
+
 class TCWarning(UserWarning):
     """A program that runs, but maybe not as meant (e.g. ``+=`` into an output nothing wrote yet)."""
 

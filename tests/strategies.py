@@ -17,7 +17,9 @@ access in bounds, intersected over accesses, found in rounds):
 The shapes the generator computes are an oracle for range inference, independent of it.
 Expressions cover + - * / %, unary - and !, comparisons, && ||, lazy ternaries (also guarding
 integer divisions), builtins, min/max, casts, index and size variables used as values and
-literals, and whole right-hand sides that are index values (int32 outputs, as in TC); targets cover outputs, temporaries, updates of earlier outputs and rank 0, with every
+literals (float literals are float32, some not exactly: ``0.1`` in a double kernel is
+``(double)0.1f``), and whole right-hand sides that are index values (int32 outputs, as in TC);
+targets cover outputs, temporaries, updates of earlier outputs and rank 0, with every
 reduction operator with and without ``!``; dtypes cover half, float, double, signed and
 unsigned integers and bool.
 
@@ -389,7 +391,8 @@ class _Stmt:
             return self.access(t), t.type
         if roll < 72:
             if want_float or b.chance(0.5):
-                return repr(b.pick((0.5, 1.5, 2.0, 0.25, 3.0))), S.FLOAT32
+                # (0.1 and 0.17677669 are not float32 values: a double kernel must scale by 0.1f)
+                return repr(b.pick((0.5, 1.5, 2.0, 0.25, 3.0, 0.1, 0.17677669))), S.FLOAT32
             return str(b.pick((1, 2, 3))), S.INT32
         bounded = [v for v in self.vars if v.bounded]
         if roll < 86 and bounded and not in_condition:  # affine conditions would change ranges
@@ -752,6 +755,8 @@ def kernel_programs(draw, name: str = "f") -> GenProgram:
         if a in z:
             z[a] = max(z[a], z[b])
     body = body.format(t=t.tc_name, s=stride)
+    if t.is_float and draw(st.integers(0, 3)) == 0:  # a float32 literal scale, also in double kernels
+        body = body.replace("=! ", f"=! {draw(st.sampled_from(['0.1', '0.17677669', '-0.3']))} * ", 1)
     params = ", ".join(f"{t.tc_name}({', '.join(dims)}) {n}" for n, dims in inputs)
     source = f"def {name}({params}) -> (C) {{\n    {body}\n}}\n"
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))

@@ -245,6 +245,28 @@ def test_attention_chain_at_odd_and_prime_sizes(b, h, s, d, threads, target):
         check(demo.ATTENTION, args, options, 1e-4)
 
 
+SCALED_DOUBLE_ATTENTION = """def attention(double(B,H,L,D) Q, double(B,H,S,D) K, double(B,H,S,D) V) -> (O) {
+    Sc(b, h, l, s) +=! 0.17677669 * Q(b, h, l, d) * K(b, h, s, d)
+    Mx(b, h, l) max=! Sc(b, h, l, s)
+    E(b, h, l, s) = exp(Sc(b, h, l, s) - Mx(b, h, l))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
+    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, s, d)
+}"""
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_double_attention_scaled_by_a_literal_scales_by_its_float32_value(threads):
+    """The literal is float32 in TC (0.17677669f): the chained scores scale by that value in
+    double, as the reference does (the engine used the double 0.17677669, 1e-8 off)."""
+    rng = np.random.default_rng(threads)
+    q, k, v = (rng.standard_normal((1, 2, 37, 32)) for _ in range(3))
+    kernel = tcpy.define(SCALED_DOUBLE_ATTENTION, options=tcpy.Options(num_threads=threads))
+    assert len(chains_of(kernel, q, k, v)) == 1
+    want = tcpy.define(SCALED_DOUBLE_ATTENTION, backend="reference")(q, k, v)
+    np.testing.assert_allclose(kernel(q, k, v), want, rtol=1e-12, atol=1e-13)
+
+
 SOFTMAX_TIMES_V = """def f(float(M,K) X, float(N,K) Y, float(N,P) Z, float(M) W) -> (O) {
     T(m, n) +=! X(m, k) * Y(n, k)
     R(m) max=! T(m, n)

@@ -4,7 +4,8 @@ differential tests of the generated code against the reference evaluator.
 The random contractions draw 0-1 batch, 0-2 M, 0-2 N and 1-2 K variables, lay each operand's
 dimensions out in a random order (transposes), with strided (``2*v``), offset (``v+1``) and
 convolution-window (``m + k``) indices, extents among 1, primes and multiples of the
-micro-tile +- 1, an optional scale (literal, negation, rank-0 tensor), an optional second
+micro-tile +- 1, an optional scale (a float32 literal, also inexact ones such as 0.1 in double;
+negation; a rank-0 tensor), an optional second
 ``+=`` contraction into the same output, float32 and float64, at 1, 2 and 7 threads, for every
 preset this CPU runs. Half of the examples use the preset with tiny caches, so that small
 shapes run the packed path with many kc / mc / nc blocks, edge slivers and split K.
@@ -74,6 +75,25 @@ def test_batched_transposed_and_scaled():
     assert [g.vars for g in con.batch] == [("b",)]
     assert con.alpha == -2.0 and con.alpha_tensors == ("s",)
     assert con.b.tensor == "Y" and con.b.stride("n" if False else "j") == 4
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+@pytest.mark.parametrize("shape", [(2, 3, 2), (67, 45, 53)])
+def test_a_float_literal_scales_a_double_contraction_as_float32(shape, threads):
+    """A float literal is float32 in TC: ``0.1 * A * B`` on doubles scales by (double)0.1f in
+    the engine too, as in the loop path and the reference (the engine scaled by the double 0.1,
+    0.30000000000000004 where they give 0.30000000447034836)."""
+    src = "def f(double(M,K) A, double(K,N) B) -> (C) { C(m,n) +=! 0.1 * A(m,k) * B(k,n) }"
+    m, k, n = shape
+    assert recognized(src, (m, k), (k, n)).alpha == float(np.float32(0.1))
+    rng = np.random.default_rng(1)
+    A, B = rng.uniform(-1, 1, (m, k)), rng.uniform(-1, 1, (k, n))
+    want = tcpy.define(src, backend="reference")(A, B)
+    for options in ({"num_threads": threads}, {"contraction": False, "num_threads": threads}):
+        got = tcpy.define(src, options=tcpy.Options(**options))(A, B)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15 * k)
+    ones = tcpy.define(src, options=tcpy.Options(num_threads=threads))(np.ones((2, 3)), np.ones((3, 2)))
+    np.testing.assert_allclose(ones, 3 * float(np.float32(0.1)), rtol=1e-15)
 
 
 def test_operands_swap_so_the_output_contiguous_variable_is_n():
@@ -327,8 +347,9 @@ def contractions(draw):
         factors.append(f"{dtype}({access})" if t_dtype != dtype else access)
     rhs = " * ".join(factors)
     scale = 1.0
-    if scale_form == "lit":
-        rhs, scale = f"0.5 * {rhs}", 0.5
+    if scale_form == "lit":  # float32 literals: 0.1 scales a double contraction by (double)0.1f
+        literal = draw(st.sampled_from(["0.5", "0.1", "0.17677669"]))
+        rhs, scale = f"{literal} * {rhs}", float(literal)
     elif scale_form == "neg":
         rhs = f"-{rhs}" if draw(st.booleans()) else f"-({rhs})"
     elif scale_form == "tensor":

@@ -41,6 +41,7 @@ of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` re
 """
 from __future__ import annotations
 
+import array
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -305,7 +306,7 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
         literal = isinstance(expr.operand, (ast.IntLit, ast.FloatLit))  # -2: typed as the literal
         return (literal or expr.type is dtype) and _factors(expr.operand, dtype, out)
     if isinstance(expr, (ast.IntLit, ast.FloatLit)):
-        out["alpha"] *= float(expr.value)
+        out["alpha"] *= _literal_value(expr)
         return True
     if isinstance(expr, ast.Ternary):  # cond ? x : 0 is x under a guard
         if expr.type is not dtype or not _is_zero(expr.other):
@@ -318,7 +319,7 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
             return False
         inner = expr.operand
         if isinstance(inner, (ast.IntLit, ast.FloatLit)):
-            out["alpha"] *= float(inner.value)
+            out["alpha"] *= _literal_value(inner)
             return True
         if not isinstance(inner, ast.Access) or inner.type is None or inner.type is ScalarType.BOOL:
             return False
@@ -332,6 +333,14 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
             out["tensors"].append(expr)
         return True
     return False
+
+
+def _literal_value(literal) -> float:
+    """A literal's value in its checked type: a float literal is float32 in TC, so ``0.1``
+    scales a double contraction by ``(double)0.1f``, as the loop path and the reference do."""
+    if literal.type is ScalarType.FLOAT32:
+        return array.array("f", [literal.value])[0]  # (rounds to nearest; too large: inf)
+    return float(literal.value)
 
 
 def _is_zero(expr: ast.Expr) -> bool:

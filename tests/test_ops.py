@@ -558,3 +558,21 @@ def test_numbers_as_inline_literal_operands():
         ops.add(1.0, 2.0)
     with pytest.raises(tcpy.TCOpError, match="x must be a tensor description"):
         ops.neg(1.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=0, max_size=4), st.data())
+def test_reshape_property(shape, data):
+    """Any regrouping of the same elements keeps row-major order (split, merge, unit axes)."""
+    count = math.prod(shape)
+    new = []
+    rest = count
+    while rest > 1 or data.draw(st.booleans()) and len(new) < 4:
+        divisors = [d for d in range(1, rest + 1) if rest % d == 0]
+        new.append(data.draw(st.sampled_from(divisors)))
+        rest //= new[-1]
+        if len(new) > 6:
+            new.append(rest)
+            break
+    x = np.arange(count, dtype=np.float32).reshape(shape)
+    same(ops.reshape(tensor(shape), new)(x), x.reshape(new))

@@ -33,13 +33,40 @@ def reshape(x, new_shape) -> Value:
         raise TCOpError(f"reshape: new_shape {list(shape)} has {math.prod(shape)} elements, x {shape_text(x.shape)} "
                         f"has {count}")
     out = index_vars(len(shape))
-    flat = " + ".join(f"{v} * {math.prod(shape[k + 1:])}" if k + 1 < len(shape) else v for k, v in enumerate(out)) or "0"
     read = []
-    for k, extent in enumerate(in_shape):
-        stride = math.prod(in_shape[k + 1:])
-        index = f"({flat}) / {stride}" if stride != 1 else f"({flat})"
-        read.append(f"{index} % {extent}" if k > 0 else index)
+    for ins, outs in _groups(in_shape, shape):
+        # the flat position within a group of axes: splitting an axis reads `i1 * 16 + i2`,
+        # merging two reads `i1 / 16` and `i1 % 16` (no division where no axis is cut)
+        flat = " + ".join(f"{out[k]} * {math.prod(shape[k + 1:outs[-1] + 1])}" if k != outs[-1] else out[k]
+                          for k in outs) or "0"
+        grouped = f"({flat})" if " " in flat else flat
+        for n, k in enumerate(ins):
+            stride = math.prod(in_shape[k + 1:ins[-1] + 1])
+            index = (flat if len(ins) == 1 else grouped) if stride == 1 else f"{grouped} / {stride}"
+            read.append(index if n == 0 else f"{index} % {in_shape[k]}")
     return x.graph.define(shape, out, "=", x.at(read), loops(out, shape), dtype=x.dtype)
+
+
+def _groups(in_shape, out_shape) -> list[tuple[list[int], list[int]]]:
+    """(input axes, output axes) of the shortest runs of axes with equal element counts."""
+    if 0 in in_shape:  # nothing is read: one group
+        return [(list(range(len(in_shape))), list(range(len(out_shape))))]
+    groups, ins, outs = [], [], []
+    a = b = 0
+    counts = [1, 1]
+    while a < len(in_shape) or b < len(out_shape):
+        if b == len(out_shape) or (a < len(in_shape) and counts[0] <= counts[1]):
+            counts[0] *= in_shape[a]
+            ins.append(a)
+            a += 1
+        else:
+            counts[1] *= out_shape[b]
+            outs.append(b)
+            b += 1
+        if counts[0] == counts[1]:
+            groups.append((ins, outs))
+            ins, outs, counts = [], [], [1, 1]
+    return groups
 
 
 @operation("x")

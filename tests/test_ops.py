@@ -576,3 +576,32 @@ def test_reshape_property(shape, data):
             break
     x = np.arange(count, dtype=np.float32).reshape(shape)
     same(ops.reshape(tensor(shape), new)(x), x.reshape(new))
+
+
+def test_top_k_order_ties_and_nan():
+    x = np.array([[3, 1, np.nan, 3, 2], [0, -1, 5, 5, 4]], np.float32)
+    values, indices = eager.top_k(x, 3)
+    same(indices, np.array([[2, 0, 3], [2, 3, 4]]))          # NaN first, then ties by index
+    same(values, np.take_along_axis(x, indices, -1))
+    values, indices = eager.top_k(x.T.copy(), 2, axis=0, largest=False, indices_dtype="si32")
+    same(indices, np.array([[1, 1], [4, 0]], np.int32))
+    same(values, np.array([[1, -1], [2, 0]], np.float32))
+    y = RNG.permutation(40).astype(np.int32).reshape(4, 10)
+    same(eager.top_k(y, 4)[1], np.argsort(-y, axis=-1, kind="stable")[:, :4])
+    with pytest.raises(tcpy.TCOpError, match=r"top_k: k must be an int in \[0, 5\] \(the extent of axis 1\), got 6"):
+        ops.top_k(x, 6)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+def test_segment_reduce_drops_out_of_range_ids(kind):
+    x = rand(6, 3)
+    ids = np.array([2, 0, 2, -1, 7, 0], np.int64)
+    identity = {"sum": 0, "max": -np.inf, "min": np.inf}[kind]
+    want = np.full((4, 3), identity, np.float32)
+    for row, s in zip(x, ids):
+        if 0 <= s < 4:
+            want[s] = {"sum": np.add, "max": np.maximum, "min": np.minimum}[kind](want[s], row)
+    close(eager.segment_reduce(x, ids, 4, kind), want)
+    with pytest.raises(tcpy.TCOpError, match=r"segment_ids must have shape \(6,\) \(one id per row of x \(6, 3\)\), "
+                                             r"got \(5,\)"):
+        ops.segment_reduce(x, ids[:5], 4)

@@ -15,9 +15,10 @@ generated from TC source (``kernel.source``)::
 from .core import TensorSpec, Value, compose, dtype_of, tensor
 from .elementwise import (abs, add, binary, cast, clamp, compare, div, erf, exp, log, maximum, minimum, mul, neg,
                           reciprocal, rsqrt, select, stop_gradient, sub, tanh, unary)
-from .indexing import dynamic_slice, dynamic_update_slice, gather, scatter_add, scatter_reduce, take
+from .indexing import (dynamic_slice, dynamic_update_slice, gather, scatter_add, scatter_reduce, segment_reduce,
+                       take)
 from .nn import attention, layer_norm, softmax
-from .reduction import argmax, argmin, dot_general, reduce, reduce_max, reduce_min, reduce_sum
+from .reduction import argmax, argmin, dot_general, reduce, reduce_max, reduce_min, reduce_sum, top_k
 from .shape import broadcast_to, concat, iota, pad, reshape, slice, tile, transpose
 from .window import extract_patches, reduce_window
 from .eager import Eager
@@ -33,9 +34,9 @@ __all__ = [
     "TensorSpec", "Value", "compose", "dtype_of", "tensor", "eager",
     "abs", "add", "binary", "cast", "clamp", "compare", "div", "erf", "exp", "log", "maximum", "minimum", "mul",
     "neg", "reciprocal", "rsqrt", "select", "stop_gradient", "sub", "tanh", "unary",
-    "dynamic_slice", "dynamic_update_slice", "gather", "scatter_add", "scatter_reduce", "take",
+    "dynamic_slice", "dynamic_update_slice", "gather", "scatter_add", "scatter_reduce", "segment_reduce", "take",
     "attention", "layer_norm", "softmax",
-    "argmax", "argmin", "dot_general", "reduce", "reduce_max", "reduce_min", "reduce_sum",
+    "argmax", "argmin", "dot_general", "reduce", "reduce_max", "reduce_min", "reduce_sum", "top_k",
     "broadcast_to", "concat", "iota", "pad", "reshape", "slice", "tile", "transpose",
     "extract_patches", "reduce_window",
 ]

@@ -145,3 +145,27 @@ def dynamic_update_slice(x, update, start) -> Value:
     read = [f"{v} - c{d}" for d, v in enumerate(out)]
     text = f"({inside}) ? {update.at(read)} : {x.at(out)}" if out else update.at([])
     return x.graph.define(x.shape, out, "=", text, loops(out, x.shape), lets, dtype=x.dtype)
+
+
+@operation("x", "segment_ids")
+def segment_reduce(x, segment_ids, num_segments: int, kind: str = "sum") -> Value:
+    """Rows of ``x`` (axis 0) reduced into ``num_segments`` buckets by ``segment_ids`` (si32/si64,
+    one per row), like TensorFlow's ``unsorted_segment_sum/max/min``: output shape
+    ``(num_segments,) + x.shape[1:]``; an empty segment holds the identity and rows whose id is
+    outside ``[0, num_segments)`` are dropped. Each bucket scans every row: O(num_segments x rows)."""
+    from .reduction import _kind
+    _kind(kind, x, "segment_reduce")
+    _indices("segment_reduce", segment_ids, "segment_ids")
+    if x.rank == 0 or segment_ids.rank != 1 or not same_dim(segment_ids.shape[0], x.shape[0]):
+        raise TCOpError(f"segment_reduce: segment_ids must have shape ({x.shape[0] if x.rank else '?'},) (one id per "
+                        f"row of x {shape_text(x.shape)}), got {shape_text(segment_ids.shape)}")
+    if isinstance(num_segments, bool) or not isinstance(num_segments, int) or num_segments < 1:
+        raise TCOpError(f"segment_reduce: num_segments must be an int >= 1, got {num_segments!r}")
+    rest = index_vars(x.rank - 1)
+    identity = {"sum": literal(0, x.dtype), "max": lowest(x.dtype), "min": highest(x.dtype)}[kind]
+    text = f"{segment_ids.at(['n'])} == s ? {x.at(['n'] + rest)} : {identity}"
+    shape = [num_segments] + list(x.shape[1:])
+    op = {"sum": "+", "max": "max", "min": "min"}[kind]
+    return x.graph.define(shape, ["s"] + rest, f"{op}=!", text,
+                          [Loop("s", num_segments)] + loops(rest, x.shape[1:]) + [Loop("n", x.shape[0])],
+                          dtype=x.dtype)

@@ -190,3 +190,45 @@ def dot_general(lhs, rhs, contracting, batch=((), ()), accum_dtype=None, out_dty
     red_loops = [Loop(f"k{j}", lhs.shape[a]) for j, a in enumerate(lc)]
     return accumulate(lhs.graph, [lp.extent for lp in out_loops], [lp.var for lp in out_loops], out_loops, "sum",
                       f"{reads[0]} * {reads[1]}", lhs.dtype, red_loops, accum, out_dtype)
+
+
+@operation("x")
+def top_k(x, k: int, axis: int = -1, largest: bool = True, indices_dtype="si64") -> tuple[Value, Value]:
+    """The ``k`` largest (or smallest) values along ``axis`` and their indices, as a tuple
+    ``(values, indices)`` in order (ties: the smaller index first; NaN counts as the largest).
+
+    Each element's rank is the number of elements ahead of it, a comprehension over all pairs:
+    O(extent²) work per row, for small ``k`` and rows (sampling, routing), not for sorting."""
+    check_kind("top_k", x, "x", ("float", "int", "uint"))
+    axis = axis_of(axis, x.rank, "top_k")
+    extent = x.shape[axis]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0 or (isinstance(extent, int) and k > extent):
+        raise TCOpError(f"top_k: k must be an int in [0, {extent}] (the extent of axis {axis}), got {k!r}")
+    index_type = dtype_of(indices_dtype, "indices_dtype")
+    if index_type not in (ScalarType.INT32, ScalarType.INT64):
+        raise TCOpError(f"top_k: indices_dtype must be si32 or si64, got {index_type.numpy_name}")
+    graph = x.graph
+
+    def pair(var):  # the indices of x with `var` on the axis
+        return [f"i{d}" if d != axis else var for d in range(x.rank)]
+
+    a, b = x.at(pair("m")), x.at(pair("j"))  # is a ahead of b?
+    first, second = (a, b) if largest else (b, a)
+    ahead = f"{first} > {second}"
+    if x.dtype.is_float:  # NaN is the largest, and equal to itself
+        ahead = f"({ahead} || {a} != {a} && {b} == {b})" if largest else f"({ahead} || {b} != {b} && {a} == {a})"
+        tie = f"({a} == {b} || {a} != {a} && {b} != {b})"
+    else:
+        tie = f"{a} == {b}"
+    pair_loops = [Loop(f"i{d}" if d != axis else "j", e) for d, e in enumerate(x.shape)] + [Loop("m", extent)]
+    rank = graph.define(x.shape, pair("j"), "+=!", f"{ahead} || {tie} && m < j ? int64(1) : int64(0)", pair_loops,
+                        dtype=ScalarType.INT64)
+    out_shape = [e if d != axis else k for d, e in enumerate(x.shape)]
+    out_loops = [Loop(f"i{d}" if d != axis else "r", e) for d, e in enumerate(out_shape)]
+    # the one element of each rank r < k (ranks are a permutation of 0..extent-1)
+    indices = graph.define(out_shape, pair("r"), "min=!",
+                           f"{rank.at(pair('j'))} == r ? {index_type.tc_name}(j) : {index_type.tc_name}({dim_text(extent)})",
+                           out_loops + [Loop("j", extent)], dtype=index_type)
+    chosen = pair(indices.at(pair("r")))
+    values = graph.define(out_shape, pair("r"), "=", x.at(chosen), out_loops, dtype=x.dtype)
+    return values, indices

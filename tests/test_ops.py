@@ -605,3 +605,72 @@ def test_segment_reduce_drops_out_of_range_ids(kind):
     with pytest.raises(tcpy.TCOpError, match=r"segment_ids must have shape \(6,\) \(one id per row of x \(6, 3\)\), "
                                              r"got \(5,\)"):
         ops.segment_reduce(x, ids[:5], 4)
+
+
+BAD_CALLS = [
+    (ops.tensor, (2.5,), {}), (ops.tensor, ((2,), None), {}), (ops.cast, (tensor((2,)), "weird"), {}),
+    (ops.cast, (tensor((2,)), None), {}), (ops.reduce, (tensor((2,)), "sum", "a"), {}),
+    (ops.reduce, (tensor((2,)), "sum", [0.5]), {}), (ops.reduce, (tensor((2,)), "sum", 0), {"accum_dtype": "bogus"}),
+    (ops.transpose, (tensor((2, 3)), None), {}), (ops.transpose, (tensor((2, 3)), (0, 5)), {}),
+    (ops.reshape, (tensor((2, 3)), "ab"), {}), (ops.reshape, (tensor((2, 3)), (2, -2)), {}),
+    (ops.reshape, (tensor((2, 3)), (-1, -1)), {}), (ops.broadcast_to, (tensor((2, 3)), (3,)), {}),
+    (ops.slice, (tensor((4,)), (0.5,), (1,)), {}), (ops.slice, (tensor((4,)), (-1,), (1,)), {}),
+    (ops.concat, ([],), {}), (ops.concat, (np.zeros(3, np.float32),), {}),
+    (ops.concat, ([tensor((2,)), tensor((2,), "f64")],), {}), (ops.pad, (tensor((2,)), None, (0,)), {}),
+    (ops.pad, (tensor((2,)), (0,), (0,)), {"pad_value": "x"}), (ops.pad, (tensor((2,), "si32"), (1,), (0,)),
+                                                                 {"pad_value": 0.5}),
+    (ops.tile, (tensor((2,)), (1, 2)), {}), (ops.iota, ("a",), {}), (ops.iota, ((2, 3),), {"axis": 2}),
+    (ops.take, (tensor(()), tensor((2,), "si32")), {}), (ops.gather, (tensor((2, 3)), tensor((2,), "si32")), {}),
+    (ops.scatter_reduce, (tensor((3,)), tensor((2,), "si32"), tensor((2,))), {"reduce": "mul"}),
+    (ops.dynamic_update_slice, (tensor((3,)), tensor(("N",)), tensor((1,), "si32")), {}),
+    (ops.dot_general, (tensor((2, 3)), tensor((3, 2))), {"contracting": 5}),
+    (ops.dot_general, (tensor((2, 3)), tensor((3, 2))), {"contracting": ([1], [0]), "batch": ([0], [0, 1])}),
+    (ops.layer_norm, (tensor((2, 3)), tensor((3,)), tensor((3,))), {"epsilon": "small"}),
+    (ops.layer_norm, (tensor((2, 3), "si32"), tensor((3,), "si32"), tensor((3,), "si32")), {}),
+    (ops.attention, (tensor((2, 3)), tensor((2, 3)), tensor((2, 3))), {"scale": "x"}),
+    (ops.attention, (tensor(("S", "D")),) * 3, {}), (ops.softmax, (tensor((2,)),), {"axis": 1}),
+    (ops.reduce_window, (tensor((4,)), "max", (0,)), {}), (ops.reduce_window, (tensor((4,)), "max", (2,)),
+                                                           {"strides": (0,)}),
+    (ops.extract_patches, (tensor((4, 4)), (2,)), {}), (ops.top_k, (tensor((4,)), 2), {"indices_dtype": "f32"}),
+    (ops.segment_reduce, (tensor((4,)), tensor((4,), "si32"), 0), {}),
+    (ops.unary, (tensor((2,)), "exp"), {"bogus": 1}), (ops.compose, (lambda v: 3, tensor((2,))), {}),
+    (ops.compose, (lambda v: v, tensor((2,))), {"name": "not a name"}),
+]
+
+
+@pytest.mark.parametrize("fn, args, kwargs", BAD_CALLS, ids=[f"{i}-{c[0].__name__}" for i, c in enumerate(BAD_CALLS)])
+def test_bad_attributes_raise_tcoperror(fn, args, kwargs):
+    with pytest.raises(tcpy.TCOpError):
+        fn(*args, **kwargs)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.data())
+def test_dot_general_property(data):
+    """Random batch/contracting pairings against einsum, output order batch, lhs free, rhs free."""
+    nb, nc = data.draw(st.integers(0, 1)), data.draw(st.integers(0, 2))
+    lf, rf = data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1))
+    shared = [data.draw(st.integers(1, 3)) for _ in range(nb + nc)]
+    lhs_axes = data.draw(st.permutations(["b"] * nb + ["c"] * nc + ["l"] * lf))
+    rhs_axes = data.draw(st.permutations(["b"] * nb + ["c"] * nc + ["r"] * rf))
+    letters = {"b": "ab", "c": "cd", "l": "e", "r": "f"}
+
+    def layout(axes):
+        seen = {"b": 0, "c": 0, "l": 0, "r": 0}
+        subs, shape = "", []
+        for kind in axes:
+            letter = letters[kind][seen[kind]]
+            seen[kind] += 1
+            subs += letter
+            shape.append(shared["abcd".index(letter) - (0 if letter in "ab" else 2 - nb)]
+                         if letter in "abcd" else 2 + (letter == "f"))
+        return subs, shape
+
+    ls, lshape = layout(lhs_axes)
+    rs, rshape = layout(rhs_axes)
+    lhs, rhs = rand(*lshape), rand(*rshape)
+    batch = ([ls.index(c) for c in "ab"[:nb]], [rs.index(c) for c in "ab"[:nb]])
+    contracting = ([ls.index(c) for c in "cd"[:nc]], [rs.index(c) for c in "cd"[:nc]])
+    out = "ab"[:nb] + "e" * lf + "f" * rf
+    close(eager.dot_general(lhs, rhs, contracting=contracting, batch=batch),
+          np.einsum(f"{ls},{rs}->{out}", lhs, rhs), rtol=1e-5, atol=1e-5)

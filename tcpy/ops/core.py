@@ -44,6 +44,8 @@ def dtype_of(dtype, what: str = "dtype") -> ScalarType:
     TC type name; raises :class:`~tcpy.TCOpError` for anything else."""
     if isinstance(dtype, ScalarType):
         return dtype
+    if dtype is None:  # NumPy would read None as float64
+        raise TCOpError(f"{what} must be a PTIR dtype ({', '.join(_PTIR_DTYPES)}) or a NumPy dtype, got None")
     if isinstance(dtype, str) and dtype in _PTIR_DTYPES:
         return _PTIR_DTYPES[dtype]
     if isinstance(dtype, str) and dtype in _UNSUPPORTED_DTYPES:
@@ -96,6 +98,8 @@ def tensor(shape, dtype="float32") -> TensorSpec:
     identifier); operands that share a name must agree on that size when the kernel is called."""
     if isinstance(shape, (int, str, np.integer)):
         shape = (shape,)
+    if not isinstance(shape, Sequence):
+        raise TCOpError(f"a shape must be a tuple of sizes (ints or size names), got {shape!r}")
     return TensorSpec(tuple(_dim(d, f"dimension {k} of the shape") for k, d in enumerate(shape)),
                       dtype_of(dtype))
 

@@ -85,6 +85,8 @@ def attention(q, k, v, scale: Optional[float] = None) -> Value:
                         f"{shape_text(k.shape)}, {shape_text(v.shape)}")
     batch = list(range(q.rank - 2))
     last = q.rank - 1
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TCOpError(f"attention: scale must be a number, got {scale!r}")
     if scale is None:
         depth = q.shape[-1]
         if not isinstance(depth, int):

@@ -372,7 +372,7 @@ def test_dynamic_slice_clamps_starts():
     with pytest.raises(tcpy.TCOpError, match=r"dynamic_slice: start must have shape \(2,\)"):
         ops.dynamic_slice(tensor((5, 6)), tensor((3,), "si32"), (2, 2))
     k = ops.dynamic_slice(tensor(("M", "N")), tensor((2,), "si64"), (2, 3))
-    with pytest.raises(tcpy.TCRuntimeError):     # size beyond the extent at run time: rejected
+    with pytest.raises(tcpy.TCPreconditionError):     # size beyond the extent at call time: rejected
         k(x[:1], np.zeros(2, np.int64))
 
 
@@ -385,6 +385,8 @@ def test_dynamic_update_slice_clamps_starts():
         want = x.copy()
         want[s0:s0 + 2, s1:s1 + 2] = u
         same(k(x, u, np.array(start, np.int64)), want)
+    with pytest.raises(tcpy.TCPreconditionError):     # an update larger than x: rejected
+        k(x[:1], u, np.zeros(2, np.int64))
 
 
 # ----------------------------------------------------------------------------- fused and windowed

@@ -108,13 +108,16 @@ def _starts(op: str, x: Value, start: Value, sizes) -> list[str]:
     if start.rank != 1 or not same_dim(start.shape[0], x.rank):
         raise TCOpError(f"{op}: start must have shape ({x.rank},) (one start per axis of x), got "
                         f"{shape_text(start.shape)}")
-    lets = []
+    lets, corner = [], []
     for d, (size, extent) in enumerate(zip(sizes, x.shape)):
         if isinstance(extent, int) and size > extent:
             raise TCOpError(f"{op}: sizes[{d}] must be <= x's extent {extent}, got {size}")
-        # a size beyond a symbolic extent makes the clamp negative: the read is then out of
-        # bounds and the kernel raises TCRuntimeError
         lets.append(f"c{d} = min(max(int64({start.name}({d})), 0), {dim_text(extent)} - {size})")
+        corner.append(str(size - 1))
+    if any(not isinstance(e, int) for e in x.shape) and all(size > 0 for size in sizes):
+        # reading x at the window's far corner is a size precondition: a call whose extents
+        # are smaller than the window raises TCPreconditionError before anything runs
+        x.graph.define((), [], "=", x.at(corner), (), dtype=x.dtype)
     return lets
 
 

@@ -156,7 +156,7 @@ def test_attention_as_listed_breaks_its_broadcasting_rule():
     with pytest.raises(tinyir.BroadcastMismatch) as err:
         tinyir.load(attention_as_listed())
     assert err.value.node == "n10" and "node 'n10'" in str(err.value)
-    assert "[B, H, M, N] and [B, H, M]" in str(err.value)
+    assert "shapes [B, H, M, N] and [B, H, M] do not broadcast (right-aligned): axis 3 is N and M" in str(err.value)
 
 
 def test_load_from_path_and_file(tmp_path):

@@ -530,7 +530,7 @@ class _Checker:
         """Right-aligned broadcasting of operand shapes (sizes equal, or 1)."""
         rank = max(len(s) for s in shapes)
         out = []
-        for k in range(rank):
+        for k in reversed(range(rank)):  # from the right, where the axes are aligned
             dims = [self.norm(s[k - rank + len(s)]) for s in shapes if k - rank + len(s) >= 0]
             big = [d for d in dims if d != 1]
             for d in big[1:]:
@@ -539,7 +539,7 @@ class _Checker:
                                                  f"do not broadcast (right-aligned): axis {k} is "
                                                  f"{self.norm(big[0])} and {self.norm(d)}")
             out.append(big[0] if big else sympy.Integer(1))
-        return out
+        return out[::-1]
 
 
 def view_axis(k: int) -> sympy.Symbol:

@@ -312,7 +312,8 @@ def test_pad_with_interior_and_negative_values():
     d = np.zeros(1, np.float64)
     same(eager.pad(d, (1,), (0,), pad_value=0.1), np.array([0.1, 0.0]))   # a double constant, exactly
     i = np.zeros(1, np.int64)
-    same(eager.pad(i, (0,), (1,), pad_value=-2**40 - 3), np.array([0, -2**40 - 3]))
+    for big in (-2**40 - 3, -2**63, 2**63 - 1, -2**31, 2**31):
+        same(eager.pad(i, (0,), (1,), pad_value=big), np.array([0, big]))
     with pytest.raises(tcpy.TCOpError, match=r"pad: low must have 2 entries \(one per axis\), got 1"):
         ops.pad(x, (1,), (0, 0))
     with pytest.raises(tcpy.TCOpError, match=r"pad: interior must be >= 0, got \[0, -1\]"):

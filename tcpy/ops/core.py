@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import sympy
 
-from ..api import Kernel
+from ..api import Kernel, define
 from ..errors import TCOpError
 from ..lang.types import TYPE_NAMES, ScalarType
 from ..options import Options
@@ -191,6 +191,7 @@ class Graph:
         self._count = 0
 
     def input(self, spec: TensorSpec) -> Value:
+        """A new parameter of the def."""
         value = Value(self, f"in{len(self.params)}", spec)
         self.params.append(value)
         return value
@@ -228,6 +229,7 @@ _ACTIVE: contextvars.ContextVar[Optional[Graph]] = contextvars.ContextVar("tcpy_
 
 
 def active_graph(op: str) -> Graph:
+    """The graph an operation without tensor operands (``iota``) adds to."""
     graph = _ACTIVE.get()
     if graph is None:  # only reachable through a helper called outside an operation
         raise TCOpError(f"{op} must be called on tensor descriptions or inside tcpy.ops.compose")
@@ -256,6 +258,9 @@ def operation(*operands: str, literals: Sequence[str] = ()):
             bound.apply_defaults()
             graph = _ACTIVE.get()
             if graph is not None:
+                if options is not None:
+                    raise TCOpError(f"{impl.__name__}: inside compose, options belong to the composed kernel; "
+                                    "pass them to compose")
                 for name in operands:
                     for k, value in _operand_items(bound.arguments, name):
                         if is_number(value) and name in literals:
@@ -273,7 +278,6 @@ def operation(*operands: str, literals: Sequence[str] = ()):
             outputs = _run(graph, lambda: impl(*bound.args, **bound.kwargs))
             return _kernel(graph, outputs, options)
 
-        builder.operands = operands
         return builder
     return wrap
 
@@ -306,9 +310,7 @@ def _kernel(graph: Graph, outputs, options: Optional[Options]) -> Kernel:
     for k, value in enumerate(outputs):
         if not isinstance(value, Value) or value.graph is not graph:
             raise TCOpError(f"{graph.name}: output {k} must be a value of the composition, got {type(value).__name__}")
-    source = _run(graph, lambda: graph.source(outputs))
-    from ..api import define
-    return define(source, options=options)
+    return define(_run(graph, lambda: graph.source(outputs)), options=options)
 
 
 def compose(fn: Callable, *inputs, name: str = "composed", options: Optional[Options] = None) -> Kernel:
@@ -422,11 +424,11 @@ def literal(value, dtype: ScalarType) -> str:
         return f"{dtype.tc_name}({value})" if value >= 0 else f"{dtype.tc_name}(-{-value})"
     if value >= 2**63:
         raise TCOpError(f"the constant {value} is beyond the int64 values tcpy can write as a literal")
-    high, low = divmod(value, 2**32)
+    high, low = divmod(value, 2**32)  # high * 2^32 + mid * 2^16 + low, each piece an int32 literal
     mid, low = divmod(low, 2**16)
-    text = (f"int64({high}) * int64(65536) * int64(65536)" if high >= 0 else
-            f"int64(-{-high}) * int64(65536) * int64(65536)") + f" + int64({mid}) * int64(65536) + int64({low})"
-    return f"{dtype.tc_name}({text})"
+    high_text = "(int64(-2147483647) - int64(1))" if high == -2**31 else f"int64({high})" if high >= 0 else \
+        f"int64(-{-high})"
+    return f"{dtype.tc_name}({high_text} * int64(65536) * int64(65536) + int64({mid}) * int64(65536) + int64({low}))"
 
 
 def _float_text(x: np.float32) -> str:

@@ -3,6 +3,7 @@ differences in float64 (the forward evaluated by the reference backend, the back
 and the errors for what has no derivative."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tcpy
 
@@ -23,7 +24,8 @@ LAYERS = {
     }""", [(1, 2, 2, 4, 4), (2, 2, 2, 2, 2)]),
     "depthwise": ("""def f(T(N,C,H,W) I, T(C,KH,KW) Wt) -> (O) {
         O(n, c, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W)
-                          ? I(n, c, h + kh - 1, w + kw - 1) * Wt(c, kh, kw) : 0 where h in 0:H, w in 0:W
+                          ? I(n, c, h + kh - 1, w + kw - 1) * Wt(c, kh, kw) : 0
+                          where h in 0:H, w in 0:W, kh in 0:KH, kw in 0:KW
     }""", [(1, 2, 4, 4), (2, 3, 3)]),
     "max_pool": ("def f(T(N,H,W) I) -> (O) { O(n, h, w) max=! I(n, 2*h + kh, 2*w + kw) where kh in 0:2, kw in 0:2 }",
                  [(2, 4, 5)]),
@@ -91,7 +93,7 @@ def cotangents(kernel, args, seed=1):
     outs = kernel(*args)
     outs = outs if isinstance(outs, tuple) else (outs,)
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(np.shape(o)) for o, r in zip(outs, kernel.def_.returns)
+    return [rng.standard_normal(np.shape(o)).astype(np.asarray(o).dtype) for o, r in zip(outs, kernel.def_.returns)
             if kernel.def_.tensor(r.name).scalar.is_float]
 
 
@@ -127,7 +129,11 @@ def check_against_finite_differences(src, shapes, wrt=None, seed=0):
     backward = tcpy.grad(tcpy.define(src), wrt)
     got = backward(*args, *cots)
     got = got if isinstance(got, tuple) else (got,)
-    names = [r.name[1:] for r in backward.def_.returns]
+    if wrt is None:
+        names = [p.name for p in reference.def_.params if reference.def_.tensor(p.name).scalar.is_float]
+    else:
+        names = [wrt] if isinstance(wrt, str) else list(wrt)
+    assert len(names) == len(got)
     for name, value, numeric in zip(names, got, finite_differences(reference, args, cots, names)):
         assert value.shape == numeric.shape and value.dtype == np.float64
         np.testing.assert_allclose(value, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d{name}")
@@ -284,3 +290,146 @@ def test_bad_wrt(wrt, message):
 def test_grad_needs_a_kernel():
     with pytest.raises(tcpy.TCArgumentError, match="expected a kernel made by tcpy.define, got str"):
         tcpy.grad("def f(double(N) X) -> (O) { O(i) = X(i) }")
+
+
+# ----------------------------------------------------------------------------- against PyTorch
+
+
+def torch_layers(torch):
+    """The layers of LAYERS written with PyTorch's operators (same inputs, same outputs)."""
+    F = torch.nn.functional
+
+    def attention(q, k, v, causal=False):
+        scores = q @ k.transpose(-1, -2)
+        if causal:
+            mask = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+            scores = scores.masked_fill(~mask, -1e30)
+        return torch.softmax(scores, -1) @ v
+
+    def normalize(x, dims, g, b):
+        mean = x.mean(dims, keepdim=True)
+        var = ((x - mean) ** 2).mean(dims, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 0.00001) * g + b
+
+    return {
+        "gemm": lambda a, b: a @ b,
+        "batched_gemm": lambda a, b: a @ b,
+        "conv": lambda i, w: F.conv2d(i, w),
+        "conv_stride_padding": lambda i, w: F.conv2d(i, w, stride=2, padding=1),
+        "conv_groups": lambda i, w: F.conv2d(i.flatten(1, 2), w.flatten(0, 1), groups=i.shape[1]).unflatten(1, (i.shape[1], -1)),
+        "depthwise": lambda i, w: F.conv2d(i, w[:, None], padding=1, groups=i.shape[1]),
+        "max_pool": lambda i: F.max_pool2d(i[:, None], 2)[:, 0],
+        "softmax": lambda x: torch.softmax(x, -1),
+        "log_softmax": lambda x: torch.log_softmax(x, -1),
+        "layer_norm": lambda x, g, b: normalize(x, (1,), g, b),
+        "batch_norm": lambda x, g, b: normalize(x, (0, 2), g[:, None], b[:, None]),
+        "attention": attention,
+        "causal_attention": lambda q, k, v: attention(q, k, v, causal=True),
+        "embedding": lambda e, idx: F.embedding(idx.long(), e),
+        "sum_of_squares": lambda x, y: ((x - y) ** 2).sum(),
+    }
+
+
+@pytest.mark.parametrize("scalar, rtol", [("float", 1e-4), ("double", 1e-10)])
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layers_match_torch_autograd(name, scalar, rtol):
+    torch = pytest.importorskip("torch")
+    src, shapes = layer(name, scalar)
+    forward = tcpy.define(src)
+    args = arguments(forward, [tuple(4 * d for d in s) if name == "max_pool" else s for s in shapes],
+                      dtype=np.float32 if scalar == "float" else np.float64)
+    if name == "max_pool":
+        args[0] = np.round(args[0] * 2)  # ties inside windows: the first takes the gradient
+    cots = [c.astype(args[0].dtype) for c in cotangents(forward, args)]
+    tensors = [torch.from_numpy(a).requires_grad_(a.dtype.kind == "f") for a in args]
+    out = torch_layers(torch)[name](*tensors)
+    np.testing.assert_allclose(forward(*args), out.detach().numpy(), rtol=rtol, atol=rtol)
+    out.backward(torch.from_numpy(cots[0]))
+    got = tcpy.grad(forward)(*args, *cots)
+    got = got if isinstance(got, tuple) else (got,)
+    expected = [t.grad.numpy() for t in tensors if t.requires_grad]
+    for value, want in zip(got, expected):
+        assert value.dtype == want.dtype
+        np.testing.assert_allclose(value, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+# ----------------------------------------------------------------------------- random defs
+
+SIZES = {"N": 3, "M": 4}
+# index variables by the size they range over: outputs i, j; reductions r, k
+VARS = {"N": ("i", "r"), "M": ("j", "k")}
+UNARY = ("exp({} / 4)", "tanh({})", "sin({})", "erf({})", "sqrt({0} * {0} + 1)", "log({0} * {0} + 1)",
+         "atan({})", "fabs({})", "-{}", "cos({})", "expm1({} / 4)")
+BINARY = ("{} + {}", "{} - {}", "{} * {}", "{0} / ({1} * {1} + 1)", "max({}, {})", "fmin({}, {})",
+          "hypot({}, {})", "i < j ? {} : {}")
+
+
+@st.composite
+def differentiable_defs(draw):
+    """A def of 1-3 statements over X(N, M), Y(M), Z(N): element-wise math, sums and max
+    reductions, temporaries read by later statements; returns (source, input shapes)."""
+    tensors = {"X": ("N", "M"), "Y": ("M",), "Z": ("N",)}
+    stmts = []
+    for s in range(draw(st.integers(1, 3))):
+        out_dims = draw(st.sampled_from([("N",), ("M",), ("N", "M"), ()]))
+        lhs = [VARS[d][0] for d in out_dims]
+        reduce_dim = draw(st.sampled_from([None, "N", "M"]))
+        if reduce_dim is not None and VARS[reduce_dim][0] in lhs:
+            reduce_dim = None
+        usable = set(lhs) | ({VARS[reduce_dim][1]} if reduce_dim else set())
+
+        def access():
+            name = draw(st.sampled_from(sorted(tensors)))
+            indices = []
+            for d in tensors[name]:
+                choices = [v for v in VARS[d] if v in usable]
+                if not choices:
+                    return None
+                v = draw(st.sampled_from(choices))
+                indices.append(draw(st.sampled_from([v, f"{d} - 1 - {v}"])))
+            return f"{name}({', '.join(indices)})" if indices else name
+
+        def expr(depth):
+            if depth == 0 or draw(st.integers(0, 2)) == 0:
+                a = access()
+                return a if a is not None else "2"
+            if draw(st.booleans()):
+                return draw(st.sampled_from(UNARY)).format(f"({expr(depth - 1)})")
+            form = draw(st.sampled_from(BINARY))
+            if form.startswith("i < j") and not {"i", "j"} <= usable:
+                form = "{} * {}"
+            return form.format(f"({expr(depth - 1)})", f"({expr(depth - 1)})")
+
+        rhs = expr(3)
+        for v in sorted(usable):  # every chosen variable appears: the ranges are the ones meant
+            rhs = f"({rhs}) * {'Z' if v in VARS['N'] else 'Y'}({v})"
+        op = "=" if reduce_dim is None else draw(st.sampled_from(["+=!", "+=!", "max=!", "min=!"]))
+        target = f"T{s}"
+        stmts.append(f"{target}({', '.join(lhs)}) {op} {rhs}" if lhs else f"{target} {op} {rhs}")
+        tensors[target] = out_dims
+    body = "\n    ".join(stmts)
+    outputs = sorted({f"T{len(stmts) - 1}", f"T{draw(st.integers(0, len(stmts) - 1))}"})
+    source = f"def f(double(N, M) X, double(M) Y, double(N) Z) -> ({', '.join(outputs)}) {{\n    {body}\n}}"
+    return source, [(3, 4), (4,), (3,)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(differentiable_defs())
+def test_random_defs_match_finite_differences(case):
+    source, shapes = case
+    check_against_finite_differences(source, shapes)
+
+
+@pytest.mark.parametrize("src, shapes", [
+    ("def f(double(N) X, double(N) Y) -> (O) { O(i) = tanh(X(i)) * Y(i) + exp(X(i) * Y(i) / 4) }", [(4,), (4,)]),
+    ("def f(double(N) X) -> (O) { O(i) = X(i) > 0 ? sqrt(X(i) * X(i) + 1) : sin(X(i)) / (X(i) * X(i) + 1) }", [(5,)]),
+    ("def f(double(N) X) -> (O) { O(i) = max(X(i), X(N - 1 - i) / 2) * erf(X(i)) }", [(5,)]),
+    ("def f(double(N, M) X) -> (L) { L +=! log(X(n, m) * X(n, m) + 1) * X(n, m) }", [(2, 3)]),
+])
+def test_second_order(src, shapes):
+    """The backward is a def like any other: its own backward matches its finite differences."""
+    backward = tcpy.grad(tcpy.define(src))
+    forward = tcpy.define(src, backend="reference")
+    outputs = forward(*arguments(forward, shapes))
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    check_against_finite_differences(backward.source, shapes + [np.shape(o) for o in outputs])

@@ -93,6 +93,7 @@ class _Reverse:
         self.extra_sizes: list[str] = []
         self.lines: list[str] = []          # backward statements, in order
         self.needed: set[str] = set()       # forward tensors the backward reads
+        self.replaced: dict[int, list[str]] = {}  # forward statements computed otherwise
 
     # -- checks
 
@@ -226,7 +227,18 @@ class _Reverse:
             position = offset if position is None else ast.Binary("+", ast.Binary("*", position, extent), offset)
             count = extent if count is None else ast.Binary("*", count, extent)
         value = ast.Access(s.target, tuple(ast.IndexVar(v) for v in s.output_vars))
-        equal = ast.Binary("==", s.rhs, value)
+        compared = s.rhs
+        if not isinstance(s.rhs, ast.Access):
+            # a computed value is stored once and read by the max and the mask: computed again it
+            # may differ in the last bit (a vectorized exp), and then no point would match
+            values = self.fresh(f"{s.target}_values")
+            compared = ast.Access(values, tuple(ast.IndexVar(v) for v in s.index_vars))
+            declared = self.def_.tensor(s.target).scalar
+            reduced = compared if declared is s.rhs.type else ast.Cast(declared, compared)
+            lhs = f"({', '.join(s.output_vars)})" if s.output_vars else ""
+            self.replaced[k] = [f"{compared} = {s.rhs}{self.where(ranges)}",
+                                f"{s.target}{lhs} {s.op} {reduced}{self.where(ranges)}"]
+        equal = ast.Binary("==", compared, value)
         arg = self.fresh(f"{s.target}_first")
         self.needed.add(s.target)
         self.needed.update(a.tensor for a in s.rhs.walk() if isinstance(a, ast.Access))
@@ -334,7 +346,7 @@ class _Reverse:
     def forward_lines(self) -> list[str]:
         """The forward statements the backward reads the results of (all, with values)."""
         if self.with_values:
-            return [str(s) for s in self.def_.stmts]
+            return [line for k, s in enumerate(self.def_.stmts) for line in self.replaced.get(k, [str(s)])]
         needed = self.needed & set(self.writers)
         changed = True
         while changed:
@@ -355,7 +367,7 @@ class _Reverse:
             declared = self.def_.tensor(s.target).scalar
             if declared is not s.rhs.type:  # an output's declared type: keep it as a temporary
                 s = dataclasses.replace(s, rhs=ast.Cast(declared, s.rhs))
-            lines.append(str(s))
+            lines.extend(self.replaced.get(k, [str(s)]))
         return lines
 
     def assemble(self) -> str:

@@ -159,12 +159,74 @@ def test_padded_conv_without_guard_is_a_precondition_on_both_sides():
 
 
 def test_ternary_padding_in_inference_follows_tc():
-    # TC counts accesses in ternary branches: without `kh in 0:KH` the read of I fixes kh.
-    dr = ranges("""def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {
+    # TC counts accesses in ternary branches: without `kh in 0:KH` the read of I fixes kh (with
+    # a warning, see below); kw comes from Wt, and w from I's unguarded index: no warning.
+    with pytest.warns(tcpy.TCWarning) as caught:
+        dr = ranges("""def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {
         O(n, m, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H) ? I(n, c, h + kh - 1, w + kw) * Wt(m, c, kh, kw) : 0.0
             where h in 0:H
     }""")
     assert symbolic(dr)["kh"] == ("1", "min(2, KH)", "reduction")
+    assert symbolic(dr)["kw"] == ("0", "KW", "reduction")
+    assert [str(w.message).split("'")[3] for w in caught] == ["kh"]
+
+
+PADDED_CONV = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) W1) -> (O) {
+    O(n, f, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W)
+        ? I(n, c, h + kh - 1, w + kw - 1) * W1(f, c, kh, kw) : 0
+        where h in 0:H, w in 0:W%s
+}"""
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_a_padded_convolution_without_its_where_clause_warns_at_define_time(backend):
+    """Issue 34, item 5: the guarded read narrows kh and kw to [1, 2): a 1x1 convolution with the
+    centre tap, silently. Each variable gets a warning naming the read and the fix."""
+    with pytest.warns(tcpy.TCWarning) as caught:
+        tcpy.define(PADDED_CONV % "", backend=backend)
+    assert [str(w.message) for w in caught] == [
+        f"line 2: in def 'conv': index variable '{v}' gets the range 1 <= {v} < min(2, K{v[1].upper()}) "
+        f"from I(n, c, h + kh - 1, w + kw - 1), a read its ?: guard keeps in bounds (TC's range rule counts it "
+        f"anyway), while the other accesses allow 0 <= {v} < K{v[1].upper()}; if the guard is padding, give the "
+        f"range: `where {v} in 0:K{v[1].upper()}`" for v in ("kh", "kw")]
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_a_padded_convolution_with_its_where_clause_is_a_same_convolution(backend):
+    import warnings
+
+    import numpy as np
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conv = tcpy.define(PADDED_CONV % ", kh in 0:KH, kw in 0:KW", backend=backend)
+    rng = np.random.default_rng(0)
+    I, W1 = rng.standard_normal((1, 2, 5, 6)), rng.standard_normal((3, 2, 3, 3))
+    I, W1 = I.astype(np.float32), W1.astype(np.float32)
+    padded = np.pad(I, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.einsum("nchwij,fcij->nfhw", np.lib.stride_tricks.sliding_window_view(padded, (3, 3), (2, 3)), W1)
+    np.testing.assert_allclose(conv(I, W1), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_guard_that_drops_the_first_output_element_warns():
+    # O(0) would never be computed: B allows i = 0, the read of X that i > 0 guards does not
+    with pytest.warns(tcpy.TCWarning, match=r"index variable 'i' gets the range 1 <= i < N from X\(i - 1\).* "
+                                            r"`where i in 0:N`"):
+        ranges("def f(float(N) B, float(N) X) -> (O) { O(i) = B(i) + (i > 0 ? X(i - 1) : 0.0) }")
+
+
+@pytest.mark.parametrize("src", [
+    # the guard keeps I in bounds but the where clause already gives kh and kw
+    PADDED_CONV % ", kh in 0:KH, kw in 0:KW",
+    # a guarded read that narrows nothing
+    "def f(float(N) A, float(N) B) -> (O) { O(i) = B(i) + (i < N ? A(i) : 0.0) }",
+    # a guard that does not protect the index that narrows (the unguarded rule, as TC)
+    "def f(float(N) A, float(N) B) -> (O) { O(i) +=! (i > 1) ? A(i + k) * B(k) : 0.0 }",
+])
+def test_no_padding_warning_when_nothing_guarded_narrows(src):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ranges(src)
 
 
 def test_max_pooling():

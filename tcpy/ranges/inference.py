@@ -39,13 +39,14 @@ Decisions where TC is silent:
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
 import islpy as isl
 import sympy
 
-from ..errors import TCPreconditionError, TCRangeError, TCShapeError
+from ..errors import TCPreconditionError, TCRangeError, TCShapeError, TCWarning
 from ..lang import ast
 from ..lang.visit import index_vars, inline_lets
 from .convert import Converter, NotAffine, guarded_accesses
@@ -206,6 +207,27 @@ class _Bound:
     exists: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A bound on one side of a variable, from one access in one round; ``padding`` when a
+    ``?:`` guard around the access keeps that side in bounds."""
+
+    bound: isl.PwAff
+    source: _Bound
+    round: int
+    padding: bool
+
+
+def _intersect(lows, highs) -> tuple:
+    """The range ``[lo, hi)`` the bounds ``lows`` and ``highs`` (:class:`_Found`) leave."""
+    lo, hi = lows[0].bound, highs[0].bound
+    for found in lows[1:]:
+        lo = lo.max(found.bound)
+    for found in highs[1:]:
+        hi = hi.min(found.bound)
+    return lo.coalesce(), hi.coalesce()
+
+
 class _DefInference:
     """Infers one def, statement by statement; a statement may read the shapes earlier ones define."""
 
@@ -345,10 +367,12 @@ class _DefInference:
                     bad = keep_dim(box.subtract(ok), pos)
                     good = isl.Set.universe(bad.get_space()).subtract(bad).intersect_params(ctx)
                     lo, hi = try_bound(good, "min"), try_bound(good, "max")
+                    # TC's rule counts this side even when a ?: guard keeps it in bounds (padding)
+                    padding = b.guard is not None and b.guard.intersect_params(self.context).is_subset(ok)
                     if lo is not None:
-                        lows[v].append((lo, b, round_no))
+                        lows[v].append(_Found(lo, b, round_no, padding))
                     if hi is not None:
-                        highs[v].append((hi.add_constant_val(isl.Val.one(CTX)), b, round_no))
+                        highs[v].append(_Found(hi.add_constant_val(isl.Val.one(CTX)), b, round_no, padding))
             newly = [v for v in unresolved if lows[v] and highs[v]]
             for v in newly:
                 self.resolve(stmt, v, lows[v], highs[v], resolved)
@@ -358,22 +382,41 @@ class _DefInference:
         return resolved
 
     def resolve(self, stmt, v, lows, highs, resolved):
-        lo = lows[0][0]
-        for other, _, _ in lows[1:]:
-            lo = lo.max(other)
-        hi = highs[0][0]
-        for other, _, _ in highs[1:]:
-            hi = hi.min(other)
-        lo, hi = lo.coalesce(), hi.coalesce()
+        lo, hi = _intersect(lows, highs)
         self.check_nonempty(v, lo, hi, stmt.span)
         # Values inside [lo, hi) that some access rejects (holes, e.g. from `%`) are not
         # checked here: the preconditions computed over the whole domain report them.
         names = []
-        for _, b, _ in lows + highs:
-            if str(b.access) not in names:
-                names.append(str(b.access))
-        origin = f"{', '.join(names)} (round {max(r for _, _, r in lows + highs)})"
+        for found in lows + highs:
+            if str(found.source.access) not in names:
+                names.append(str(found.source.access))
+        origin = f"{', '.join(names)} (round {max(found.round for found in lows + highs)})"
         resolved[v] = (lo, hi, origin)
+        self.warn_padding_narrows(stmt, v, lo, hi, lows, highs)
+
+    def warn_padding_narrows(self, stmt, v, lo, hi, lows, highs):
+        """TC's rule lets a read that a ``?:`` guard keeps in bounds (padding) bound ``v`` like
+        any other: a padded convolution without ``where kh in 0:KH`` computes one tap. Say so
+        when such reads make ``v``'s range narrower than the other accesses allow."""
+        free_lows = [f for f in lows if not f.padding]
+        free_highs = [f for f in highs if not f.padding]
+        if not free_lows or not free_highs or len(free_lows) + len(free_highs) == len(lows) + len(highs):
+            return
+        wide_lo, wide_hi = _intersect(free_lows, free_highs)
+        runs = wide_lo.lt_set(wide_hi).intersect(self.context)
+        if lo.gt_set(wide_lo).union(hi.lt_set(wide_hi)).intersect(runs).is_empty():
+            return
+        reads = []
+        for found in lows + highs:
+            if found.padding and str(found.source.access) not in reads:
+                reads.append(str(found.source.access))
+        narrow = f"{format_expr(pw_to_sympy(lo))} <= {v} < {format_expr(pw_to_sympy(hi))}"
+        wide_lo, wide_hi = format_expr(pw_to_sympy(wide_lo)), format_expr(pw_to_sympy(wide_hi))
+        warnings.warn(
+            f"line {stmt.span.line}: in def '{self.def_.name}': index variable '{v}' gets the range {narrow} "
+            f"from {', '.join(reads)}, a read its ?: guard keeps in bounds (TC's range rule counts it "
+            f"anyway), while the other accesses allow {wide_lo} <= {v} < {wide_hi}; if the guard is "
+            f"padding, give the range: `where {v} in {wide_lo}:{wide_hi}`", TCWarning, stacklevel=2)
 
     def unbounded(self, stmt, unresolved, lows, highs, bounds, pending):
         v = unresolved[0]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -18,22 +20,19 @@ import numpy as np
 from . import binding, ranges
 from .codegen.emit import emit_kernel
 from .errors import (TCArgumentError, TCCompilerError, TCLookupError, TCOptionError, TCOverflowError,
-                     TCProgramError, TCWarning)
+                     TCMemoryError, TCProgramError, TCShapeError, TCWarning)
 from .lang import ast, parse
 from .lang.sema import caller_accumulations, select_def
 from .lang.types import ScalarType
 from .loopir import BlockChain, ContractionNest, KernelIR, NestKind, describe_group, dump
 from .loopnest import build_program, lower
-from .runtime.build import build_library, load_symbol
+from .runtime.build import build_library, check_loadable, load_symbol
 from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
-from .target import Target
+from .target import PRESETS, Target
 from .transform import attach_epilogues, fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
-
-#: The largest size a kernel takes: sizes, indices and offsets are int64 in the C.
-MAX_SIZE = 2**63 - 1
 
 #: Below this many iterations in all, a kernel runs in microseconds: its call keeps the GIL and
 #: does not watch for Ctrl-C (both cost system calls, more than such a kernel).
@@ -182,9 +181,10 @@ class Kernel(Launcher):
                     f"its sizes are {', '.join(self.def_.size_vars) or 'none'}")
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
                 raise TCArgumentError(f"size {name} of def '{self.def_.name}' must be an int, got {value!r}")
-            if not 0 <= value <= MAX_SIZE:
+            if not 0 <= value <= binding.MAX_SIZE:  # the limit a call's arrays have
                 shown = value if abs(value) < 10**20 else f"an int of {int(value).bit_length()} bits"
-                raise TCOverflowError(f"size {name} of def '{self.def_.name}' must be from 0 to {MAX_SIZE}, got {shown}")
+                raise TCOverflowError(f"size {name} of def '{self.def_.name}' must be from 0 to {binding.MAX_SIZE} "
+                                      f"(the int32 index range), got {shown}")
             bound[name] = int(value)
         missing = [s for s in self.def_.size_vars if s not in bound]
         if missing:
@@ -196,9 +196,9 @@ class Kernel(Launcher):
     def _launch_entry(self, args) -> LaunchEntry:
         """Launcher miss: check arguments, specialise, build, and describe the call."""
         arrays, sizes = binding.bind_arguments(self.def_, args)
+        _check_runnable(self.options.target)
         spec = self.specialize(**sizes)
         options = spec.ir.options
-        address = _build_and_load(spec, options)
         shapes = spec.bound.shapes
         program = spec.ir.program
 
@@ -210,14 +210,17 @@ class Kernel(Launcher):
             return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]), not _covered(name, spec),
                     name in accumulated)
 
+        outputs = {r.name: array_spec(r.name) for r in self.def_.returns}
+        temporaries = {**{t.name: array_spec(t.name) for t in self.def_.temporaries},
+                       **{c: (program.shapes[c], binding.numpy_dtype(program.types[c]), False) for c in program.copies},
+                       **{s.name: (s.shape, binding.numpy_dtype(s.type), False) for s in spec.ir.scratch}}
+        _check_memory(self.def_.name, sizes, outputs, temporaries)  # before the compiler runs
         return LaunchEntry(
-            func_address=address,
+            func_address=_build_and_load(spec, options),
             n_inputs=len(self.def_.params),
             input_dtypes=[binding.numpy_dtype(self.types[p.name]) for p in self.def_.params],
-            output_specs=[array_spec(r.name) for r in self.def_.returns],
-            temp_specs=[array_spec(t.name) for t in self.def_.temporaries]
-                       + [(program.shapes[c], binding.numpy_dtype(program.types[c]), False) for c in program.copies]
-                       + [(s.shape, binding.numpy_dtype(s.type), False) for s in spec.ir.scratch],
+            output_specs=list(outputs.values()),
+            temp_specs=list(temporaries.values()),
             error_messages=list(spec.error_messages),
             num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
             single_output=len(self.def_.returns) == 1,
@@ -231,6 +234,55 @@ def _points(program) -> int:
                for statement in program.statements)
 
 
+def _check_runnable(target: Target) -> None:
+    """Raise :class:`~tcpy.TCOptionError` when kernels built for ``target`` cannot run here
+    (another architecture, or an ISA this CPU lacks): gcc could not build them, or they would
+    stop on an illegal instruction."""
+    if target.can_run_here():
+        return
+    runnable = ", ".join(repr(name) for name in PRESETS if Target.preset(name).can_run_here())
+    raise TCOptionError(
+        f"target {target.name!r} ({target.arch}) cannot be built or run on this machine "
+        f"({Target.host().describe()}); c_source(), loop_ir() and explain() show its code, calls need a "
+        f"target this machine runs: 'host'{', ' + runnable if runnable else ''} (Options(target=) or TCPY_TARGET)")
+
+
+def _check_memory(def_name: str, sizes: Mapping[str, int], outputs: Mapping[str, tuple],
+                  temporaries: Mapping[str, tuple]) -> None:
+    """Raise :class:`~tcpy.TCMemoryError` when a call's outputs and temporaries (``name: (shape,
+    dtype, ...)``) need more bytes than this machine's memory, naming the largest of them and
+    their sizes."""
+    needed = {}
+    for kind, specs in (("output", outputs), ("temporary", temporaries)):
+        for name, (shape, dtype, *_) in specs.items():
+            shape = tuple(int(d) for d in shape)
+            needed[f"{kind} {name} ({dtype}, shape {shape})"] = math.prod(shape) * dtype.itemsize
+    total, memory = sum(needed.values()), _memory_bytes()
+    if total <= memory:
+        return
+    largest = sorted(needed.items(), key=lambda item: -item[1])[:3]
+    raise TCMemoryError(
+        f"def '{def_name}' at sizes {', '.join(f'{n}={v}' for n, v in sizes.items())} needs "
+        f"{_bytes_text(total)} for its outputs and temporaries, more than this machine's {_bytes_text(memory)} "
+        f"of memory: " + "; ".join(f"{what} needs {_bytes_text(n)}" for what, n in largest))
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory (when unknown: the most bytes an array may have)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return sys.maxsize
+
+
+def _bytes_text(n: int) -> str:
+    """``68719476736`` -> ``64.0 GiB``."""
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def _follows_threads(options: Options) -> bool:
     """Whether kernels with these options plan for the calling thread count: it is not fixed,
     and the target is this machine (a target with other cores simulates a larger machine)."""
@@ -241,6 +293,7 @@ def _build_and_load(spec: Specialization, options: Options) -> int:
     """The kernel's address: built or found in the cache; a cached library that does not load
     (damaged on disk) has been removed by ``load_symbol`` and is built once more."""
     flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
+    check_loadable(options.cflags)
 
     def build():
         return build_library(spec.c_source, flags=flags, user_flags=options.cflags, target=options.target)
@@ -274,6 +327,8 @@ class Explanation(str):
 def _stand_in(arg, param: ast.Param, types):
     """A shape tuple becomes a zero-strided array of the parameter's dtype (no memory)."""
     if isinstance(arg, tuple) and all(isinstance(d, (int, np.integer)) for d in arg):
+        if any(d < 0 for d in arg):
+            raise TCShapeError(f"the shape of {param.name} must have sizes >= 0, got {arg}")
         dtype = binding.numpy_dtype(types[param.name])
         return np.broadcast_to(np.zeros((), dtype), arg)
     return arg

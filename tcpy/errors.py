@@ -120,6 +120,10 @@ class TCPreconditionError(TCShapeError):
     """Sizes for which some access of the program would read out of bounds."""
 
 
+class TCMemoryError(TCShapeError, MemoryError):
+    """Sizes for which a call's outputs and temporaries would need more memory than the machine has."""
+
+
 class TCRuntimeError(TCError, RuntimeError):
     """A kernel stopped on bad data: integer division by zero, a data-dependent index out of bounds."""
 

@@ -68,7 +68,8 @@ class Options:
         object.__setattr__(self, "tile_sizes", dict(self.tile_sizes))
         object.__setattr__(self, "loop_order", _names("loop_order", self.loop_order))
         object.__setattr__(self, "cflags", _names("cflags", self.cflags, "compiler flags such as ('-O1',)"))
-        for name in ("parallel", "vectorize", "fast_math", "check_indices", "register_tile", "winograd"):
+        for name in ("parallel", "vectorize", "fast_math", "check_indices", "register_tile", "contraction", "fuse",
+                     "winograd"):
             if not isinstance(getattr(self, name), bool):
                 _bad(name, "True or False", getattr(self, name))
         if self.num_threads is not None and not _int_in(self.num_threads, 1, MAX_THREADS):
@@ -87,7 +88,7 @@ class Options:
         if self.num_threads:
             return self.num_threads
         env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-        if env.isdigit() and int(env) > 0:
+        if env.isdigit() and 0 < int(env) <= MAX_THREADS:  # (above: the launcher warns, runs on the CPUs)
             return int(env)
         return self.target.cores
 

@@ -79,7 +79,7 @@ K1 = "def f(float(N) A) -> (O) { O(i) = A(i) + 1 }"
     (lambda: tcpy.define(K1, options={"unroll": 2}), tcpy.TCOptionError, "options must be a tcpy.Options, got dict"),
     (lambda: tcpy.define(K1.encode()), tcpy.TCArgumentError, "TC source must be a str, got bytes (decode it first"),
     (lambda: tcpy.define(None), tcpy.TCArgumentError, "TC source must be a str, got NoneType"),
-    (lambda: tcpy.define(K1).explain(N=2**70), tcpy.TCOverflowError, "size N of def 'f' must be from 0 to 9223372"),
+    (lambda: tcpy.define(K1).explain(N=2**70), tcpy.TCOverflowError, "size N of def 'f' must be from 0 to 2147483647 (the int32 index range)"),
     (lambda: tcpy.define(K1).explain(N=-1), tcpy.TCOverflowError, "size N of def 'f' must be from 0"),
     (lambda: tcpy.define(K1).explain(N="4"), tcpy.TCArgumentError, "size N of def 'f' must be an int, got '4'"),
     (lambda: tcpy.define(K1 + "\n" + K1.replace("def f", "def g"))["zz"], tcpy.TCLookupError,

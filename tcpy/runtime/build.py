@@ -50,6 +50,9 @@ SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer")
 # float arithmetic (NumPy's included). With them, the kernel is compiled with them and linked
 # without them.
 FAST_MATH_LINK_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
+# Sanitizers whose runtime must be loaded before anything else in the process: a library built
+# with them aborts the interpreter when it is loaded into a Python started without it.
+PRELOADED_SANITIZERS = {"address": "libasan", "hwaddress": "libhwasan", "thread": "libtsan", "leak": "liblsan"}
 # Part of every cache key: raised when the way a library is built changes (not its flags), so
 # that no entry built the old way is loaded. 2: fast-math flags no longer reach the link.
 BUILD_RECIPE = "2"
@@ -106,6 +109,12 @@ def build_library(c_source: str, *, flags: Optional[Sequence[str]] = None, cc: O
     if path is not None and path.is_file():
         return path
     kernels = _kernel_dir()
+    blocked = [p for p in (kernels / f"{key}{suffix}" for suffix in (".so", ".lock", ".sha256", ".c"))
+               if p.exists() and not p.is_file()]
+    if blocked:  # (a directory where an entry's file belongs: build it where it can be written)
+        _warn_once(str(blocked[0]), f"tcpy: {blocked[0]} is not a file, so this kernel cannot be cached there; "
+                   "it is built in a temporary directory for this process. Remove it to cache the kernel again.")
+        kernels = _temporary_kernel_dir()
     so_path = kernels / f"{key}.so"
     compiler = _compiler_file(cc)
     if not _entry_is_valid(so_path, key, compiler):
@@ -135,6 +144,30 @@ def load_symbol(path: os.PathLike, name: str) -> int:
         _forget(Path(path))
         raise TCCompilerError(f"cannot load {name} from the cached kernel {path} ({err}); "
                               "the entry was removed and is rebuilt on the next call") from None
+
+
+def check_loadable(user_flags: Sequence[str] = ()) -> None:
+    """Raise :class:`~tcpy.TCOptionError` when a library built with ``user_flags`` and the
+    environment's flags could not be loaded into this process: a ``-fsanitize=`` flag whose
+    runtime the process did not load at start (loading would abort the interpreter)."""
+    flags = tuple(user_flags) + _environment_flags()
+    wanted = [name for flag in flags if flag.startswith("-fsanitize=") for name in flag.split("=", 1)[1].split(",")]
+    missing = [name for name in wanted if name in PRELOADED_SANITIZERS
+               and PRELOADED_SANITIZERS[name] not in _loaded_libraries()]
+    if missing:
+        runtime = PRELOADED_SANITIZERS[missing[0]]
+        raise TCOptionError(
+            f"the compiler flag -fsanitize={missing[0]} (from Options.cflags, TCPY_CFLAGS or TCPY_SANITIZE) needs "
+            f"{runtime} loaded when Python starts, or loading the kernel aborts the interpreter: start Python with "
+            f'LD_PRELOAD="$(gcc -print-file-name={runtime}.so)", or leave the flag out')
+
+
+def _loaded_libraries() -> str:
+    """The paths of the shared libraries mapped into this process (Linux), as one text."""
+    try:
+        return Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""
 
 
 def cache_dir() -> Path:
@@ -239,25 +272,31 @@ def _compiler_name_version(cc: str) -> tuple[str, Optional[str]]:
 
 def _kernel_dir() -> Path:
     """``<cache root>/kernels``, created if needed; falls back to a temporary directory."""
-    global _fallback_dir
     root = Path(os.environ.get("TCPY_CACHE_DIR") or platformdirs.user_cache_dir("tcpy"))
     kernels = root / "kernels"
     problem = _unusable(kernels)
     if problem is None:
         return kernels
-    if str(kernels) not in _warned_dirs:
-        _warned_dirs.add(str(kernels))
-        warnings.warn(
-            f"tcpy: cannot use the kernel cache directory {kernels} ({problem}); compiled kernels "
-            "go to a temporary directory for this process. Set TCPY_CACHE_DIR to a writable directory.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    _warn_once(str(kernels), f"tcpy: cannot use the kernel cache directory {kernels} ({problem}); compiled kernels "
+               "go to a temporary directory for this process. Set TCPY_CACHE_DIR to a writable directory.")
+    return _temporary_kernel_dir()
+
+
+def _temporary_kernel_dir() -> Path:
+    """A private ``kernels`` directory for this process, created on first use."""
+    global _fallback_dir
     if _fallback_dir is None:
         _fallback_dir = Path(tempfile.mkdtemp(prefix="tcpy-cache-"))
     kernels = _fallback_dir / "kernels"
     kernels.mkdir(exist_ok=True)
     return kernels
+
+
+def _warn_once(about: str, message: str) -> None:
+    """A RuntimeWarning about a cache path, once per process and path."""
+    if about not in _warned_dirs:
+        _warned_dirs.add(about)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def _unusable(directory: Path) -> Optional[str]:

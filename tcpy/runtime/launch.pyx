@@ -21,7 +21,9 @@ Thread count of a call, first that applies: the entry's own (``Options(num_threa
 :func:`set_num_threads`, then OpenMP's (this module links the same libgomp as the kernels, so
 ``threadpoolctl.threadpool_limits`` reaches them).
 """
+import os
 import threading
+import warnings
 
 import numpy as np
 
@@ -35,7 +37,8 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport openmp
 
-from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError
+from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError, TCWarning
+from ..options import MAX_THREADS
 
 cnp.import_array()
 
@@ -90,6 +93,8 @@ cdef enum:
 
 
 cdef int _num_threads = 0  # set_num_threads(); 0: OpenMP decides
+cdef bint _warned_openmp = False
+cdef int _max_threads = MAX_THREADS  # (a C int: compared on every call)
 
 
 def set_num_threads(n):
@@ -101,14 +106,31 @@ def set_num_threads(n):
     global _num_threads
     if n is None:
         n = 0
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise TCArgumentError(f"set_num_threads expects a number of threads >= 1 (or None), got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_THREADS:
+        raise TCArgumentError(f"set_num_threads expects a number of threads from 1 to {MAX_THREADS} (or None), "
+                              f"got {n!r}")
     _num_threads = n
 
 
 def get_num_threads():
     """Threads a kernel whose options do not fix them runs with now."""
-    return _num_threads if _num_threads > 0 else openmp.omp_get_max_threads()
+    return _num_threads if _num_threads > 0 else _openmp_threads()
+
+
+cdef int _openmp_threads():
+    """OpenMP's thread count (``OMP_NUM_THREADS``, threadpoolctl), or, when that is above
+    :data:`~tcpy.options.MAX_THREADS`, the CPUs this process may use (with one warning)."""
+    global _warned_openmp
+    cdef int n = openmp.omp_get_max_threads()
+    if n <= _max_threads:
+        return n
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not _warned_openmp:
+        _warned_openmp = True
+        warnings.warn(f"OpenMP's thread count (OMP_NUM_THREADS) is {n}, above tcpy's limit of {MAX_THREADS}: "
+                      f"kernels run with the {cpus} CPUs this process may use (tcpy.set_num_threads or "
+                      "Options(num_threads=) choose another count)", TCWarning, stacklevel=3)
+    return cpus
 
 
 cdef enum:
@@ -286,7 +308,7 @@ cdef class Launcher:
                                   f"got keyword argument{'s' if len(keywords) > 1 else ''} "
                                   f"{', '.join(map(repr, keywords))}")
         # one entry (plan) per thread count the calls run with, when the kernel follows it
-        key = _signature(args, (_num_threads if _num_threads > 0 else openmp.omp_get_max_threads())
+        key = _signature(args, (_num_threads if _num_threads > 0 else _openmp_threads())
                          if self.follow_threads else 0)
         entry = self.table.get(key)
         if entry is None:
@@ -457,6 +479,8 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef void **buffers = stack
     cdef int64_t err[4]
     cdef int rc, threads = entry.num_threads if entry.num_threads > 0 else _num_threads
+    if threads == 0 and openmp.omp_get_max_threads() > _max_threads:
+        threads = _openmp_threads()  # (0 would let the kernel take OpenMP's count, above the limit)
     cdef tcpy_stop_ptr stop
     cdef kernel_fn fn = entry.fn
     cdef Py_ssize_t i

@@ -30,7 +30,7 @@ from .runtime.build import build_library, check_loadable, load_symbol
 from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
 from .target import PRESETS, Target
-from .transform import attach_epilogues, fuse_statements, pack_operands, register_tiles
+from .transform import attach_epilogues, decide_engines, fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
 
@@ -118,7 +118,7 @@ class Kernel(Launcher):
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
         options = self.options_for(sizes)
-        program = pack_operands(build_program(self.def_, bound, self.types), options)
+        program = pack_operands(decide_engines(build_program(self.def_, bound, self.types), options), options)
         if options.fuse:
             program = fuse_statements(attach_epilogues(program, options), options)
         ir = register_tiles(lower(program, options))

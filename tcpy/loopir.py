@@ -28,6 +28,7 @@ from .lang.types import ScalarType
 if TYPE_CHECKING:
     from .options import Options
     from .schedule import StmtSchedule
+    from .transform.contraction import Contraction, Plan
 
 
 class Mode(enum.Enum):
@@ -168,16 +169,28 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """The contraction engine runs a statement: what it computes and how (path, micro-tile,
+    cache blocks, thread grid), decided once by :mod:`tcpy.transform.engines`."""
+
+    contraction: "Contraction"
+    plan: "Plan"
+
+
+@dataclass(frozen=True)
 class Statement:
     """One statement to lower: let-inlined, with its concrete ranges ``{var: (lo, hi)}``.
 
-    ``origin`` is its index in the def's statements, -1 for a copy a pass added.
+    ``origin`` is its index in the def's statements, -1 for a copy a pass added. ``engine``:
+    the contraction engine runs it (None: a loop nest), stamped by
+    :func:`tcpy.transform.engines.decide_engines`.
     """
 
     stmt: ast.Stmt
     ranges: Mapping[str, tuple[int, int]]
     origin: int
     panel: Optional[Panel] = None
+    engine: Optional[Engine] = None
 
     def extents(self) -> dict[str, int]:
         return {v: max(0, hi - lo) for v, (lo, hi) in self.ranges.items() if v in self.stmt.index_vars}

@@ -30,7 +30,8 @@ from .loopir import (
 )
 from .options import Options
 from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
-from .transform.contraction import block_contraction, contraction_of, plan
+from .transform.contraction import block_contraction
+from .transform.engines import plan_block
 
 # An online chain's per-thread buffers: each row's running maximum, sum and rescaling factor,
 # its flag (computed again whole), and one whole row of each block buffer for those rows.
@@ -216,10 +217,10 @@ def _statement_nests(program: Program, index: int, options: Options, fixed: Mapp
     fused group around them. Split reductions add their partials to ``scratch``."""
     statement = program.statements[index]
     stmt, ranges = statement.stmt, statement.ranges
-    engine = contraction_of(stmt, ranges, program, options)
+    engine = statement.engine
     if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
         epilogue = next((e for e in program.epilogues if e.producer == index), None)
-        return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, *engine, epilogue),))]
+        return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, engine.contraction, engine.plan, epilogue),))]
     sched = schedule_of(program, statement, options)
     if not _identity_needed(stmt):
         # `=`, or a reduction operator with no reduction variable, which TC treats as `=`
@@ -381,12 +382,12 @@ def _block_products(program: Program, group: FusedGroup, options: Options, loop_
     packed, products = [], []
     for k, index in enumerate((group.statements[0], group.statements[-1])):
         statement = program.statements[index]
-        con, _ = contraction_of(statement.stmt, statement.ranges, program, options)
+        con = statement.engine.contraction
         block, bases = block_contraction(con, statement.stmt, statement.ranges, fixed, chain.block_var, rows,
                                          buffers, program, block_columns)
         if columns and k == 1:
             block = dataclasses.replace(block, init=False)  # sums over the blocks of columns (rows start at 0)
-        block_plan = plan(block, options.target, 1, b_packed_once=reuse)
+        block_plan = plan_block(block, options, b_packed_once=reuse)
         prepacked = None
         if reuse:
             prepacked = f"prepack.{k}"

@@ -3,6 +3,8 @@
 Each pass takes IR and returns new IR; none mutates what it was given. Their decisions read the
 :class:`~tcpy.target.Target` in the options.
 
+* :mod:`.engines` — how each statement runs (the contraction engine with its plan, or loops),
+  decided once and stamped on it; the later passes read the stamp (Program -> Program).
 * :mod:`.packing` — operand copies (Program -> Program): transposed copies that turn dot-product
   reductions into GEMM-like nests, and panel copies of the operand a register tile streams.
 * :mod:`.fusion` — consecutive statements that share outer output loops run under them, legal
@@ -13,9 +15,10 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
 * :mod:`.register_tile` — blocks of outputs kept in registers across reductions
   (KernelIR -> KernelIR).
 """
+from .engines import decide_engines
 from .epilogue import attach_epilogues
 from .fusion import fuse_statements
 from .packing import pack_operands
 from .register_tile import register_tiles
 
-__all__ = ["attach_epilogues", "fuse_statements", "pack_operands", "register_tiles"]
+__all__ = ["attach_epilogues", "decide_engines", "fuse_statements", "pack_operands", "register_tiles"]

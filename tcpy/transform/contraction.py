@@ -387,8 +387,6 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     if (stmt.reduction != "+" or not stmt.reduction_vars or dtype not in DTYPES
             or stmt.rhs.type is not dtype or any(not isinstance(i, ast.IndexVar) for i in stmt.lhs)):
         return None
-    if any(isinstance(w, ast.Exists) for w in stmt.where):
-        pass  # exists only constrains the ranges, which are given
     found = {"alpha": 1.0, "scalars": [], "tensors": [], "conds": []}
     if not _factors(stmt.rhs, dtype, found) or len(found["tensors"]) != 2:
         return None
@@ -997,19 +995,3 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
         groups[role] = _merge(vars_, extents, accs, members, ())
     return (Contraction(con.stmt, con.dtype, accs["a"], accs["b"], accs["c"], (), groups["m"], groups["n"],
                         groups["k"], con.alpha, con.alpha_tensors, con.init), tuple(bases))
-
-
-def contraction_of(stmt: ast.Stmt, ranges, program, options) -> Optional[tuple[Contraction, Plan]]:
-    """``(contraction, plan)`` when the engine takes this statement, else None: ``options``
-    keep the engine on (``contraction``, ``vectorize``) and give no tile sizes or loop order for
-    its variables, and :func:`recognize` accepts it. ``parallel=False`` plans one thread.
-    ``program`` gives shapes, types and sizes."""
-    if not getattr(options, "contraction", True) or not options.vectorize:
-        return None
-    if set(options.tile_sizes) & set(stmt.index_vars) or set(options.loop_order) & set(stmt.index_vars):
-        return None  # the user asked for a loop schedule of this statement (or autotuning tries one)
-    con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
-    if con is None:
-        return None
-    return con, plan(con, options.target, options.threads if options.parallel else 1,
-                     winograd=options.winograd)

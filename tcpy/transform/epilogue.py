@@ -32,7 +32,6 @@ from ..lang import ast
 from ..lang.visit import is_static_index
 from ..loopir import Epilogue, Program, Statement
 from ..options import Options
-from .contraction import contraction_of
 
 __all__ = ["attach_epilogues"]
 
@@ -48,7 +47,7 @@ def attach_epilogues(program: Program, options: Options) -> Program:
         producer = statements[index]
         chain: list[tuple[int, tuple[tuple[str, str], ...]]] = []
         if (producer.origin >= 0 and producer.panel is None
-                and contraction_of(producer.stmt, producer.ranges, program, options) is not None):
+                and producer.engine is not None):
             written = {producer.stmt.target: tuple(e.name for e in producer.stmt.lhs)}
             while index + 1 + len(chain) < len(statements):
                 candidate = index + 1 + len(chain)

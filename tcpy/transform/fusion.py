@@ -65,7 +65,8 @@ from ..lang.visit import map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
-from .contraction import Contraction, block_contraction, contraction_of
+from .contraction import Contraction, block_contraction
+from .engines import restamp
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10
@@ -110,7 +111,8 @@ def fuse_statements(program: Program, options: Options) -> Program:
     for group in groups:
         deferral = group.chain.deferred if group.chain else None
         if deferral is not None:  # the last product reads the numerator in place of the quotient
-            statements[group.statements[-1]] = _reading_numerator(statements[group.statements[-1]], deferral)
+            statements[group.statements[-1]] = restamp(_reading_numerator(statements[group.statements[-1]], deferral),
+                                                       program, options)
     return _shrink_temporaries(dataclasses.replace(program, statements=tuple(statements), groups=tuple(groups)))
 
 
@@ -123,7 +125,7 @@ def _fusable_vars(program: Program, statement: Statement, options: Options) -> t
     stmt = statement.stmt
     if statement.origin < 0 or not stmt.lhs or statement.panel is not None:
         return ()
-    if contraction_of(stmt, statement.ranges, program, options) is not None:
+    if statement.engine is not None:
         return ()  # the contraction engine blocks it itself
     sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
     if sched.register_tile is not None:
@@ -147,7 +149,7 @@ def _rereads_pay(engines, extent: int, rows: int, row_bytes: int, options: Optio
     again: yes when they fit half of a core's share of L3; else only if those reads move less
     than writing and reading the rows whole (``row_bytes`` a row) would. An MLP's weights
     (``X W1`` then ``W2``) are large and its rows short: apart, each product streams them once."""
-    b_bytes = sum(con.size("n") * con.size("k") * con.dtype.bits // 8 for con, _ in engines)
+    b_bytes = sum(e.contraction.size("n") * e.contraction.size("k") * e.contraction.dtype.bits // 8 for e in engines)
     if b_bytes <= options.target.l3_per_core // 2:
         return True
     return -(-extent // rows) * b_bytes <= 2 * extent * row_bytes
@@ -188,7 +190,7 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
     if first < 0 or last >= len(statements):
         return None
     head, tail = statements[first], statements[last]
-    engines = [contraction_of(s.stmt, s.ranges, program, options) for s in (head, tail)]
+    engines = [s.engine for s in (head, tail)]
     if (None in engines or head.origin < 0 or tail.origin < 0
             or any(e.producer in (first, last) for e in program.epilogues)):
         return None  # (a product with an epilogue runs it in its own store)
@@ -203,7 +205,7 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
     members = (first,) + group.statements + (last,)
     temporaries = {t.name for t in program.def_.temporaries}
     produced = head.stmt.target
-    (_, head_plan), (tail_con, tail_plan) = engines
+    head_plan, tail_con, tail_plan = engines[0].plan, engines[1].contraction, engines[1].plan
     consumed = [acc.tensor for acc in (tail_con.a, tail_con.b) if acc.tensor in temporaries]
     inner = [statements[i].stmt for i in group.statements]
     if produced not in temporaries or len(consumed) != 1 or (consumed[0] == produced) != (not inner):
@@ -218,10 +220,9 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
     deferral = _deferral(program, uses, group, produced, consumed[0], tail_con) if inner else None
     if deferral is not None and all(_row_buffer_ok(program, uses, members, t, shared)
                                     for t in (deferral.numerator, deferral.divisor)):
-        deferred_tail = _reading_numerator(tail, deferral)
-        engine = contraction_of(deferred_tail.stmt, deferred_tail.ranges, program, options)
-        if engine is not None:
-            tail, engines[1], tail_plan = deferred_tail, engine, engine[1]
+        deferred_tail = restamp(_reading_numerator(tail, deferral), program, options)
+        if deferred_tail.engine is not None:
+            tail, engines[1], tail_plan = deferred_tail, deferred_tail.engine, deferred_tail.engine.plan
             row_tensors = (produced, deferral.numerator, deferral.divisor)
     if len(row_tensors) < 3:
         deferral = None
@@ -234,7 +235,7 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
     mr = math.lcm(head_plan.mr, tail_plan.mr)
     rows, reasons = _row_block(program, blocked, ranges, shared, mr, options)
-    online = _online(program, group, produced, deferral, engines[0][0], engines[1][0])
+    online = _online(program, group, produced, deferral, engines[0].contraction, engines[1].contraction)
     row_bytes = sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
     if online is not None and rows * row_bytes > options.target.l2 // 2:
         columns = _key_block(program, online, head_plan.nr, mr, options)
@@ -250,7 +251,7 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
         return None  # (a softmax's chain keeps its rows in blocks whatever the b: its rows are the memory)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     columns = (online.column_var, online.columns, online.columns) if online else None
-    for s, (con, _) in zip((head, tail), engines):
+    for s, con in zip((head, tail), (e.contraction for e in engines)):
         if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program, columns) is None:
             return None
     if deferral is not None:

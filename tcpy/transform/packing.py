@@ -23,7 +23,7 @@ from ..lang.visit import map_expr
 from ..loopir import PANEL_BLOCK, PANEL_LANE, Panel, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
-from .contraction import contraction_of
+from .engines import restamp
 
 PANEL_MIN_COLUMNS = 512  # narrower operands stay in cache as they are
 COPY_PREFIX = "pack."  # (a "." keeps generated names apart from TC identifiers)
@@ -35,9 +35,9 @@ def pack_operands(program: Program, options: Options) -> Program:
         return program
     statements: list[Statement] = []
     shapes, types = dict(program.shapes), dict(program.types)
-    copies = 0
+    copies, rewritten = 0, []
     for statement in program.statements:
-        if statement.origin >= 0 and contraction_of(statement.stmt, statement.ranges, program, options) is None:
+        if statement.origin >= 0 and statement.engine is None:
             for make in (_transposed_copy, _panel_copy):
                 made = make(statement, shapes, types, options, f"{COPY_PREFIX}{copies}")
                 if made is not None:
@@ -46,8 +46,12 @@ def pack_operands(program: Program, options: Options) -> Program:
                     types[copy.stmt.target] = types[_copied_tensor(copy)]
                     statements.append(copy)
                     copies += 1
+                    rewritten.append(len(statements))
         statements.append(statement)
-    return Program(program.def_, tuple(statements), shapes, types, program.sizes)
+    packed = Program(program.def_, tuple(statements), shapes, types, program.sizes)
+    for index in rewritten:  # (they read a copy now)
+        statements[index] = restamp(statements[index], packed, options)
+    return dataclasses.replace(packed, statements=tuple(statements))
 
 
 def _copied_tensor(copy: Statement) -> str:

@@ -273,6 +273,8 @@ class _Call:
         self.stmts = [st.stmt for st in kernel.ranges.statements]
         self.outputs = [r.name for r in self.def_.returns]
         self.dims = self._dimensions()
+        self._affs: dict = {}     # (statement, dimension) -> reads along it
+        self._regions: dict = {}  # (dimension, block) -> regions the block needs
 
     # -- dimensions
 
@@ -355,6 +357,12 @@ class _Call:
 
     def _index_affs(self, index: int, dim: _Dim):
         """(tensor, axis, coefficients by variable, constant) of each read along ``dim``."""
+        key = (index, id(dim))
+        if key not in self._affs:
+            self._affs[key] = self._read_affs(index, dim)
+        return self._affs[key]
+
+    def _read_affs(self, index: int, dim: _Dim):
         stmt = self.stmts[index]
         conv = _SizedConverter(stmt.index_vars, self.sizes, self.shapes)
         reads = []
@@ -513,6 +521,12 @@ class _Call:
 
     def _needed(self, dim: _Dim, block) -> dict:
         """The region of each tensor axis of ``dim`` the output block needs (a hull, whole-array coords)."""
+        key = (id(dim), block)
+        if key not in self._regions:
+            self._regions[key] = self._needed_regions(dim, block)
+        return self._regions[key]
+
+    def _needed_regions(self, dim: _Dim, block) -> dict:
         needed = {axis: block for axis in dim.axes if axis[0] in self.outputs}
         for i in sorted(dim.var, reverse=True):
             stmt, v = self.stmts[i], dim.var[i]

@@ -877,7 +877,7 @@ class _BlockTask:
             outputs = self.kernel()(*pieces)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
-        return tuple(np.ascontiguousarray(out[index]) for out, index in zip(outputs, trims))
+        return tuple(np.require(out[index], requirements="C") for out, index in zip(outputs, trims))
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,15 @@ def test_column_reductions_across_chunks(op, cm, ck):
     assert plan.dimension("K").kind == ("blockwise" if split(ck) else "whole")
 
 
+def test_dot_product_gives_a_rank_0_array_and_takes_a_scalar():
+    kernel = tcpy.define("def dot(float64(N) x, float64(N) y, double alpha) -> (s) { s +=! alpha * x(i) * y(i) }")
+    x, y = rng.random(10), rng.random(10)
+    got = tcd.apply(kernel, chunked(x, 3), chunked(y, 4), 2.0)
+    assert got.shape == () and got.dtype == np.float64
+    assert tcd.plan(kernel, chunked(x, 3), chunked(y, 4), 2.0).dimension("N").kind == "reduced"
+    np.testing.assert_allclose(got.compute(), kernel(x, y, 2.0), rtol=1e-12)
+
+
 def test_reductions_that_cannot_be_combined_are_rechunked():
     # several statements reduce M; a half reduction accumulates in float32; `*=` without `!`
     cases = {

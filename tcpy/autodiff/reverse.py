@@ -32,7 +32,7 @@ from ..lang import ast
 from ..lang.builtins import BUILTINS, MIN_MAX
 from ..lang.visit import index_vars, inline_lets, map_expr
 from ..ranges import DefRanges, format_expr
-from .derivatives import NotDifferentiable, add, conj, depends, mul, partials, ternary, ZERO
+from .derivatives import NotDifferentiable, add, conj, depends, div, mul, neg, partials, ternary, ZERO
 
 __all__ = ["backward_source", "default_wrt"]
 
@@ -62,6 +62,7 @@ class _Contribution:
     index: int
     access: ast.Access
     term: ast.Expr
+    outside: tuple[str, ...] = ()  # reduction variables the term is not summed over
 
 
 def _atom(text: str) -> ast.Expr:
@@ -94,6 +95,7 @@ class _Reverse:
         self.lines: list[str] = []          # backward statements, in order
         self.needed: set[str] = set()       # forward tensors the backward reads
         self.replaced: dict[int, list[str]] = {}  # forward statements computed otherwise
+        self.outside: dict[int, tuple[str, ...]] = {}  # id(read) -> reduction variables it is outside
 
     # -- checks
 
@@ -201,18 +203,42 @@ class _Reverse:
         elif (extremum and not s.init) or (s.reduction == "*" and (s.reduction_vars or not s.init)):
             raise self.error(f"cannot differentiate '{s}': '{s.op}' has no derivative in tcpy "
                              "(sums, max=! and min=! do)", s.span)
+        active = self.is_active_with(self.active)
         try:
-            found = partials(s.rhs, self.is_active_with(self.active), seed)
+            found = self.normalized_partials(k, seed) or partials(s.rhs, active, seed)
         except NotDifferentiable as exc:
             raise self.error(f"cannot differentiate '{s}': {exc.why}", exc.node.span or s.span) from None
-        grouped: dict[tuple[str, str], _Contribution] = {}
+        grouped: dict[tuple, _Contribution] = {}
         for access, term in found:
-            key = (access.tensor, str(access))
+            # a read reached outside the sum (see normalized_partials) adds once per output point
+            outside = self.outside.get(id(access), ())
+            key = (access.tensor, str(access), outside)
             if key in grouped:
                 term = add(grouped[key].term, term)
-            grouped[key] = _Contribution(k, access, term)
+            grouped[key] = _Contribution(k, access, term, outside)
         for contribution in grouped.values():
             self.contribute(contribution)
+
+    def normalized_partials(self, k: int, seed: ast.Expr) -> list:
+        """``T(o) +=! N / D`` with ``D`` free of the reduction variables (attention's ``p * V /
+        l``, a mean): ``D``'s cotangent is ``-dT(o) * T(o) / D``, once per output point, instead
+        of a sum over the reduction of ``N / D / D`` (a contraction's worth of loop-nest work).
+        An empty list when the statement has another form."""
+        s = self.stmts[k]
+        rhs = s.rhs
+        if not (s.reduction == "+" and s.init and s.reduction_vars and len(self.writers[s.target]) == 1
+                and isinstance(rhs, ast.Binary) and rhs.op == "/"
+                and not index_vars(rhs.rhs) & set(s.reduction_vars)):
+            return []
+        active = self.is_active_with(self.active)
+        if not depends(rhs.rhs, active):
+            return []
+        value = ast.Access(s.target, tuple(ast.IndexVar(v) for v in s.output_vars))
+        self.needed.add(s.target)
+        outer = partials(rhs.rhs, active, neg(mul(seed, div(value, rhs.rhs))))
+        for access, _ in outer:
+            self.outside[id(access)] = s.reduction_vars
+        return partials(rhs.lhs, active, div(seed, rhs.rhs)) + outer
 
     def first_extremum(self, k: int) -> ast.Expr:
         """The mask of the first point (in reduction order) where ``rhs`` equals the forward
@@ -253,7 +279,7 @@ class _Reverse:
         """One statement adding ``c.term`` into the cotangent of the tensor ``c.access`` reads."""
         s = self.stmts[c.index]
         tensor = c.access.tensor
-        ranges = self.range_texts(c.index)
+        ranges = {v: r for v, r in self.range_texts(c.index).items() if v not in c.outside}
         candidates = list(s.output_vars) + list(s.reduction_vars)
         lhs: list[str] = []
         subst: dict[str, ast.Expr] = {}

@@ -19,7 +19,7 @@ import sympy
 
 from ..lang.builtins import BUILTINS
 from ..lang.parser import KEYWORDS
-from .errors import ExcessivePiecewise, TinyIRError
+from .errors import DtypeMismatch, ExcessivePiecewise, TinyIRError
 from .graph import MOVEMENT, Graph, Node, provably_nonnegative, reshape_groups, same, view_axis
 
 TC_TYPES = {"fp16": "half", "bf16": "float", "fp32": "float", "i32": "int32", "bool": "bool"}
@@ -150,7 +150,7 @@ class _Lowering:
             op = _REDUCTIONS[node.params["op"]]
             init = node.params["init"]
             if init is not None:
-                self.emit(tensor, lhs, "=", _literal(init, node.dtype, TC_TYPES[node.dtype]), ranges[:len(lhs)])
+                self.emit(tensor, lhs, "=", _literal(init, node.dtype, TC_TYPES[node.dtype], nid), ranges[:len(lhs)])
                 self.emit(tensor, lhs, op, rhs, ranges)
             else:
                 self.emit(tensor, lhs, op + "!", rhs, ranges)
@@ -209,7 +209,7 @@ class _Lowering:
                 src = self.nodes[s]
                 operands.append(self.value(s, _broadcast_index(index, node.shape, src.shape), ctx))
             else:
-                operands.append((_literal(s, node.dtype, kind), kind))
+                operands.append((_literal(s, node.dtype, kind, node.id), kind))
         if node.uop == "CAST":
             (text, src_kind), to = operands[0], TC_TYPES[node.dtype]
             return (text, src_kind) if src_kind == to else (f"{to}({_unwrap(text)})", to)
@@ -224,7 +224,7 @@ class _Lowering:
         if node.uop == "NEG":
             return f"(-{args[0]})", kind
         if node.uop == "RELU":
-            return f"max({_unwrap(args[0])}, {_literal(0, node.dtype, kind)})", kind
+            return f"max({_unwrap(args[0])}, {_literal(0, node.dtype, kind, node.id)})", kind
         # EXP2, RSQRT: TC's builtins compute in float
         return _convert(f"{node.uop.lower()}({_unwrap(args[0])})", "float", kind), kind
 
@@ -276,7 +276,7 @@ class _Lowering:
         text, kind = self.value(x.id, inner, sub)
         if not conds:
             return text, kind
-        return f"({' && '.join(conds)} ? {text} : {_literal(p['value'], x.dtype, kind)})", kind
+        return f"({' && '.join(conds)} ? {text} : {_literal(p['value'], x.dtype, kind, node.id)})", kind
 
     def stored_copy(self, node: Node) -> str:
         """Store ``node`` as a temporary (outside the statement being built); its id."""
@@ -453,13 +453,13 @@ def _broadcast_index(index, shape, src_shape) -> list:
             for k, d in enumerate(src_shape)]
 
 
-def _literal(value, dtype: str, kind: str) -> str:
-    """A number as a TC expression of TC type ``kind``."""
+def _literal(value, dtype: str, kind: str, node: Optional[str] = None) -> str:
+    """A number as a TC expression of TC type ``kind`` (``node``: whose immediate it is)."""
     if kind == "bool":
         return f"bool({int(bool(value))})"
     if kind == "int32":
         if float(value) != int(value):
-            raise TinyIRError(None, f"the immediate {value!r} is not an integer, as {dtype} needs")
+            raise DtypeMismatch(node, f"the immediate {value!r} is not an integer, as {dtype} needs")
         text = str(int(value))
     else:
         text = repr(float(value))

@@ -416,28 +416,19 @@ class _Call:
         bounds = np.cumsum((0,) + self.args[ref[0]].chunks[ref[1]])
         edges = sorted({min(extent, -(-int(b) // dim.scale[ref])) for b in bounds} | {0, extent})
         dim.blocks = [(a, b) for a, b in zip(edges, edges[1:]) if b > a] or [(0, extent)]
-        dim.halo = self._halo(dim, touching)
+        dim.halo = self._halo(dim)
         plain = all(before == 0 and after == 0 for _, before, after in dim.halo) and all(
             s == 1 for s in dim.scale.values())
         dim.kind = "blockwise" if plain else "halo"
 
-    def _halo(self, dim: _Dim, touching) -> tuple:
-        """Per input axis: elements read before and after the aligned block, from the access maps."""
-        sides: dict = {}
-        for i in touching:
-            ranges = self.bound.statements[i]
-            for tensor, axis, coeffs, const in self._index_affs(i, dim):
-                if tensor not in self.args:
-                    continue
-                lo = hi = const
-                for w, c in coeffs.items():
-                    if w != dim.var[i]:
-                        a, b = ranges[w]
-                        lo, hi = lo + min(c * a, c * (b - 1)), hi + max(c * a, c * (b - 1))
-                step = coeffs[dim.var[i]]
-                before, after = sides.get((tensor, axis), (0, 0))
-                sides[(tensor, axis)] = (max(before, -lo), max(after, hi - (step - 1)))
-        return tuple((axis, before, after) for axis, (before, after) in sides.items())
+    def _halo(self, dim: _Dim) -> tuple:
+        """Per input axis: elements read before and after the aligned block, from the access
+        maps composed through the statements, for a block far from the array's edges."""
+        far = 1 << 40
+        regions = self._needed_regions(dim, (far, far + 1), clip=False)
+        return tuple((axis, max(0, dim.scale[axis] * far - regions[axis][0]),
+                      max(0, regions[axis][1] - dim.scale[axis] * (far + 1)))
+                     for axis in self.input_axes(dim) if axis in regions)
 
     def _split_reduction(self, dim: _Dim, index: int):
         stmt = self.stmts[index]
@@ -526,7 +517,7 @@ class _Call:
             self._regions[key] = self._needed_regions(dim, block)
         return self._regions[key]
 
-    def _needed_regions(self, dim: _Dim, block) -> dict:
+    def _needed_regions(self, dim: _Dim, block, clip: bool = True) -> dict:
         needed = {axis: block for axis in dim.axes if axis[0] in self.outputs}
         for i in sorted(dim.var, reverse=True):
             stmt, v = self.stmts[i], dim.var[i]
@@ -534,7 +525,9 @@ class _Call:
             if lhs_axis not in needed:
                 continue
             ranges = self.bound.statements[i]
-            lo_v, hi_v = max(ranges[v][0], needed[lhs_axis][0]), min(ranges[v][1], needed[lhs_axis][1])
+            lo_v, hi_v = needed[lhs_axis]
+            if clip:  # else: a block far inside the arrays, for the halo's depth
+                lo_v, hi_v = max(ranges[v][0], lo_v), min(ranges[v][1], hi_v)
             if lo_v >= hi_v or any(a >= b for a, b in ranges.values()):
                 continue
             for tensor, axis, coeffs, const in self._index_affs(i, dim):
@@ -542,8 +535,9 @@ class _Call:
                 for w, c in coeffs.items():
                     a, b = (lo_v, hi_v) if w == v else ranges[w]
                     lo, hi = lo + min(c * a, c * (b - 1)), hi + max(c * a, c * (b - 1))
-                size = self.shapes[tensor][axis]
-                lo, hi = max(lo, 0), min(hi + 1, size)
+                hi += 1
+                if clip:
+                    lo, hi = max(lo, 0), min(hi, self.shapes[tensor][axis])
                 if lo < hi:
                     old = needed.get((tensor, axis))
                     needed[(tensor, axis)] = (lo, hi) if old is None else (min(lo, old[0]), max(hi, old[1]))

@@ -163,6 +163,27 @@ def test_valid_conv_has_depth_kh_minus_1_and_equals_the_compiled_kernel():
     assert "H (I.2): halo of depth 2 in 2 blocks (I.2: 0 before, 2 after)" in tcd.explain(kernel, dI, Wt)
 
 
+CHAIN = """
+def chain(float64(H) X, float64(K) W) -> (Z) {
+    T(h) +=! X(h + k) * W(k)
+    Z(h) +=! T(2*h + k) * W(k)
+}
+"""
+
+
+@SETTINGS
+@given(ch=chunkings(40))
+def test_stencils_in_a_chain_compose_their_halos(ch):
+    kernel = tcpy.define(CHAIN, backend="reference")
+    X, W = rng.random(40), rng.random(3)
+    dX = chunked(X, ch)
+    got, whole = run(kernel, dX, W)
+    np.testing.assert_allclose(got, whole, rtol=1e-12)
+    dim = tcd.plan(kernel, dX, W).dimension("H")
+    # Z(h) needs T(2h .. 2h+2), which needs X(2h .. 2h+4): 3 past the 2 X elements of h
+    assert (dim.kind, dim.halo) == (("halo", ((("X", 0), 0, 3),)) if split(ch) else ("whole", ()))
+
+
 CONV_RELU = """
 def conv_relu(float(N, C, H, W) I, float(F, C, KH, KW) Wt, float(F) b) -> (Y) {
     O(n, f, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W)

@@ -207,6 +207,9 @@ ERRORS = [
     (tinyir.DtypeMismatch, "m", [_x([3], "i32"), _u("m", "MUL", ["x", 0.5])],
      "the immediate 0.5 is not an integer, as i32 needs"),
     (tinyir.TinyIRError, "q", [_x([3]), _u("q", "SQRT", ["x"])], "unknown uop 'SQRT'"),
+    (tinyir.TinyIRError, "p", [_x([3]), _u("p", "PAD", ["x"], pad=[[-1, 0]])], "a pad must be an int >= 0, got -1"),
+    (tinyir.TinyIRError, "p", [_x([3]), _u("p", "PAD", ["x"], pad=[["lo", 0]])],
+     "a pad must be an int >= 0, got 'lo'; give 'lo' a value with sizes="),
     (tinyir.TinyIRError, "a", [_x([3]), _u("a", "ADD", ["x", "nope"])], "source 'nope' is not a node"),
     (tinyir.TinyIRError, "b", [_u("a", "NEG", ["b"]), _u("b", "NEG", ["a"])], "cycle through 'a'"),
 ]

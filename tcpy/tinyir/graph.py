@@ -187,7 +187,10 @@ class _Checker:
 
     def integer(self, value, node: str, what: str, minimum: int = 0) -> int:
         """A parameter that must be a known int (a literal, or a symbol given in ``sizes``)."""
-        expr = value if isinstance(value, bool) else self.dim(value, node) if isinstance(value, (int, str)) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            expr = sympy.Integer(value)
+        else:
+            expr = self.dim(value, node) if isinstance(value, str) else None
         if not isinstance(expr, sympy.Integer) or int(expr) < minimum:
             hint = f"; give {value!r} a value with sizes=" if isinstance(value, str) else ""
             raise TinyIRError(node, f"{what} must be an int >= {minimum}, got {value!r}{hint}")

@@ -42,6 +42,12 @@ class Options:
         F(2x2, 3x3) when it estimates a gain (:mod:`tcpy.transform.winograd`: 2.25x fewer
         multiplications, results that differ from the direct sums by rounding only); off keeps
         the direct sums.
+    plan: fields of the contraction engine's plan instead of its cost model's choice, for
+        every statement the engine runs: ``path`` (``"packed"``, ``"small"``, ``"stream"``,
+        ``"direct"``, ``"batch_lanes"``), ``mr`` and ``nr`` (the micro-tile's rows and
+        columns), ``kc``, ``mc``, ``nc`` (cache blocks), ``grid`` (threads over batch, M, N, K)
+        and, for a fused chain, ``rows`` (its row block). Values a statement cannot run with
+        raise :class:`~tcpy.TCOptionError` when it is specialised.
     target: the machine to build for: a :class:`~tcpy.Target`, a preset name (``"x86-64-v3"``)
         or None for ``$TCPY_TARGET``, else this machine.
     """
@@ -60,6 +66,7 @@ class Options:
     fuse: bool = True
     winograd: bool = True
     target: Union[None, str, Target] = None
+    plan: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "target", Target.resolve(self.target))
@@ -81,6 +88,7 @@ class Options:
                 _bad("tile_sizes", "index variable names as keys", var)
             if not _int_in(size, 0, MAX_TILE):
                 _bad(f"tile_sizes[{var!r}]", f"an int from 0 to {MAX_TILE}", size)
+        object.__setattr__(self, "plan", _plan_overrides(self.plan))
 
     @property
     def threads(self) -> int:
@@ -98,6 +106,7 @@ class Options:
             tuple(sorted(self.tile_sizes.items())), self.loop_order, self.unroll, self.threads,
             self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
             self.register_tile, self.contraction, self.fuse, self.winograd, self.target.key(),
+            tuple(sorted(self.plan.items())),
         )
 
 
@@ -116,3 +125,31 @@ def _names(field_name: str, value, expected: str = "a sequence of index variable
     if not all(isinstance(v, str) for v in value):
         _bad(field_name, expected, value)
     return tuple(value)
+
+
+PLAN_PATHS = ("packed", "small", "stream", "direct", "batch_lanes")
+PLAN_SIZES = ("mr", "nr", "kc", "mc", "nc", "rows")
+
+
+def _plan_overrides(plan) -> dict:
+    """``Options.plan`` checked for names and types (what a contraction can run with is
+    checked when it is planned): a dict, ``grid`` as a tuple."""
+    if not isinstance(plan, Mapping):
+        _bad("plan", "a mapping from plan field to value, e.g. {'mr': 4, 'kc': 128}", plan)
+    checked = {}
+    for name, value in plan.items():
+        if name == "path":
+            if value not in PLAN_PATHS:
+                _bad("plan['path']", f"one of {', '.join(map(repr, PLAN_PATHS))}", value)
+        elif name == "grid":
+            if (not isinstance(value, (tuple, list)) or len(value) != 4
+                    or not all(_int_in(v, 1, MAX_THREADS) for v in value)):
+                _bad("plan['grid']", f"4 ints from 1 to {MAX_THREADS}: threads over (batch, M, N, K)", value)
+            value = tuple(value)
+        elif name in PLAN_SIZES:
+            if not _int_in(value, 1, MAX_TILE):
+                _bad(f"plan[{name!r}]", f"an int from 1 to {MAX_TILE}", value)
+        else:
+            _bad("plan", f"fields among {', '.join(('path', 'grid') + PLAN_SIZES)}", name)
+        checked[name] = value
+    return checked

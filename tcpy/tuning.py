@@ -22,7 +22,10 @@ from tqdm.auto import tqdm
 from .runtime.build import cache_dir
 from .errors import TCOptionError
 from .options import Options
+from .loopir import ContractionNest
 from .target import PRESETS
+
+KEEP_DEFAULT_MARGIN = 0.03  # another schedule must beat the first candidate by this share
 
 _memory: dict[str, Optional[Options]] = {}  # key -> tuned options (None: looked up, not tuned)
 
@@ -95,10 +98,14 @@ def clear_tuned() -> bool:
 
 
 def candidates(kernel, sizes: Mapping[str, int]) -> list[Options]:
-    """A small search space around the default schedule: tile sizes halved and doubled,
+    """A small search space around the default schedule: for a kernel the contraction engine
+    runs, plans around its plan (:func:`plan_candidates`); else tile sizes halved and doubled,
     register tiles on and off, serial vs parallel."""
     base = kernel.options
     spec = kernel.with_options(base).specialize(**sizes)
+    engine_plans = [node.plan for nest in spec.ir.nests for node in nest.body if isinstance(node, ContractionNest)]
+    if engine_plans and not base.plan:
+        return plan_candidates(kernel, sizes, engine_plans[0])
     tiles: dict[str, int] = {}
     for nest in spec.ir.nests:
         if nest.schedule is not None:
@@ -110,6 +117,41 @@ def candidates(kernel, sizes: Mapping[str, int]) -> list[Options]:
         found.append(dataclasses.replace(base, tile_sizes={v: 0 for v in tiles}))
     if base.parallel and base.threads > 1:
         found.append(dataclasses.replace(base, parallel=False))
+    return found
+
+
+def plan_candidates(kernel, sizes: Mapping[str, int], default) -> list[Options]:
+    """The default plan first, then ``Options.plan`` overrides around it (the engine's first
+    statement's plan ``default``): the micro-tile's other shapes, kc, mc and nc halved and
+    doubled, the other paths, the thread grid with K or N split instead; only those the
+    statements can run with."""
+    base = kernel.options
+    lanes = default.lanes
+    tries: list[dict] = []
+    for mr, nv in ((default.mr - 2, default.nr_vectors), (default.mr + 2, default.nr_vectors),
+                   (default.mr, default.nr_vectors + 1), (default.mr + 2, default.nr_vectors - 1)):
+        if mr >= 1 and nv >= 1:
+            tries.append({"mr": mr, "nr": nv * lanes})
+    tries += [{"kc": max(4, default.kc // 2 // 4 * 4)}, {"kc": default.kc * 2},
+              {"mc": max(default.mr, default.mc // 2 // default.mr * default.mr)}, {"mc": default.mc * 2},
+              {"nc": max(default.nr, default.nc // 2 // default.nr * default.nr)}, {"nc": default.nc * 2}]
+    tries += [{"path": path} for path in ("packed", "small", "stream") if path != default.path]
+    tb, tm, tn, tk = default.grid
+    tries += [{"grid": grid} for grid in ((tb, tn, tm, tk), (tb, 1, tm * tn, tk), (tb, tm * tn, 1, tk),
+                                          (tb, tm, tn, tk * 2), (tb * tm * tn * tk, 1, 1, 1))
+              if grid != default.grid]
+    found, seen = [base], set()
+    for overrides in tries:
+        options = dataclasses.replace(base, plan=overrides)
+        key = repr(sorted(overrides.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            kernel.with_options(options).specialize(**sizes)
+        except TCOptionError:
+            continue  # a plan these statements cannot run with
+        found.append(options)
     return found
 
 
@@ -129,7 +171,8 @@ def autotune(kernel, *arrays, options: Optional[Sequence[Options]] = None, repea
 
     ``options``: the candidates (default: :func:`candidates`). After this, calls of ``kernel``
     (and of any kernel of the same def and options, also in later processes) with these shapes
-    use the winner. Returns it.
+    use the winner. Returns it. The first candidate (the default schedule) is kept unless another
+    is faster by ``KEEP_DEFAULT_MARGIN``: a timing's noise never picks a slower schedule.
     """
     from .binding import bind_arguments
 
@@ -144,6 +187,8 @@ def autotune(kernel, *arrays, options: Optional[Sequence[Options]] = None, repea
     for opts in tqdm(trials, desc=f"autotune {kernel.name}", disable=not progress, leave=False):
         timings.append(_time(kernel.with_options(opts), arrays, repeat))
     best = trials[int(np.argmin(timings))]
+    if min(timings) * (1 + KEEP_DEFAULT_MARGIN) > timings[0]:
+        best = trials[0]
     _record(_key(kernel, sizes), best)
     kernel.clear()  # the next call compiles (or finds) the tuned kernel
     return best

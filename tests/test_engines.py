@@ -3,10 +3,12 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tcpy
 from tcpy import demo
-from tcpy.loopir import ContractionNest, NestKind
+from tcpy.loopir import BlockChain, ContractionNest, NestKind
+from tcpy.target import Target
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "tcpy"
 # The planner's entry points: recognising a contraction and planning it.
@@ -50,3 +52,90 @@ def test_every_statement_is_stamped_and_the_nests_follow_the_stamps():
     for index in stamped:
         (node,) = [node for n in ir.nests if n.stmt == index for node in n.body]
         assert node.plan is ir.program.statements[index].engine.plan  # read, not planned again
+
+
+# ----------------------------------------------------------------------------- plan overrides
+
+GEMM_SHAPES = ((96, 200), (200, 400))  # packed path, grid 1x1x2x1 by default at 2 threads
+# plans are compared on a preset (never the host's); the kernels run, so it must run here
+RUNNABLE_V3 = "x86-64-v3" if Target.preset("x86-64-v3").can_run_here() else "x86-64"
+
+
+def _engine_plans(kernel, *shapes):
+    ir = kernel.specialize(*shapes).ir
+    return [node.plan for nest in ir.nests for node in nest.body if isinstance(node, ContractionNest)]
+
+
+def _check_against_reference(source, options, *arrays):
+    kernel = tcpy.define(source, options=options)
+    got = kernel(*arrays)
+    want = tcpy.define(source, backend="reference")(*arrays)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    return kernel
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"mr": 4, "nr": 8}, {"mr": 4, "nr": 8}),
+    ({"kc": 64}, {"kc": 64}),
+    ({"mc": 24, "nc": 64}, {"mc": 24, "nc": 64}),
+    ({"path": "small"}, {"path": "small"}),
+    ({"path": "stream"}, {"path": "stream"}),
+    ({"grid": (1, 2, 1, 1)}, {"grid": (1, 2, 1, 1)}),
+], ids=["micro-tile", "kc", "mc-nc", "small", "stream", "grid"])
+def test_each_plan_field_can_be_set(overrides, expected):
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in GEMM_SHAPES)
+    options = tcpy.Options(target=RUNNABLE_V3, num_threads=2, plan=overrides)
+    (default,) = _engine_plans(tcpy.define(demo.GEMM, options=tcpy.Options(target=RUNNABLE_V3, num_threads=2)),
+                               *GEMM_SHAPES)
+    assert any(getattr(default, k) != v for k, v in expected.items())  # (the override changes something)
+    kernel = tcpy.define(demo.GEMM, options=options)
+    np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-4, atol=1e-3)
+    (planned,) = _engine_plans(kernel, A, B)
+    assert {k: getattr(planned, k) for k in expected} == expected
+    assert "set by Options.plan" in str(kernel.explain(A, B))
+
+
+def test_a_chain_row_block_can_be_set():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 40, 16)).astype(np.float32) for _ in range(3))
+    options = tcpy.Options(target=RUNNABLE_V3, num_threads=2, plan={"rows": 12})
+    kernel = _check_against_reference(demo.ATTENTION, options, q, k, v, np.float32(0.25))
+    (chain,) = [n for nest in kernel.specialize(q, k, v, np.float32(0.25)).ir.nests for n in nest.body
+                if isinstance(n, BlockChain)]
+    assert chain.rows == 12
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"nr": 12}, "Options.plan['nr'] must be a multiple of 8 for this contraction, got 12"),
+    ({"mr": 9}, "Options.plan['mr'] must be a micro-tile of at most 8 rows"),
+    ({"kc": 66}, "Options.plan['kc'] must be a multiple of 4 for this contraction, got 66"),
+    ({"grid": (1, 2, 2, 1)}, "Options.plan['grid'] must be (batch, M, N, K) cells of at most 2 thread(s)"),
+    ({"grid": (2, 1, 1, 1)}, "Options.plan['grid'] must be (batch, M, N, K) cells of at most 2 thread(s) in all and "
+                             "at most (1, 16, 25, 1) for this contraction on the packed path, got (2, 1, 1, 1)"),
+    ({"path": "direct"}, "Options.plan['path'] must be a path this contraction can run (packed, small, stream), "
+                         "got 'direct'"),
+    ({"rows": 7}, "Options.plan['rows'] must be a multiple of the chain's micro-tile rows"),
+])
+def test_a_plan_a_statement_cannot_run_with_is_an_option_error(overrides, message):
+    source, shapes = (demo.ATTENTION, ((1, 2, 40, 16),) * 3 + (np.float32(0.25),)) if "rows" in overrides \
+        else (demo.GEMM, GEMM_SHAPES)
+    kernel = tcpy.define(source, options=tcpy.Options(target="x86-64-v3", num_threads=2, plan=overrides))
+    with pytest.raises(tcpy.TCOptionError) as err:
+        kernel.c_source(*shapes)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("plan, message", [
+    ({"bogus": 1}, "Options.plan must be fields among path, grid, mr, nr, kc, mc, nc, rows, got 'bogus' (str)"),
+    ({"path": "fast"}, "Options.plan['path'] must be one of 'packed', 'small', 'stream', 'direct', 'batch_lanes', "
+                       "got 'fast' (str)"),
+    ({"grid": (1, 2)}, "Options.plan['grid'] must be 4 ints from 1 to 65536"),
+    ({"kc": 0}, "Options.plan['kc'] must be an int from 1 to"),
+    ({"mr": True}, "Options.plan['mr'] must be an int from 1 to"),
+    ([("mr", 4)], "Options.plan must be a mapping from plan field to value"),
+])
+def test_bad_plan_options_are_refused_at_once(plan, message):
+    with pytest.raises(tcpy.TCOptionError) as err:
+        tcpy.Options(plan=plan)
+    assert message in str(err.value)

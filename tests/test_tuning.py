@@ -53,3 +53,23 @@ def test_omp_num_threads_is_the_default_thread_count(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert tcpy.Options().threads == 1
     assert tcpy.Options(num_threads=3).threads == 3
+
+
+def test_autotune_on_a_contraction_searches_engine_plans(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))
+    kernel = tcpy.define(MATMUL, options=tcpy.Options(target="x86-64-v3", num_threads=2))
+    options = tuning.candidates(kernel, {"M": 96, "K": 200, "N": 400})
+    assert options[0] == kernel.options
+    tried = {name for o in options[1:] for name in o.plan}
+    assert {"mr", "nr", "kc", "mc", "nc", "path", "grid"} <= tried  # plans, not loop tiles
+    assert not any(o.tile_sizes or o.loop_order for o in options)
+
+
+def test_autotune_keeps_the_default_unless_another_is_clearly_faster(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path))
+    A, B = np.ones((20, 10), np.float32), np.ones((10, 30), np.float32)
+    trials = [tcpy.Options(), tcpy.Options(plan={"kc": 8}), tcpy.Options(plan={"kc": 4})]
+    for timings, winner in (([1.0, 0.99, 1.2], 0), ([1.0, 0.9, 0.95], 1)):
+        monkeypatch.setattr(tuning, "_time", lambda kernel, arrays, repeat, t=iter(timings): next(t))
+        tuning._memory.clear()
+        assert tcpy.autotune(tcpy.define(MATMUL), A, B, options=trials, progress=False) == trials[winner]

@@ -45,8 +45,10 @@ import array
 import dataclasses
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Mapping, Optional
 
+from ..errors import TCOptionError
 from ..lang import ast
 from ..lang.types import ScalarType
 from ..target import Target
@@ -635,6 +637,66 @@ def _round_down(x: int, m: int) -> int:
     return max(m, x // m * m)
 
 
+# ----------------------------------------------------------------------------- plan overrides
+
+PATHS = ("packed", "small", "stream", "direct", "batch_lanes")  # the paths Options.plan may ask for
+
+
+def _bad_plan(name: str, expected: str, got) -> None:
+    raise TCOptionError(f"Options.plan[{name!r}] must be {expected}, got {got!r}")
+
+
+def _multiple_of(name: str, value: int, multiple: int) -> int:
+    if value % multiple:
+        _bad_plan(name, f"a multiple of {multiple} for this contraction", value)
+    return value
+
+
+def _micro_tile_of(target: Target, element_bytes: int, n: int, overrides) -> tuple[int, int]:
+    """``(MR, NR vectors)``: the planner's (:func:`micro_tile`), or the one ``overrides`` set,
+    which must be whole vectors fitting the registers as :func:`micro_tile`'s do."""
+    mr, nv = micro_tile(target, element_bytes, n)
+    if "mr" not in overrides and "nr" not in overrides:
+        return mr, nv
+    lanes = target.lanes(element_bytes)
+    mr = overrides.get("mr", mr)
+    nr = _multiple_of("nr", overrides.get("nr", nv * lanes), lanes)
+    nv = nr // lanes
+    if mr > MAX_TILE_ROWS or nv > 4 or mr * nv + nv + 1 > target.vector_registers:
+        _bad_plan("mr" if "mr" in overrides else "nr",
+                  f"a micro-tile of at most {MAX_TILE_ROWS} rows and 4 vectors of {lanes} whose accumulators, "
+                  f"B vectors and broadcast fit {target.vector_registers} registers (mr {mr}, nr {nr} do not)",
+                  overrides.get("mr", overrides.get("nr")))
+    return mr, nv
+
+
+def _path_runs(path: str, con: Contraction) -> bool:
+    """Whether ``path`` can compute ``con`` at all (whatever it would cost)."""
+    if path == "direct":
+        return _direct_ok(con)
+    if path == "batch_lanes":
+        return _batch_lanes_ok(con)
+    if path == "small":
+        return _small_layout_ok(con)
+    if path == "stream":
+        return _stream_layout_ok(con)
+    return path == "packed"
+
+
+def _grid_of(con, path, mr, nr, kc, mc, nc, lanes, threads, overrides) -> tuple[int, int, int, int]:
+    """The least-cost thread grid (:func:`_grid`), or the one ``overrides`` set: at most
+    ``threads`` cells, none empty, K split only on the packed path."""
+    if "grid" not in overrides:
+        return _grid(con, path, mr, nr, kc, mc, nc, lanes, threads)
+    grid = tuple(overrides["grid"])
+    batch, M, N, K = con.sizes
+    limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
+    if math.prod(grid) > threads or any(g > limit for g, limit in zip(grid, limits)):
+        _bad_plan("grid", f"(batch, M, N, K) cells of at most {threads} thread(s) in all and at most "
+                  f"{limits} for this contraction on the {path} path", grid)
+    return grid
+
+
 def _balanced(total: int, block: int, multiple: int) -> int:
     """A block size <= ``block`` (a multiple of ``multiple``) splitting ``total`` into equal
     blocks: 300 with block 200 gives 152, not 200 + 100."""
@@ -645,19 +707,25 @@ def _balanced(total: int, block: int, multiple: int) -> int:
 
 
 def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False,
-         winograd: bool = True) -> Plan:
+         winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({})) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
     ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
     small path (B read in place) never pays: ``stream`` or ``packed``. ``winograd``: the
-    winograd path may be chosen (``Options.winograd``)."""
+    winograd path may be chosen (``Options.winograd``). ``overrides`` (``Options.plan``) set
+    plan fields instead of the cost model: ``path``, ``mr``, ``nr``, ``kc``, ``mc``, ``nc``,
+    ``grid``; a value this contraction cannot run with raises :class:`TCOptionError`."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
-    mr, nv = micro_tile(target, s, N)
+    mr, nv = _micro_tile_of(target, s, N, overrides)
     nr = nv * lanes
     unroll = 4
-    if _batch_lanes_ok(con):
+    path_set = overrides.get("path")
+    if path_set is not None and not _path_runs(path_set, con):
+        _bad_plan("path", f"a path this contraction can run ({', '.join(p for p in PATHS if _path_runs(p, con))})",
+                  path_set)
+    if path_set in (None, "batch_lanes") and _batch_lanes_ok(con):
         # cells split M: each thread reads and writes whole rows of batch lanes (a pixel's
         # channels), contiguous in memory; the batch only when M has fewer rows than threads
         tm = min(M, threads)
@@ -668,11 +736,11 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                    f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): rows of M first (each "
                    "thread's rows of batch lanes contiguous in memory)")
         return Plan("batch_lanes", 1, lanes, lanes, K, 1, 1, unroll, grid, threads, reasons)
-    if _direct_ok(con):
+    if path_set in (None, "direct") and _direct_ok(con):
         # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
         # the K rows of B a run reads stay in L1.
         nc = _round_down(target.l1d // 2 // (K * s), lanes)
-        grid = _grid(con, "direct", mr, nr, K, 1, nc, lanes, threads)
+        grid = _grid_of(con, "direct", mr, nr, K, 1, nc, lanes, threads, overrides)
         reasons = (f"direct path: M = 1 and K = {K} (a window, as in a depthwise convolution): each run of up "
                    f"to {nc} outputs along N sums its K taps in registers, vectorised along the run",
                    f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): least estimated time")
@@ -688,6 +756,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
+    if "mr" in overrides or "nr" in overrides:
+        reasons[0] += " (set by Options.plan)"
     # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers (MR x kc)
     # stream through it. Of an L1 of W ways, A's slivers need C_A = floor((W - 1) / (1 + NR/MR))
     # ways and one way stays free for C, so B's sliver may fill W - 1 - C_A ways. The packed A
@@ -696,7 +766,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
     b_ways = max(1, target.l1d_ways - 1 - a_ways)
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
-    form = winograd_form(con) if winograd and not b_packed_once else None
+    form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
         wplan = _winograd_plan(con, form, target, threads, kc_max, unroll)
         if wplan is not None:
@@ -710,19 +780,26 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         kc = _balanced(K, K, unroll)
         reasons.append(f"kc {kc}: K = {K} in one block, longer than the L1 fit ({kc_max}): a second block "
                        f"would read and write the output ({out_bytes // 1024} KiB, beyond L2) once more")
+    if "kc" in overrides:
+        kc = _multiple_of("kc", overrides["kc"], unroll)
+        reasons.append(f"kc {kc}: set by Options.plan")
     mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
     nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
     small = _small_ok(con, target, kc, s) and not b_packed_once
-    if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
+    if path_set is not None:
+        small = path_set == "small"
+    elif small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
         small = False  # fewer micro-tiles than threads: the packed path can split K
         reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
     if small:
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
                        f"fits half of L2: packing cannot pay")
-    elif _stream_ok(con, target, kc_stream := min(kc, _stream_kc(target, N, s, unroll)), s, lanes) and (
-            b_packed_once or batch * -(-M // mr) >= threads):
+    elif (path_set == "stream" or path_set is None and _stream_ok(
+            con, target, kc_stream := min(kc, _stream_kc(target, N, s, unroll)), s, lanes) and (
+            b_packed_once or batch * -(-M // mr) >= threads)):
         path = "stream"
+        kc_stream = kc if "kc" in overrides else min(kc, _stream_kc(target, N, s, unroll))
         if kc_stream < kc:
             kc = _balanced(K, kc_stream, unroll)
             reasons.append(f"kc {kc} for the stream path: a K block of B fits half of L2")
@@ -731,7 +808,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                        f"time, against a packed K block of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
     else:
         path = "packed"
-    grid = _grid(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads)
+    if path_set is not None:
+        reasons.append(f"{path} path: set by Options.plan")
+    grid = _grid_of(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads, overrides)
     tb, tm, tn, tk = grid
     # Small path: a B sliver (kc x NR, rows far apart in B) is copied to be contiguous when
     # enough micro-tiles reuse it (its rows would otherwise crowd a few L1 sets).
@@ -751,6 +830,11 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         nc_max = _round_down(target.l2 // 2 // (kc * s), nr)
     mc = _balanced(m_part, mc_max, mr)
     nc = _balanced(n_part, nc_max, nr)
+    if "mc" in overrides or "nc" in overrides:
+        mc = _multiple_of("mc", overrides.get("mc", mc), mr)
+        nc = _multiple_of("nc", overrides.get("nc", nc), nr)
+        a_once = a_once and m_part <= mc
+        reasons.append(f"mc {mc}, nc {nc}: set by Options.plan")
     if a_once:
         where = f"L2 ({target.l2 // 1024} KiB)" if a_bytes <= target.l2 // 2 else \
             f"this core's L3 share ({target.l3_per_core // 1024} KiB; one mc block)"
@@ -763,8 +847,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                        f"({target.l2 // 1024} KiB)")
         reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits half of "
                        f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
-    reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): least estimated time of "
-                   "compute + packing + split-K combination")
+    reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): " + (
+        "set by Options.plan" if "grid" in overrides else
+        "least estimated time of compute + packing + split-K combination"))
     # An output written once (one K block) that is larger than the threads' halves of L3 would
     # only evict the operands: its whole tiles bypass the caches (no read for ownership, half
     # the memory traffic of the stores).
@@ -848,6 +933,11 @@ def _stream_ok(con: Contraction, target: Target, kc: int, s: int, lanes: int) ->
     cost = PACK_COST if M * K * s <= target.l2 else PACK_COST_FAR
     if cost * lanes * FMA_PIPES / max(1, N) <= PACK_SHARE_MAX or kc * N * s > target.l2 // 2:
         return False
+    return _stream_layout_ok(con)
+
+
+def _stream_layout_ok(con: Contraction) -> bool:
+    """A can be read in place: unguarded, of the contraction's type, linear along M and K."""
     m_stride = con.linear_stride("m", "a")
     return (con.a.dtype is con.dtype and bool(con.k) and con.linear_stride("k", "a") is not None
             and con.guarded != "a" and m_stride is not None and (not con.m or m_stride != 0))
@@ -863,9 +953,13 @@ def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
     """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
     L2: each packed element would be reused too few times to pay for its copy."""
     _, M, N, K = con.sizes
-    if (M + N) * kc * s > target.l2 // 2 or con.guards:  # a guarded operand is only read by packing
-        return False
-    if con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
+    return (M + N) * kc * s <= target.l2 // 2 and _small_layout_ok(con)
+
+
+def _small_layout_ok(con: Contraction) -> bool:
+    """Both operands can be read in place: unguarded (a guarded operand is only read by
+    packing), of the contraction's type, one variable per role, B's N unit-stride."""
+    if con.guards or con.a.dtype is not con.dtype or con.b.dtype is not con.dtype:
         return False
     single = all(len(getattr(con, r)) <= 1 for r in ("m", "n", "k"))
     unit = bool(con.n) and con.n[0].b == 1 and con.n[0].c == 1

@@ -44,11 +44,14 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
     con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
     if con is None:
         return None
+    overrides = {k: v for k, v in options.plan.items() if k != "rows"}  # (rows: a chain's, see fusion)
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
-                            winograd=options.winograd))
+                            winograd=options.winograd, overrides=overrides))
 
 
 def plan_block(block: Contraction, options: Options, b_packed_once: bool) -> Plan:
     """The plan of a chain's product on one block of rows (one thread: the chain's loop over
-    blocks is the parallel one)."""
-    return plan(block, options.target, 1, b_packed_once=b_packed_once)
+    blocks is the parallel one); ``Options.plan``'s micro-tile applies (the row block is a
+    multiple of its rows), its blocks and grid do not."""
+    overrides = {k: v for k, v in options.plan.items() if k in ("mr", "nr")}
+    return plan(block, options.target, 1, b_packed_once=b_packed_once, overrides=overrides)

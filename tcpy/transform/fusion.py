@@ -60,6 +60,7 @@ from typing import Mapping, Optional
 
 import islpy as isl
 
+from ..errors import TCOptionError
 from ..lang import ast
 from ..lang.visit import map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
@@ -439,6 +440,12 @@ def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Opti
     while rows > mr and outer * -(-extent // rows) < threads:
         rows -= mr  # fewer rows per block so that every thread has one
     names = ", ".join(tensor for tensor, _, _ in blocked)
+    if "rows" in options.plan:
+        rows = options.plan["rows"]
+        if rows % mr:
+            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr}), "
+                                f"got {rows!r}")
+        return rows, (f"row block {rows} rows of {block_var}: set by Options.plan",)
     reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tiles' {mr}): the block buffers "
                f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "
                f"({target.l2 // 1024} KiB)"]

@@ -127,7 +127,8 @@ class Plan:
 def apply(kernel, *arrays, rechunk: bool = True, options: Optional[Options] = None):
     """Run ``kernel`` on Dask (or NumPy) arrays; returns a Dask array per output (a tuple for several).
 
-    The plan (see :func:`explain`) splits every dimension it can prove exact; a dimension
+    ``kernel`` comes from :func:`tcpy.define` (compiled, or ``backend="reference"``); rank-0
+    parameters take Python numbers. The plan (see :func:`explain`) splits every dimension it can prove exact; a dimension
     that must be whole but is chunked is rechunked with a :class:`~tcpy.TCWarning`, or raises
     :class:`~tcpy.TCArgumentError` when ``rechunk=False``. ``options`` replaces the kernel's
     options in the tasks (its ``num_threads``, when set, overrides the per-task thread count).

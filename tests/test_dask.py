@@ -237,6 +237,8 @@ def test_gemm_k_chunked_compiled_keeps_dtype():
     got = C.compute()
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, kernel(A, B), rtol=1e-5)
+    one_thread = tcd.apply(kernel, chunked(A, (16, 32)), chunked(B, (32, 24)), options=tcpy.Options(num_threads=1))
+    np.testing.assert_allclose(one_thread.compute(), got, rtol=1e-6)
 
 
 def test_integer_gemm_wraps_like_the_kernel():

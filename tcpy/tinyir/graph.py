@@ -128,7 +128,7 @@ class _Checker:
         self.values: dict[str, object] = {}
         for name, value in sizes.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise TinyIRError(None, f"size {name!r} must be a non-negative int, got {value!r}")
+                raise TinyIRError(None, f"size {name!r} must be an int >= 0, got {value!r}")
             self.values[name] = sympy.Integer(value)
         self.unknown: dict[sympy.Symbol, str] = {}  # unknown symbol -> node that introduced it
         self.size_symbols: list[sympy.Symbol] = []
@@ -171,11 +171,13 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise TinyIRError(node, f"a shape entry must be an int or a symbol name, got {value!r}")
         if isinstance(value, int):
-            if value < 0:
-                raise TinyIRError(node, f"a shape entry must be >= 0, got {value}")
+            if value < 1:  # TC ranges are never empty for constant sizes
+                raise TinyIRError(node, f"a shape entry must be >= 1, got {value}")
             return sympy.Integer(value)
         if not _IDENT.match(value):
             raise TinyIRError(node, f"a shape symbol must be an identifier, got {value!r}")
+        if value in self.values and self.values[value] == 0:
+            raise TinyIRError(node, f"shape symbol {value!r} is 0; TC ranges are never empty")
         if value not in self.values:
             symbol = size_symbol(value)
             self.values[value] = symbol
@@ -185,12 +187,18 @@ class _Checker:
                 self.unknown[symbol] = node
         return self.norm(self.values[value])
 
+    def offset(self, value, node: str):
+        """A position along an axis: an int >= 0 or a symbol."""
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return sympy.Integer(value)
+        return self.dim(value, node)
+
     def integer(self, value, node: str, what: str, minimum: int = 0) -> int:
         """A parameter that must be a known int (a literal, or a symbol given in ``sizes``)."""
         if isinstance(value, int) and not isinstance(value, bool):
             expr = sympy.Integer(value)
         else:
-            expr = self.dim(value, node) if isinstance(value, str) else None
+            expr = self.norm(self.values[value]) if isinstance(value, str) and value in self.values else None
         if not isinstance(expr, sympy.Integer) or int(expr) < minimum:
             hint = f"; give {value!r} a value with sizes=" if isinstance(value, str) else ""
             raise TinyIRError(node, f"{what} must be an int >= {minimum}, got {value!r}{hint}")
@@ -398,10 +406,10 @@ class _Checker:
             raise TinyIRError(nid, f"SHRINK needs lo, hi (and step) lists of {len(shape)} entries")
         out, starts, steps = [], [], []
         for k, d in enumerate(shape):
-            a, b = self.dim(lo[k], nid), self.dim(hi[k], nid)
+            a, b = self.offset(lo[k], nid), self.offset(hi[k], nid)
             s = self.integer(step[k], nid, "a step", minimum=1)
-            if not (provably_nonnegative(a) and provably_nonnegative(b - a) and provably_nonnegative(d - b)):
-                raise TinyIRError(nid, f"SHRINK axis {k}: need 0 <= lo <= hi <= {self.norm(d)}, "
+            if not (provably_nonnegative(a) and provably_nonnegative(b - a - 1) and provably_nonnegative(d - b)):
+                raise TinyIRError(nid, f"SHRINK axis {k}: need 0 <= lo < hi <= {self.norm(d)}, "
                                        f"got lo={a}, hi={b}")
             out.append(sympy.floor((b - a + s - 1) / s))
             starts.append(a)

@@ -728,6 +728,16 @@ KERNELS = [
      [("A", "PHWK"), ("B", "RSKM")],
      lambda z, s: (z["P"], (z["H"] - z["R"]) // s + 1, (z["W"] - z["S"]) // s + 1, z["M"]),
      lambda z, s: z["K"] * z["R"] * z["S"]),
+    # padded: the guard around the product (the padding adds nothing) or around the image's read
+    # (it adds 0 x the weight: NaN for an inf weight); float weights hold inf and NaN at times
+    ("conv_padded", "C(n, o, h, w) +=! ((h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W) "
+     "? A(n, c, h + kh - 1, w + kw - 1) * B(o, c, kh, kw) : 0) where h in 0:H, w in 0:W, kh in 0:R, kw in 0:S",
+     [("A", "PKHW"), ("B", "MKRS")],
+     lambda z, s: (z["P"], z["M"], z["H"], z["W"]), lambda z, s: z["K"] * z["R"] * z["S"]),
+    ("conv_padded_image", "C(n, o, h, w) +=! ((h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W) "
+     "? A(n, c, h + kh - 1, w + kw - 1) : 0) * B(o, c, kh, kw) where h in 0:H, w in 0:W, kh in 0:R, kw in 0:S",
+     [("A", "PKHW"), ("B", "MKRS")],
+     lambda z, s: (z["P"], z["M"], z["H"], z["W"]), lambda z, s: z["K"] * z["R"] * z["S"]),
     ("maxpool", "C(n, h, w) max=! A(n, {s} * h + kh, {s} * w + kw) where kh in 0:R, kw in 0:S",
      [("A", "PHW"), ("B", "RS")],
      lambda z, s: (z["P"], (z["H"] - z["R"]) // s + 1, (z["W"] - z["S"]) // s + 1),
@@ -741,8 +751,9 @@ KERNELS = [
 
 @st.composite
 def kernel_programs(draw, name: str = "f") -> GenProgram:
-    """A standard kernel (matmul and variants, conv NCHW/NHWC, pooling, row/column reductions)
-    with random sizes up to ~70, dtype, stride and schedule options: the nests the schedule's
+    """A standard kernel (matmul and variants, conv NCHW/NHWC, padded convolutions whose weights
+    may hold inf and NaN, pooling, row/column reductions) with random sizes up to ~70, dtype,
+    stride and schedule options: the nests the schedule's
     tiling, register blocking, vectorization and parallelization work on."""
     kname, body, inputs, shape_of, length_of = draw(st.sampled_from(KERNELS))
     t = draw(st.sampled_from((S.FLOAT32, S.FLOAT32, S.FLOAT64, S.FLOAT16, S.INT32, S.INT64, S.INT16)))
@@ -761,6 +772,9 @@ def kernel_programs(draw, name: str = "f") -> GenProgram:
     source = f"def {name}({params}) -> (C) {{\n    {body}\n}}\n"
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     args = [random_array(rng, t, tuple(z[c] for c in dims)) for _, dims in inputs]
+    if kname.startswith("conv_padded") and t.is_float:
+        for _ in range(draw(st.sampled_from([0, 1, 2]))):  # inf and NaN weights
+            args[1].flat[draw(st.integers(0, args[1].size - 1))] = draw(st.sampled_from([np.inf, -np.inf, np.nan]))
     shape = shape_of(z, stride)
     volume = int(np.prod(shape)) * length_of(z, stride)
     return GenProgram(source, name, args, ["C"], {"C": shape}, length_of(z, stride), False,

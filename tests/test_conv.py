@@ -2,9 +2,10 @@
 and differential tests of random convolutions against the reference evaluator.
 
 The random convolutions draw the layout (NCHW or NHWC), groups (one, several, or depthwise),
-kernel sizes 1-7, strides 1-3, dilations 1-2, padding by a guarded read (or none), odd and prime
-image sizes, a batch of 1-3, float32 or float64, every preset this CPU runs (half of them with
-tiny caches, so small images run many blocks and edge slivers) and 1, 2 or 7 threads.
+kernel sizes 1-7, strides 1-3, dilations 1-2, padding by a guarded product or a guarded image
+read (or none), inf and NaN weights, odd and prime image sizes from 1 to 13 x 19 pixels, a
+batch of 1-3, float32 or float64, every preset this CPU runs (half of them with tiny caches, so
+small images run many blocks and edge slivers) and 1, 2 or 7 threads.
 """
 import os
 from dataclasses import dataclass
@@ -82,6 +83,42 @@ def test_inf_and_nan_weights_add_nothing_where_the_guard_fails(target, threads):
     Wt = np.nan_to_num(Wt, posinf=0.5, neginf=-0.5, nan=0.25)
     for g, r in zip(kernel(I, Wt, bias), reference(I, Wt, bias)):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+PADDED_PRODUCT = """
+def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+    O(n, f, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W)
+                      ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0
+        where h in 0:H, w in 0:W, kh in 0:KH, kw in 0:KW
+}
+"""
+PADDED_IMAGE = PADDED_PRODUCT.replace("? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0",
+                                      "? I(n, c, h + kh - 1, w + kw - 1) : 0.0) * Wt(f, c, kh, kw)").replace(
+                                      "+=! (h", "+=! ((h")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+@pytest.mark.parametrize("size", [3, 5, 8, 16])
+@pytest.mark.parametrize("form", ["product", "image"])
+def test_the_expression_decides_what_the_padding_adds_at_every_image_size(form, size, threads):
+    """``g ? I * W : 0`` adds nothing where ``g`` fails; ``(g ? I : 0) * W`` adds 0 x W there,
+    NaN for an inf weight. The engine packed zeros for both and scanned the weights only when
+    the image had at least 64 output pixels: a 5x5 image gave a NaN row for the first form, and
+    the second form's NaN vanished from 8x8 up."""
+    source = PADDED_PRODUCT if form == "product" else PADDED_IMAGE
+    I = np.full((1, 3, size, size), 2, np.float32)
+    Wt = np.ones((4, 3, 3, 3), np.float32)
+    Wt[0, 0, 2, 1] = np.inf  # the bottom tap: only the last row's padding meets it
+    kernel = tcpy.define(source, options=tcpy.Options(num_threads=threads))
+    assert _engine(kernel, I, Wt)
+    got, want = kernel(I, Wt), tcpy.define(source, backend="reference")(I, Wt)
+    np.testing.assert_array_equal(got, want)
+    last = got[0, 0, size - 1]
+    if form == "product":
+        assert (last == 24 + 12 * (np.arange(size) % (size - 1) != 0)).all()  # 3 channels x 2 x (2 or 3) taps x 2 rows
+    else:
+        assert np.isnan(last).all()
+    assert np.isinf(got[0, 0, :size - 1, :]).all()
 
 
 def test_guards_that_always_hold_are_dropped():
@@ -467,8 +504,14 @@ def convolutions(draw):
         sizes = ["N", "H", "W", *(["G"] if gs else []), *(["C"] if cs else [])]
     extent = {"g": g, "c": c, "f": f, "kh": kh, "kw": kw}
     w_shape = [extent[v] for v in w_idx]
-    read = f"I({', '.join(i_idx)}) * Wt({', '.join(w_idx)})"
-    rhs = f"({' && '.join(guard)}) ? {read} : 0.0" if guard else read
+    image, weight = f"I({', '.join(i_idx)})", f"Wt({', '.join(w_idx)})"
+    read = f"{image} * {weight}"
+    rhs = read
+    if guard and draw(st.booleans()):  # the whole product guarded: the padding adds nothing
+        rhs = f"({' && '.join(guard)}) ? {read} : 0.0"
+    elif guard:  # the image's read guarded: the padding's 0 multiplies the weight (0 x inf is NaN)
+        factor = f"(({' && '.join(guard)}) ? {image} : 0.0)"
+        rhs = f"{factor} * {weight}" if draw(st.booleans()) else f"{weight} * {factor}"
     w_sizes = ", ".join(f"W{i}" for i in range(len(w_shape)))
     source = (f"def conv({dtype}({', '.join(sizes)}) I, {dtype}({w_sizes}) Wt) -> (O) {{\n"
               f"    O({', '.join(o_idx)}) +=! {rhs}\n"
@@ -476,6 +519,8 @@ def convolutions(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     np_dtype = np.float32 if dtype == "float" else np.float64
     args = (rng.uniform(-1, 1, i_shape).astype(np_dtype), rng.uniform(-1, 1, w_shape).astype(np_dtype))
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):  # inf and NaN weights
+        args[1].flat[draw(st.integers(0, args[1].size - 1))] = draw(st.sampled_from([np.inf, -np.inf, np.nan]))
     target = draw(st.sampled_from(RUNNABLE))
     options = {"num_threads": draw(st.sampled_from([1, 2, 7])),
                "target": tiny_caches(Target.preset(target)) if draw(st.booleans()) else target}

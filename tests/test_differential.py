@@ -14,7 +14,8 @@ Each generated program (``tests/strategies.py``) is checked three ways:
   garbage gives the same results (elements no statement writes are zero).
 
 The default run checks ``TCPY_FUZZ_EXAMPLES`` random programs (250) and a fifth as many
-standard kernels (matmul variants, conv NCHW/NHWC, pooling, reductions) with sizes up to ~70
+standard kernels (matmul variants, conv NCHW/NHWC, padded convolutions with inf and NaN
+weights, pooling, reductions) with sizes up to ~70
 and random schedule options (threads among 1, 2 and 7), derandomized so that reruns hit the
 kernel disk cache; then a tenth as many of each built for every target preset this CPU can
 execute (``x86-64``, ``x86-64-v3``, and ``x86-64-v4`` on AVX-512 CPUs). A longer, fresh run

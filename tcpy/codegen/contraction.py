@@ -999,12 +999,13 @@ class _Renderer:
         w(f"memset(pad, 0, sizeof({T}) * {copy.elements});", 1)
         w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
         w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
-        w("int finite = 1;", 2)
-        w(f"for (int64_t k = 0; k < {self.K}; k++) finite &= __builtin_isfinite(({T})ab[{p}_off_a_k(k)]);", 2)
-        w("if (!finite) {", 2)
-        self.exact_sums(w, 3, ("A", "B", "C"), ("m0", "m1"), ("n0", "n1"))
-        w("continue;", 3)
-        w("}", 2)
+        if not con.padding_multiplies:  # (a guarded factor's zeros multiply the taps, as written)
+            w("int finite = 1;", 2)
+            w(f"for (int64_t k = 0; k < {self.K}; k++) finite &= __builtin_isfinite(({T})ab[{p}_off_a_k(k)]);", 2)
+            w("if (!finite) {", 2)
+            self.exact_sums(w, 3, ("A", "B", "C"), ("m0", "m1"), ("n0", "n1"))
+            w("continue;", 3)
+            w("}", 2)
         w(f"const {TB} *src = B + INT64_C({copy.source_offset}) + {p}_off_b_batch(bi);", 2)
         depth = 2
         for i, (extent, _, _, _) in enumerate(copy.dims[:-1]):
@@ -1328,12 +1329,13 @@ class _Renderer:
     @property
     def guarded_products(self) -> bool:
         """Whether the other operand of a guarded one is scanned for inf and NaN before the
-        engine runs (see :meth:`exact_fallback`): when the scan costs at most a 64th of the
-        products (a weights tensor against a convolution's work)."""
+        engine runs (see :meth:`exact_fallback`): whenever a failing guard leaves its term out,
+        whatever the sizes (the direct paths test the guard per tap instead). A guarded factor's
+        packed zeros multiply the other operand, as written: nothing to scan."""
         con = self.con
         other = con.b if con.guarded == "a" else con.a
-        return (bool(con.guards) and self.plan.path not in ("direct", "batch_lanes") and other.elements > 0
-                and other.elements * 64 <= self.batch * self.M * self.N * self.K)
+        return (bool(con.guards) and not con.padding_multiplies and self.plan.path not in ("direct", "batch_lanes")
+                and other.elements > 0)
 
     def exact_fallback(self, w: _Writer, A: str, B: str, C: str) -> bool:
         """Packing writes 0 where a guard fails, and 0 x inf is NaN where TC adds nothing; so
@@ -1356,8 +1358,9 @@ class _Renderer:
 
     def exact_sums(self, w: _Writer, depth: int, tensors, rows, cols):
         """The outputs of batch index ``bi`` in ``rows`` x ``cols`` (C ranges), each summed point by
-        point with the terms whose guard fails left out, as TC states it (slow: for inputs with
-        inf or NaN where packed zeros would make 0 x inf)."""
+        point as the statement is written: a term whose guard fails is left out, or for a guarded
+        factor is 0 times the other operand (slow: for inputs with inf or NaN where packed zeros
+        would make 0 x inf, or the winograd transforms NaN)."""
         p, T, con = self.p, self.T, self.con
         A, B, C = tensors
         own = "m" if con.guarded == "a" else "n"
@@ -1374,7 +1377,15 @@ class _Renderer:
         w(f"{T} s = 0;", depth + 2)
         w(f"for (int64_t k = 0; k < {self.K}; k++) {{", depth + 2)
         holds = " && ".join(f"g[{g_i}] + {p}_off_g{g_i}_k(k) >= 0" for g_i in range(len(parts))) or "1"
-        w(f"if ({holds}) s += ({T})ar[{p}_off_a_k(k)] * ({T})br[{p}_off_b_k(k)];", depth + 3)
+        a_k, b_k = f"({T})ar[{p}_off_a_k(k)]", f"({T})br[{p}_off_b_k(k)]"
+        if con.padding_multiplies:
+            if con.guarded == "a":
+                a_k = f"({holds} ? {a_k} : ({T})0)"
+            else:
+                b_k = f"({holds} ? {b_k} : ({T})0)"
+            w(f"s += {a_k} * {b_k};", depth + 3)
+        else:
+            w(f"if ({holds}) s += {a_k} * {b_k};", depth + 3)
         w("}", depth + 2)
         w(f"{T} *e = cr + {p}_off_c_n(j);", depth + 2)
         w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", depth + 2)

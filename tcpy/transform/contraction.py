@@ -15,11 +15,21 @@ of affine comparisons of index variables and sizes (a padded convolution's windo
 :class:`Guard` inequalities, and the packing of one operand writes zeros where they fail, so a
 padded convolution runs as fast as one over a pre-padded input. The guard's variables must all
 index that operand (``b``: batch, N, K, as in NCHW; else ``a``: batch, M, K, as in NHWC);
-comparisons that hold on the whole domain are dropped. A guarded-off element contributes
-``0 * x`` for the other operand's ``x``: 0 for every finite ``x``; TC adds nothing there, so
-the generated kernel scans the other operand for inf and NaN when the scan costs at most a 64th
-of the products, and such a call sums point by point (:mod:`tcpy.codegen.contraction`,
-``exact_fallback``; the winograd path checks both operands).
+comparisons that hold on the whole domain are dropped.
+
+The expression as written is what a guarded-off term means, whatever the sizes:
+
+* ``g ? I(...) * W(...) : 0`` (the whole product guarded) adds nothing where ``g`` fails. The
+  packed zeros contribute ``0 * x`` for the other operand's ``x``, which is 0 only for finite
+  ``x``, so the generated kernel scans the other operand for inf and NaN, and such a call sums
+  point by point (:mod:`tcpy.codegen.contraction`, ``exact_fallback``; the winograd path checks
+  both operands; the direct paths test the guard per tap);
+* ``(g ? I(...) : 0) * W(...)`` (one factor guarded) multiplies that factor's 0 by the other
+  where ``g`` fails (``0 * inf`` is NaN): the packed zeros are exactly that, so the zeros must be
+  packed into that factor's operand and no path may skip the term
+  (``Contraction.padding_multiplies``).
+
+Other guards (around a literal only, or around the two factors separately) keep the loop path.
 
 :func:`recognize` classifies its index variables by role — **batch** (output and both
 operands), **M** (output and operand ``a``), **N** (output and operand ``b``), **K** (both
@@ -177,6 +187,9 @@ class Contraction:
     init: bool
     guards: tuple[Guard, ...] = ()
     guarded: str = ""  # "a" or "b": that operand's packing writes zeros where a guard fails
+    # the guard wraps the guarded operand's read alone, ``(g ? a : 0) * b``: where it fails the
+    # term is 0 times the other operand (NaN for inf), not left out as in ``g ? a * b : 0``
+    padding_multiplies: bool = False
     padded: Optional[PaddedCopy] = None  # the guarded operand b as a zero-padded copy, when its guards allow
     extents: tuple[tuple[str, int], ...] = ()  # each role variable's extent (empty for a block's contraction)
 
@@ -219,8 +232,11 @@ class Contraction:
         if scale:
             parts.append("scaled by " + " * ".join(scale))
         if self.guards:
+            other = (self.b if self.guarded == "a" else self.a).tensor
             parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: 0 unless "
-                         + " and ".join(g.describe() for g in self.guards))
+                         + " and ".join(g.describe() for g in self.guards)
+                         + (f" (there it multiplies {other}, as written)" if self.padding_multiplies
+                            else " (there the term adds nothing)"))
         parts.append("overwrites" if self.init else "accumulates into the target")
         return "; ".join(parts)
 
@@ -313,8 +329,11 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
     if isinstance(expr, ast.Ternary):  # cond ? x : 0 is x under a guard
         if expr.type is not dtype or not _is_zero(expr.other):
             return False
-        out["conds"].append(expr.cond)
-        return _factors(expr.then, dtype, out)
+        before = len(out["tensors"])
+        if not _factors(expr.then, dtype, out):
+            return False
+        out["conds"].append((expr.cond, tuple(out["tensors"][before:])))  # (the reads it guards)
+        return True
     cast = False
     if isinstance(expr, ast.Cast):
         if expr.to is not dtype:
@@ -400,8 +419,15 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     reads = {first.tensor, second.tensor, *found["scalars"]}
     if stmt.target in reads:
         return None
+    # every guard around the whole product (a failing term adds nothing), or every guard around
+    # the same one read (a failing term is 0 times the other operand); anything else is not ours
+    guarded_reads = {under for _, under in found["conds"]}
+    if any(len(under) == 0 for under in guarded_reads) or (len(guarded_reads) > 1 and any(
+            len(under) == 1 for under in guarded_reads)):
+        return None
+    factor_guarded = next((under[0] for under in guarded_reads if len(under) == 1), None)
     guards = []
-    for cond in found["conds"]:
+    for cond, _ in found["conds"]:
         more = _guards(cond, ranges, sizes, shapes)
         if more is None:
             return None
@@ -442,16 +468,19 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     # The other operand is read at every point of the domain, so it must be inside its tensor
     # everywhere, also where the guard fails (a padded window can put the guard on the weights'
     # side when the image's output extent is 1, while the image is what it protects).
+    # A guarded factor's zeros go into its own operand (0 times the other, as written).
     guard_vars = {v for g in guards for v, _ in g.coefs}
     guarded = next((w for w, free, other in (("b", "m", "a"), ("a", "n", "b"))
                     if not guard_vars & set(roles[free])
-                    and (not guards or _in_bounds(operand_reads[other], ranges, sizes, shapes))), None)
+                    and (not guards or _in_bounds(operand_reads[other], ranges, sizes, shapes))
+                    and (factor_guarded is None or operand_reads[w] is factor_guarded)), None)
     if guarded is None:
         return None
     groups = _groups(roles, extents, a, b, c, guards)
     con = Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
-                      guarded if guards else "", extents=tuple((v, extents[v]) for r in ROLES for v in roles[r]))
+                      guarded if guards else "", bool(guards) and factor_guarded is not None,
+                      extents=tuple((v, extents[v]) for r in ROLES for v in roles[r]))
     if guards and guarded == "b":
         copy = _padded_copy(operand_reads["b"], dtype, guards, roles, ranges, sizes, shapes)
         if copy is not None:
@@ -751,9 +780,12 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         padded_copy = bool(con.padded) and grid[2] == 1 and copy_bytes <= target.l2 // 2
         if padded_copy:
             reasons += (f"B's guards bound its own indices: each batch index's slice is copied with zeros around "
-                        f"it ({copy_bytes // 1024} KiB, in half of L2) and read with no guards; batch indices "
-                        "whose taps are not all finite sum point by point (0 x inf must stay 0)",)
-        return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy)
+                        f"it ({copy_bytes // 1024} KiB, in half of L2) and read with no guards; "
+                        + ("the zeros multiply the taps, as written" if con.padding_multiplies else
+                           "batch indices whose taps are not all finite sum point by point (0 x inf must stay 0)"),)
+        # (without the copy a run leaves out the taps whose guard fails: not a guarded factor's 0 x tap)
+        if padded_copy or not con.padding_multiplies:
+            return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
     if "mr" in overrides or "nr" in overrides:
@@ -916,8 +948,10 @@ def _batch_lanes_ok(con: Contraction) -> bool:
     tensors, and guards (if any) on A that do not depend on the batch: a depthwise convolution
     in NHWC (batch = channels, M = pixels, K = the window). A micro-tile would fill one of its
     NR columns; instead the vector lanes hold consecutive batch indices, and a guard decides a
-    tap for all of them at once."""
-    if con.n or not con.m or not con.batch or con.size("k") > DIRECT_K_MAX or con.guarded == "b":
+    tap for all of them at once (so it leaves out a failing tap: not for a guarded factor, whose
+    failing taps are 0 times the other operand)."""
+    if (con.n or not con.m or not con.batch or con.size("k") > DIRECT_K_MAX or con.guarded == "b"
+            or con.padding_multiplies):
         return False
     inner = con.batch[-1]
     return (inner.a == inner.b == inner.c == 1 and con.a.dtype is con.dtype and con.b.dtype is con.dtype

@@ -108,3 +108,16 @@ def test_an_index_value_in_a_subscript_is_not_an_int32_result(backend):
     # i * N + j would overflow int32; as a subscript it is exact and in bounds (Z = 0: no read)
     k = define("def f(float(N, Z) A, float(M) B) -> (O) { O(i) +=! A(i * N / N, j) + B(i) }", backend)
     np.testing.assert_array_equal(k(np.zeros((BIG, 0), np.float32), np.ones(3, np.float32)), [0, 0, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stmt, value", [
+    ("O(i) = int64(i * N * N) where i in 0:4", "i * N * N"),
+    ("O(i) = A(i * N * N / N / N) where i in 0:4", "i * N * N"),  # in a subscript
+])
+def test_an_index_value_beyond_64_bits_raises(backend, stmt, value):
+    k = define(f"def f(float(N) A) -> (O) {{ {stmt} }}", backend)
+    with pytest.raises(tcpy.TCPreconditionError, match=re.escape(
+            f"statement 1 (line 1) '{stmt}': with sizes N={BIG}, the index value '{value}' takes values "
+            f"0..{3 * BIG * BIG}, more than 64 bits hold")):
+        k.explain((BIG,))  # binds the sizes as a call does, without the memory

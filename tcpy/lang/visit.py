@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from . import ast
 from .types import INDEX_VALUE_TYPE
 
-__all__ = ["exact_index_value", "index_results", "index_vars", "inline_lets", "is_index_value", "is_static_index",
+__all__ = ["exact_index_value", "index_value_uses", "index_vars", "inline_lets", "is_index_value", "is_static_index",
            "map_expr", "reads_tensor"]
 
 
@@ -69,17 +69,16 @@ def exact_index_value(expr: ast.Expr) -> ast.Expr:
     return map_expr(expr, lambda n: dataclasses.replace(n, type=INDEX_VALUE_TYPE))
 
 
-def index_results(expr: ast.Expr) -> tuple[ast.Expr, ...]:
-    """The index values of ``expr`` used as int32 values: the largest index-value subtrees that
-    are neither a tensor subscript (computed in 64 bits and bounds-checked) nor the operand of a
-    cast (``int64(i * N)`` converts the exact value). Each must fit in int32 where it is
-    evaluated; a call whose sizes would make one overflow raises."""
-    found: list[ast.Expr] = []
+def index_value_uses(expr: ast.Expr) -> tuple[tuple[ast.Expr, bool], ...]:
+    """The largest index-value subtrees of ``expr``, each with whether it is used as an int32
+    value: everywhere but as a tensor subscript (bounds-checked) or a cast's operand
+    (``int64(i * N)`` converts the exact value). Backends compute them all in 64 bits; one used
+    as int32 must also fit in int32 (a call whose sizes would make it overflow raises)."""
+    found: list[tuple[ast.Expr, bool]] = []
 
     def visit(e: ast.Expr, exact: bool) -> None:
         if is_index_value(e):
-            if not exact:
-                found.append(e)
+            found.append((e, not exact))
             return
         exact_children = isinstance(e, (ast.Access, ast.Cast))
         for child in e.children():

@@ -1,14 +1,15 @@
 """Index values at concrete sizes: the int32 results of TC's index type must not overflow.
 
-An index value (``i``, ``N``, ``i * N + j``; see :func:`~tcpy.lang.visit.is_index_value`) has TC's
-type int32 but every backend computes it in 64 bits. Where a statement uses one as an int32 value
-(:func:`~tcpy.lang.visit.index_results`: stored into an int32 output, added to an int32 tensor,
-compared, ...), the sizes of a call must keep it inside int32, and every intermediate inside
-int64: :func:`check_index_results` raises :class:`~tcpy.errors.TCPreconditionError` otherwise, so
-no backend ever wraps. The values are bounded over the statement's rectangular domain: exactly
-for affine expressions (each variable at its own extreme), by interval arithmetic otherwise (a
-product of two variables, a division by a variable), which may reject sizes a ternary's
-condition would have kept safe; ``int64(...)`` around the value is then the way out.
+An index value (``i``, ``N``, ``i * N + j``; see :func:`~tcpy.lang.visit.is_index_value`) has
+TC's type int32 but every backend computes it in 64 bits. Where a statement uses one as an int32
+value (:func:`~tcpy.lang.visit.index_value_uses`: stored into an int32 output, added to an int32
+tensor, compared, ...), a call's sizes must keep it inside int32; and every index value,
+subscripts and cast operands included, must stay inside int64 at every step.
+:func:`check_index_results` raises :class:`~tcpy.errors.TCPreconditionError` otherwise, so no
+backend ever wraps. Values are bounded over the statement's rectangular domain: exactly for
+affine expressions (each variable at its own extreme), by interval arithmetic otherwise (a
+product of two variables, a division by a variable), which may reject sizes that a ternary's
+condition would have kept safe; ``int64(...)`` around an int32 result is then the way out.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Mapping, Optional
 
 from ..errors import TCPreconditionError
 from ..lang import ast
-from ..lang.visit import index_results
+from ..lang.visit import index_value_uses
 
 INT32_RANGE = (-2**31, 2**31 - 1)
 INT64_RANGE = (-2**63, 2**63 - 1)
@@ -49,14 +50,14 @@ def check_index_results(def_: ast.Def, statements, bound_statements, sizes: Mapp
     for number, (st, box) in enumerate(zip(statements, bound_statements), 1):
         if any(hi <= lo for lo, hi in box.values()):
             continue  # the statement evaluates nothing
-        for result in index_results(st.stmt.rhs):
+        for value, as_int32 in index_value_uses(st.stmt.rhs):
             try:
-                bounds = _bounds(result, box, def_, sizes, shapes)
+                bounds = _bounds(value, box, def_, sizes, shapes)
             except _Overflow as exc:
                 raise TCPreconditionError(_message(def_, st.stmt, number, sizes, exc.node, exc.bounds,
                                                    "int64", INT64_RANGE)) from None
-            if bounds.lo < INT32_RANGE[0] or bounds.hi > INT32_RANGE[1]:
-                raise TCPreconditionError(_message(def_, st.stmt, number, sizes, result, bounds, "int32",
+            if as_int32 and (bounds.lo < INT32_RANGE[0] or bounds.hi > INT32_RANGE[1]):
+                raise TCPreconditionError(_message(def_, st.stmt, number, sizes, value, bounds, "int32",
                                                    INT32_RANGE))
 
 

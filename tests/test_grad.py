@@ -433,3 +433,21 @@ def test_second_order(src, shapes):
     outputs = forward(*arguments(forward, shapes))
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     check_against_finite_differences(backward.source, shapes + [np.shape(o) for o in outputs])
+
+
+def test_strided_window_gradient_sums_over_the_window():
+    """A stride-2 window's input gradient solves for the output position (a divisibility test),
+    not a sum over every output point."""
+    backward = tcpy.grad(tcpy.define(layer("max_pool")[0]))
+    statement = backward.source.splitlines()[-2]
+    assert statement.startswith("    dI(n, i1, i2) +=! i1 - kh >= 0 && i1 - kh < (2 * dO.1)")
+    assert "(i1 - kh) % 2 == 0" in statement and statement.endswith("where n in 0:N, kh in 0:2, kw in 0:2, i1 in 0:H, i2 in 0:W")
+
+
+def test_cotangent_of_the_wrong_shape():
+    forward = tcpy.define("def f(double(N) X) -> (O) { O(i) +=! X(i + j) where j in 0:2 }")
+    backward = tcpy.grad(forward)
+    np.testing.assert_array_equal(backward(np.ones(5), np.ones(4)), [1, 2, 2, 2, 1])
+    with pytest.raises(tcpy.TCShapeError, match=r"def 'f_grad': cotangent dO must have the shape of output O, "
+                                                 r"\(4,\), got \(6,\)"):
+        backward(np.ones(5), np.ones(6))

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from ..errors import TCArgumentError
+from .. import binding
+from ..api import Kernel
+from ..errors import TCArgumentError, TCShapeError
 from ..lang import parse
+from ..reference import ReferenceKernel, define_reference
 from .reverse import backward_source, default_wrt
 
-__all__ = ["grad", "vjp", "value_and_grad"]
+__all__ = ["grad", "vjp", "value_and_grad", "BackwardKernel"]
 
 Wrt = Optional[Union[str, tuple, list]]
 
@@ -48,9 +51,6 @@ def value_and_grad(kernel, wrt: Wrt = None):
 
 
 def _backward(kernel, wrt: Wrt, *, with_values: bool):
-    from ..api import Kernel
-    from ..reference import ReferenceKernel
-
     if not isinstance(kernel, (Kernel, ReferenceKernel)):
         raise TCArgumentError(f"expected a kernel made by tcpy.define, got {type(kernel).__name__}")
     def_ = kernel.def_
@@ -64,6 +64,35 @@ def _backward(kernel, wrt: Wrt, *, with_values: bool):
                              with_values=with_values)
     (backward,) = parse(source).defs
     if isinstance(kernel, ReferenceKernel):
-        from ..reference import define_reference
         return define_reference(backward, source)
-    return Kernel(backward, source, kernel.options)
+    return BackwardKernel(backward, source, kernel.options, forward=kernel)
+
+
+class BackwardKernel(Kernel):
+    """A compiled backward: its first call with given shapes also checks that each cotangent
+    has the shape of its output (an output extent that is not a size variable, such as a valid
+    convolution's ``H - KH + 1``, is a size of its own in the backward def, so nothing else
+    would notice a cotangent that is too large)."""
+
+    def __init__(self, def_, source, options=None, *, forward: Kernel, def_ranges=None):
+        super().__init__(def_, source, options, def_ranges=def_ranges)
+        self.forward = forward
+
+    def with_options(self, options):
+        """The same backward with other options."""
+        return BackwardKernel(self.def_, self.source, options, forward=self.forward, def_ranges=self.ranges)
+
+    def _launch_entry(self, args):
+        forward = self.forward.def_
+        n = len(forward.params)
+        _, sizes = binding.bind_arguments(forward, args[:n])
+        shapes = self.forward.ranges.bind(sizes).shapes
+        floats = [r.name for r in forward.returns if forward.tensor(r.name).scalar.is_float]
+        for position, output in enumerate(floats, n):
+            if position < len(args) and hasattr(args[position], "shape"):
+                expected, got = tuple(shapes[output]), tuple(args[position].shape)
+                if expected != got:
+                    raise TCShapeError(
+                        f"def '{self.def_.name}': cotangent {self.def_.params[position].name} must have "
+                        f"the shape of output {output}, {expected}, got {got}")
+        return super()._launch_entry(args)

@@ -65,9 +65,20 @@ class _Contribution:
     outside: tuple[str, ...] = ()  # reduction variables the term is not summed over
 
 
+def _is_atom(text: str) -> bool:
+    return text.replace("_", "").replace(".", "").isalnum()
+
+
 def _atom(text: str) -> ast.Expr:
     """Size-expression text as an expression node (printed as is, parenthesised)."""
-    return ast.Name(text if text.replace("_", "").isalnum() else f"({text})")
+    return ast.Name(text if _is_atom(text) else f"({text})")
+
+
+def _scaled(scale: int, text: str) -> str:
+    """``scale * text`` as size-expression text."""
+    if text == "0":
+        return text
+    return f"{scale} * {text}" if _is_atom(text) else f"{scale} * ({text})"
 
 
 class _Reverse:
@@ -295,10 +306,9 @@ class _Reverse:
             new_ranges[x] = ("0", self.dim_text(tensor, d))
             lhs.append(x)
             # solve for an output variable if one appears (it has the long range: a strided
-            # window's input gradient then sums over the window, not over all outputs); a
-            # range with a division cannot guard in a condition (C's `/` truncates there)
+            # window's input gradient then sums over the window, not over all outputs)
             solvable = [(v, _coefficient(index, v)) for v in candidates
-                        if v in ranges and v not in lhs and v not in subst and "/" not in "".join(ranges[v])]
+                        if v in ranges and v not in lhs and v not in subst and self.guard_range(s, v, ranges)]
             solvable = sorted(((v, coef) for v, coef in solvable if coef),
                               key=lambda vc: (vc[0] not in s.output_vars, abs(vc[1]) != 1))
             if solvable:
@@ -308,10 +318,11 @@ class _Reverse:
                                     else ast.Binary("-", rest, ast.IndexVar(x)))
                 scale = abs(coef)
                 subst[v] = offset if scale == 1 else ast.Binary("/", offset, ast.IntLit(scale))
-                lo, hi = ranges.pop(v)
+                lo, hi = self.guard_range(s, v, ranges)
+                del ranges[v]
                 if scale != 1:
                     checks.append(ast.Binary("==", ast.Binary("%", offset, ast.IntLit(scale)), ZERO))
-                    lo, hi = f"{scale} * ({lo})", f"{scale} * ({hi})"
+                    lo, hi = _scaled(scale, lo), _scaled(scale, hi)
                 bounds.append(ast.Binary("&&", ast.Binary(">=", offset, _atom(lo)), ast.Binary("<", offset, _atom(hi))))
             else:
                 checks.append(ast.Binary("==", _canonical(index), ast.IndexVar(x)))
@@ -331,6 +342,19 @@ class _Reverse:
             term = _substitute(term, subst)
         self.needed.update(a.tensor for a in term.walk() if isinstance(a, ast.Access))
         self.accumulate(tensor, lhs, term, {**ranges, **new_ranges}, s)
+
+    def guard_range(self, s: ast.Stmt, v: str, ranges) -> Optional[tuple[str, str]]:
+        """``v``'s range as bounds a condition can test, or None: a bound with a division cannot
+        be tested (C's `/` truncates in conditions, and range inference cannot read it), except
+        an output variable's whole dimension, which is that of the target's cotangent."""
+        lo, hi = ranges[v]
+        if "/" not in lo + hi:
+            return lo, hi
+        if v in s.output_vars and lo == "0":
+            d = s.output_vars.index(v)
+            if hi == self.dim_text(s.target, d):
+                return lo, f"{self.adjoint[s.target]}.{d}"
+        return None
 
     def accumulate(self, tensor: str, lhs: list[str], term: ast.Expr, ranges, s: ast.Stmt) -> None:
         """Emit ``d<tensor>(lhs) += term``: the first contribution to a cotangent initialises

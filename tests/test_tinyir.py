@@ -15,7 +15,7 @@ from tcpy import tinyir
 from tcpy.tinyir.examples import CONV_SIZES, attention, attention_as_listed, conv, gemm
 
 NP = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32, "i32": np.int32, "bool": np.bool_}
-V3 = tcpy.Options(target="x86-64-v3")
+V3 = tcpy.Options(target="x86-64-v3", num_threads=2)  # plans shown by explain() fixed
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -123,6 +123,7 @@ def test_gemm(dtype):
     [want] = numpy_eval(gemm(dtype), {"A": A, "B": B}, dict(M=37, K=45, N=29))
     check_close(kernel(A, B), want, rtol=2e-3 if dtype == "fp16" else 1e-5, atol=2e-2 if dtype == "fp16" else 1e-5)
     assert "contraction engine" in kernel.explain(A, B)
+    assert _statements(kernel) == (2 if dtype == "fp16" else 1)  # the sum (and its cast), no copies
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
@@ -137,6 +138,7 @@ def test_conv_3x3_stride2_pad1(dtype):
     check_close(got, want, rtol=2e-3 if dtype == "fp16" else 1e-5, atol=2e-2 if dtype == "fp16" else 1e-5)
     text = kernel.explain(X, W, bias)
     assert "contraction engine" in text and "guarded read of X" in text and "epilogue" in text
+    assert _statements(kernel) == 2 and "/" not in kernel.source.split("where")[0]  # affine reads
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
@@ -150,6 +152,11 @@ def test_attention_to_softmax(dtype):
     np.testing.assert_allclose(got.astype(np.float64).sum(-1), 1, rtol=1e-2)
     text = kernel.explain(Q, K)
     assert "contraction engine" in text and "fused S1-S4" in text
+    assert _statements(kernel) == 5  # scores, max, exponentials (read twice), sum, quotient
+
+
+def _statements(kernel) -> int:
+    return len(kernel.source.strip().splitlines()) - 2
 
 
 def test_attention_as_listed_breaks_its_broadcasting_rule():

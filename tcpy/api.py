@@ -24,15 +24,31 @@ from .errors import (TCArgumentError, TCCompilerError, TCLookupError, TCOptionEr
 from .lang import ast, parse
 from .lang.sema import caller_accumulations, select_def
 from .lang.types import ScalarType
-from .loopir import BlockChain, ContractionNest, KernelIR, NestKind, describe_group, dump
+from .loopir import BlockChain, ContractionNest, KernelIR, NestKind, describe_group, dump, dump_program
 from .loopnest import build_program, lower
-from .runtime.build import build_library, check_loadable, load_symbol
+from .runtime.build import build_library, check_loadable, debug_level, load_symbol
 from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
 from .target import PRESETS, Target
 from .transform import attach_epilogues, decide_engines, fuse_statements, pack_operands, register_tiles
 
 BACKENDS = ("compiled", "reference")
+
+#: The passes of :meth:`Kernel.specialize`, in order, each returning new IR: a def bound to sizes
+#: (:class:`~tcpy.loopir.Program`) through the program passes, then loop nests
+#: (:class:`~tcpy.loopir.KernelIR`) that the renderer turns into C.
+PASSES = (
+    ("engines", decide_engines),  # how each statement runs (engine plan or loops), decided once
+    ("packing", pack_operands),  # operand copies for the loop nests' register tiles
+    ("epilogues", attach_epilogues),  # element-wise consumers into a contraction's store
+    ("fusion", fuse_statements),  # shared loops, chains over blocks of rows
+    ("lower", lower),  # loop nests from isl schedules
+    ("register_tiles", lambda ir, options: register_tiles(ir)),
+)
+
+
+def _dump_any(ir) -> str:
+    return dump(ir) if isinstance(ir, KernelIR) else dump_program(ir)
 
 #: Below this many iterations in all, a kernel runs in microseconds: its call keeps the GIL and
 #: does not watch for Ctrl-C (both cost system calls, more than such a kernel).
@@ -114,22 +130,39 @@ class Kernel(Launcher):
         return options
 
     def specialize(self, /, *arrays_or_shapes, **sizes) -> Specialization:
-        """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel."""
+        """Bind sizes (from arrays, shapes or ``name=value`` sizes) and generate the C kernel:
+        the :data:`PASSES` in order, then the renderer. ``TCPY_DEBUG=2`` prints the IR after
+        each pass to stderr (``loop_ir(after=...)`` returns it)."""
+        return self._specialize(arrays_or_shapes, sizes)
+
+    def _specialize(self, arrays_or_shapes, sizes, stop_after: Optional[str] = None):
+        """:meth:`specialize`, or with ``stop_after`` the IR after that pass (no C)."""
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
         options = self.options_for(sizes)
-        program = pack_operands(decide_engines(build_program(self.def_, bound, self.types), options), options)
-        if options.fuse:
-            program = fuse_statements(attach_epilogues(program, options), options)
-        ir = register_tiles(lower(program, options))
+        ir = build_program(self.def_, bound, self.types)
+        show_passes = debug_level() >= 2
+        for name, run in PASSES:
+            ir = run(ir, options)
+            if show_passes:
+                print(f"--- {self.def_.name} after {name}\n{_dump_any(ir)}", file=sys.stderr, end="")
+            if name == stop_after:
+                break
+        if stop_after is not None:
+            return ir
         digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
         symbol = f"tcpy_{self.def_.name}_{digest}"
         c_source, errors = emit_kernel(ir, symbol)
         return Specialization(sizes, bound, ir, c_source, errors, symbol)
 
-    def loop_ir(self, /, *arrays_or_shapes, **sizes) -> str:
-        """The loop nests for these arrays, shapes or sizes, as indented text (no compiler needed)."""
-        return dump(self.specialize(*arrays_or_shapes, **sizes).ir)
+    def loop_ir(self, /, *arrays_or_shapes, after: Optional[str] = None, **sizes) -> str:
+        """The loop nests for these arrays, shapes or sizes, as indented text (no compiler needed);
+        ``after``: the IR after that pass of :data:`PASSES` instead (a program before ``lower``)."""
+        if after is None:
+            return dump(self.specialize(*arrays_or_shapes, **sizes).ir)
+        if after not in dict(PASSES):
+            raise TCOptionError(f"loop_ir's after= must name a pass ({', '.join(dict(PASSES))}), got {after!r}")
+        return _dump_any(self._specialize(arrays_or_shapes, sizes, stop_after=after))
 
     def c_source(self, /, *arrays_or_shapes, **sizes) -> str:
         """The generated C for these arrays, shapes or sizes."""

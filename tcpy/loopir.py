@@ -616,6 +616,23 @@ def dump(ir: KernelIR) -> str:
     return "\n".join(lines) + "\n"
 
 
+def dump_program(program: Program) -> str:
+    """Indented text of a program between passes (before loops exist): each statement with how
+    it runs, then the fused groups and epilogues."""
+    lines = [f"program {program.def_.name} sizes {dict(sorted(program.sizes.items()))}"]
+    for index, statement in enumerate(program.statements):
+        origin = "copy" if statement.origin < 0 else f"statement {statement.origin}"
+        lines.append(f"S{index} ({origin}): {statement.stmt}")
+        if statement.engine is not None:
+            lines.append(f"  engine: {statement.engine.contraction.describe()}; {statement.engine.plan.describe()}")
+        if statement.panel is not None:
+            lines.append(f"  reads {statement.panel.tensor} from panels {statement.panel.copy} "
+                         f"of {statement.panel.cols} columns")
+    lines.extend(f"fused {describe_group(program, group)}" for group in program.groups)
+    lines.extend(f"epilogue of S{e.producer}: S{', S'.join(map(str, e.members))}" for e in program.epilogues)
+    return "\n".join(lines) + "\n"
+
+
 def describe_group(program: Program, group: FusedGroup) -> str:
     """``S2-S5 over b, h, l; per-thread buffers E -> local.0[512] (2048 bytes)`` for explain()."""
     first, last = group.statements[0], group.statements[-1]

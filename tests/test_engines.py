@@ -139,3 +139,33 @@ def test_bad_plan_options_are_refused_at_once(plan, message):
     with pytest.raises(tcpy.TCOptionError) as err:
         tcpy.Options(plan=plan)
     assert message in str(err.value)
+
+
+# ----------------------------------------------------------------------------- the passes, one by one
+
+ATTENTION_SHAPES = ((1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16), np.float32(0.25))
+
+
+def test_the_ir_after_each_pass_can_be_read():
+    kernel = tcpy.define(demo.ATTENTION, options=tcpy.Options(target="x86-64-v3", num_threads=2))
+    engines = kernel.loop_ir(*ATTENTION_SHAPES, after="engines")
+    assert engines.startswith("program attention sizes")
+    assert engines.count("  engine: ") == 2 and "fused" not in engines  # the two products, not fused yet
+    fused = kernel.loop_ir(*ATTENTION_SHAPES, after="fusion")
+    assert "fused S0-S5 over b, h, l" in fused
+    assert kernel.loop_ir(*ATTENTION_SHAPES, after="register_tiles") == kernel.loop_ir(*ATTENTION_SHAPES)
+    with pytest.raises(tcpy.TCOptionError, match="loop_ir's after= must name a pass .*got 'fuse'"):
+        kernel.loop_ir(*ATTENTION_SHAPES, after="fuse")
+
+
+def test_tcpy_debug_2_prints_the_ir_after_each_pass(monkeypatch, capsys):
+    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(target="x86-64-v3", num_threads=2))
+    monkeypatch.setenv("TCPY_DEBUG", "2")
+    kernel.c_source((64, 64), (64, 64))
+    err = capsys.readouterr().err
+    assert "--- gemm after engines\nprogram gemm" in err and "--- gemm after lower\nkernel gemm" in err
+    assert [line.split()[-1] for line in err.splitlines() if line.startswith("--- gemm after")] == [
+        "engines", "packing", "epilogues", "fusion", "lower", "register_tiles"]
+    monkeypatch.setenv("TCPY_DEBUG", "1")  # compiler commands only
+    kernel.c_source((64, 65), (65, 64))
+    assert "after" not in capsys.readouterr().err

@@ -21,7 +21,8 @@ Environment:
 - ``TCPY_CC``: the C compiler (default ``gcc``). ``TCPY_CFLAGS``: extra flags, appended.
 - ``TCPY_SANITIZE=1``: build with AddressSanitizer and UBSan (Python must then be started with
   the ASan runtime preloaded, e.g. ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``).
-- ``TCPY_DEBUG>=1``: print each compiler command line to stderr.
+- ``TCPY_DEBUG>=1``: print each compiler command line to stderr; ``TCPY_DEBUG=2`` also the IR
+  after each pass of a specialisation (:data:`tcpy.api.PASSES`).
 """
 from __future__ import annotations
 
@@ -391,7 +392,7 @@ def _run_compiler(cc: str, flags: tuple[str, ...], c_path: Path, so_path: Path) 
 
 
 def _run(cc: str, cmd: list[str]) -> subprocess.CompletedProcess:
-    if _debug_level() >= 1:
+    if debug_level() >= 1:
         print("tcpy: " + shlex.join(cmd), file=sys.stderr)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
@@ -406,7 +407,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _debug_level() -> int:
+def debug_level() -> int:
+    """``$TCPY_DEBUG`` as an int (0 when unset or not a number): 1 prints each compiler command,
+    2 also the IR after each pass of a specialisation."""
     try:
         return int(os.environ.get("TCPY_DEBUG", "0"))
     except ValueError:

@@ -80,7 +80,10 @@ BLOCK_PREFIX = "block."
 
 
 def fuse_statements(program: Program, options: Options) -> Program:
-    """``program`` with fused groups (and their shrunk temporaries)."""
+    """``program`` with fused groups (and their shrunk temporaries); unchanged unless
+    ``options.fuse``."""
+    if not options.fuse:
+        return program
     statements = program.statements
     uses = _uses(statements)
     in_epilogues = {i for e in program.epilogues for i in e.members}

@@ -318,8 +318,9 @@ def _bytes_text(n: int) -> str:
 
 def _follows_threads(options: Options) -> bool:
     """Whether kernels with these options plan for the calling thread count: it is not fixed,
-    and the target is this machine (a target with other cores simulates a larger machine)."""
-    return not options.num_threads and options.target == Target.host()
+    and the target has this machine's cores (the host or a preset; a target with other cores
+    simulates a larger machine)."""
+    return not options.num_threads and options.target.cores == Target.host().cores
 
 
 def _build_and_load(spec: Specialization, options: Options) -> int:

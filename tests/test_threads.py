@@ -83,7 +83,7 @@ def test_kernels_are_planned_for_the_threads_a_call_runs_with():
 
 
 def test_set_num_threads_rejects_bad_counts():
-    with pytest.raises(tcpy.TCArgumentError, match=r"expects a number of threads >= 1 \(or None\), got -2"):
+    with pytest.raises(tcpy.TCArgumentError, match=r"expects a number of threads from 1 to 65536 \(or None\), got -2"):
         tcpy.set_num_threads(-2)
     with pytest.raises(tcpy.TCArgumentError, match="got 'four'"):
         tcpy.set_num_threads("four")

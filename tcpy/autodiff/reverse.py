@@ -82,6 +82,8 @@ def _scaled(scale: int, text: str) -> str:
 
 
 class _Reverse:
+    """One backward def in the making: the reverse walk's state and the text it emits."""
+
     def __init__(self, def_: ast.Def, def_ranges: DefRanges, source: str, wrt, with_values: bool):
         self.def_ = def_
         self.ranges = def_ranges
@@ -102,11 +104,11 @@ class _Reverse:
         self.adjoint: dict[str, str] = {}   # tensor -> name of its cotangent in the backward
         self.written: set[str] = set()      # cotangents that have a statement yet
         self.cotangents: dict[str, str] = {}  # float output -> cotangent parameter
-        self.extra_sizes: list[str] = []
         self.lines: list[str] = []          # backward statements, in order
         self.needed: set[str] = set()       # forward tensors the backward reads
         self.replaced: dict[int, list[str]] = {}  # forward statements computed otherwise
         self.outside: dict[int, tuple[str, ...]] = {}  # id(read) -> reduction variables it is outside
+        self.whole: list[str] = []          # index variables of statements over whole tensors
 
     # -- checks
 
@@ -383,7 +385,10 @@ class _Reverse:
         self.lines.append(f"{head} {op} {term}{self.where(ranges)}")
 
     def full_vars(self, tensor: str) -> list[str]:
-        return [f"i{d}" for d in range(self.def_.tensor(tensor).rank)]
+        """Index variables for a whole tensor (``i0, i1, ...``; names no tensor or size uses)."""
+        while len(self.whole) < self.def_.tensor(tensor).rank:
+            self.whole.append(self.fresh(f"i{len(self.whole)}"))
+        return self.whole[:self.def_.tensor(tensor).rank]
 
     def full(self, target: str, tensor: str, value: ast.Expr) -> str:
         """``target(i0, ...) = value`` over the whole shape of ``tensor``."""
@@ -430,17 +435,14 @@ class _Reverse:
         returns = [str(r) for r in d.returns] if self.with_values else []
         for name in self.wrt:
             p = self.params[name]
-            returns.append(f"{p.type} {self.adjoint_output(name)}")
+            returns.append(f"{p.type} {self.adjoint[name]}")
         body = self.forward_lines() + self.lines
         for name in self.wrt:
-            if self.adjoint_output(name) not in self.written:
-                body.append(self.full(self.adjoint_output(name), name, ast.Cast(d.tensor(name).scalar, ZERO)))
+            if self.adjoint[name] not in self.written:
+                body.append(self.full(self.adjoint[name], name, ast.Cast(d.tensor(name).scalar, ZERO)))
         suffix = "value_and_grad" if self.with_values else "grad"
         text = f"def {d.name}_{suffix}({', '.join(params)}) -> ({', '.join(returns)}) {{\n"
         return text + "".join(f"    {line}\n" for line in body) + "}\n"
-
-    def adjoint_output(self, name: str) -> str:
-        return self.adjoint[name]
 
     def output_dims(self, output: str) -> list[str]:
         declared = self.returns[output].type

@@ -174,6 +174,26 @@ def test_load_from_path_and_file(tmp_path):
         np.testing.assert_array_equal(tinyir.load(source)(A, B), np.full((3, 5), 4, np.float32))
 
 
+GEMM_AS_LISTED = """{
+  "uops": [
+    {"id":"n0","uop":"INPUT","arg":{"tensor_id":"A","dtype":"fp32","shape":["M","K"]}},
+    {"id":"n1","uop":"INPUT","arg":{"tensor_id":"B","dtype":"fp32","shape":["K","N"]}},
+    {"id":"n2","uop":"RESHAPE","src":["n0"],"arg":{"result_shape":["M",1,"K"]}},
+    {"id":"n3","uop":"PERMUTE","src":["n1"],"arg":{"perm":[1,0]}},                 // B^T: [N,K]
+    {"id":"n4","uop":"RESHAPE","src":["n3"],"arg":{"result_shape":[1,"N","K"]}},   // [1,N,K]
+    {"id":"n7","uop":"MUL","src":["n2","n4"], "tag": "a // in a string"},
+    {"id":"n8","uop":"REDUCE","src":["n7"],"arg":{"op":"SUM","axes":["K"],"dtype":"fp32"}}
+  ]
+}"""
+
+
+def test_load_json_with_line_comments_as_the_spec_writes_it():
+    A, B = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
+    np.testing.assert_array_equal(tinyir.load(GEMM_AS_LISTED, options=V3)(A, B), np.full((2, 4), 3, np.float32))
+    with pytest.raises(tinyir.TinyIRError, match="not valid JSON"):
+        tinyir.load('{"uops": [}')
+
+
 def test_symbolic_shapes_are_size_variables():
     kernel = tinyir.load(gemm("fp32"))
     assert kernel.source.startswith("def tinyir(float(M, K) A, float(K, N) B) -> (n9)")
@@ -266,6 +286,15 @@ def test_movement_is_index_arithmetic_never_a_copy():
     X = np.arange(24, dtype=np.float32).reshape(6, 4)
     [want] = numpy_eval({"uops": uops}, {"X": X}, {})
     check_close(tinyir.load({"uops": uops}, options=V3)(X), want, 0, 0)
+
+
+def test_outputs_that_only_move_or_copy_an_input():
+    uops = [_x([2, 3]), _u("t", "PERMUTE", ["x"], perm=[1, 0])]
+    kernel = tinyir.load({"uops": uops, "outputs": ["t", "x"]}, options=V3)
+    X = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t, x = kernel(X)
+    np.testing.assert_array_equal(t, X.T)
+    np.testing.assert_array_equal(x, X)
 
 
 def test_reshape_keeps_unsplit_axes_plain():

@@ -58,9 +58,32 @@ def define(program: Mapping, *, sizes: Optional[Mapping[str, int]] = None,
     return define_tc(source, options=options, backend=backend)
 
 
+def _strip_line_comments(text: str) -> str:
+    """JSON text without ``// ...`` line comments (the spec's listings carry them), strings kept."""
+    out, in_string, k = [], False, 0
+    while k < len(text):
+        c = text[k]
+        if in_string:
+            if c == "\\":
+                out.append(text[k:k + 2])
+                k += 2
+                continue
+            in_string = c != '"'
+        elif c == '"':
+            in_string = True
+        elif text.startswith("//", k):
+            end = text.find("\n", k)
+            k = len(text) if end < 0 else end
+            continue
+        out.append(c)
+        k += 1
+    return "".join(out)
+
+
 def load(source: Union[str, bytes, os.PathLike, Mapping], **kwargs):
     """Read a Tiny IR program (JSON text, a path to a JSON file, an open file or a dict) and
-    compile it with :func:`define` (same keyword arguments)."""
+    compile it with :func:`define` (same keyword arguments). ``//`` line comments, which the
+    spec's listings carry, are allowed in the text."""
     if isinstance(source, Mapping):
         return define(source, **kwargs)
     if hasattr(source, "read"):
@@ -74,7 +97,7 @@ def load(source: Union[str, bytes, os.PathLike, Mapping], **kwargs):
     else:
         text = source
     try:
-        program = json.loads(text)
+        program = json.loads(_strip_line_comments(text))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TinyIRError(None, f"the program is not valid JSON: {err}") from None
     return define(program, **kwargs)

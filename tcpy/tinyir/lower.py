@@ -156,7 +156,7 @@ class _Lowering:
                 self.emit(tensor, lhs, op + "!", rhs, ranges)
         else:
             index = [lhs.get(k, sympy.Integer(0)) for k in range(len(node.shape))]
-            text, kind = self.compute(node, index, _Context())
+            text, kind = self.value(nid, index, _Context())
             self.emit(tensor, lhs, "=", _convert(text, kind, TC_TYPES[node.dtype]), ranges)
         self.stored[nid] = (tensor, keep)
 

@@ -48,11 +48,11 @@ def test_batchnorm_fuses_over_channels_wherever_they_are_indexed():
 
 def test_attention_fuses_into_one_chain_over_blocks_of_query_rows():
     shapes = (1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16), np.float32(0.5)
-    kernel = tcpy.define(demo.ATTENTION)
+    kernel = tcpy.define(demo.ATTENTION, options=tcpy.Options(target="x86-64-v3"))  # (a plan: not the host's)
     groups, program = fused_groups(kernel, *shapes)
     (group,) = groups
     assert group.statements == tuple(range(6)) and group.shared == ("b", "h", "l")
-    rows, _ = micro_tile(Target.host(), 4)
+    rows, _ = micro_tile(Target.preset("x86-64-v3"), 4)
     assert group.chain is not None and group.chain.block_var == "l" and group.chain.rows % rows == 0
     # P = E / Sm is deferred past the last product: it reads E's block, its rows divided by Sm
     assert [(t, b) for t, b, _ in group.chain.blocked] == [("Sc", "block.0"), ("E", "block.1"), ("Sm", "block.2")]

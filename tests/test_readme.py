@@ -22,6 +22,6 @@ def test_python_examples_run(capsys, tmp_path, monkeypatch):
 
 def test_readme_test_command_is_what_ci_runs():
     commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
-    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert commands[1] == ci
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line]
+    assert commands[1] == ci[0]  # (a second pass may follow: the same tests under a preset target)
     assert commands[0].endswith("&& python -m tcpy demo")

@@ -185,15 +185,19 @@ class _SizedConverter(Converter):
         return box
 
 
-def _value_vars(e: ast.Expr) -> frozenset:
-    """Index variables ``e`` uses as values: outside tensor indices and ternary conditions."""
+def _value_nodes(e: ast.Expr):
+    """The nodes of ``e`` used as values: outside tensor indices and ternary conditions."""
     if isinstance(e, ast.Access):
-        return frozenset()
-    if isinstance(e, ast.IndexVar):
-        return frozenset((e.name,))
-    if isinstance(e, ast.Ternary):
-        return _value_vars(e.then) | _value_vars(e.other)
-    return frozenset().union(*(_value_vars(c) for c in e.children()))
+        return
+    yield e
+    children = (e.then, e.other) if isinstance(e, ast.Ternary) else e.children()
+    for child in children:
+        yield from _value_nodes(child)
+
+
+def _value_vars(e: ast.Expr) -> frozenset:
+    """Index variables ``e`` uses as values."""
+    return frozenset(n.name for n in _value_nodes(e) if isinstance(n, ast.IndexVar))
 
 
 def _reads(stmt: ast.Stmt):
@@ -344,6 +348,8 @@ class _Call:
             self._split_spatial(dim, touching)
         elif not written and len(touching) == 1:
             self._split_reduction(dim, touching[0])
+        elif not touching:
+            raise _Unsupported("no statement reads along it")
         elif written:
             reducer = next(self.stmts[i] for i in touching if i not in written)
             raise _Unsupported(f"{reducer.target} reduces it and {self.stmts[written[0]].target} is written along it")
@@ -629,6 +635,11 @@ class _Call:
         moved = {v for v, s in shift.items() if s}
         if moved & (_value_vars(stmt.rhs)):
             return f"{stmt.target} uses an index as a value ({', '.join(sorted(moved & _value_vars(stmt.rhs)))})"
+        for node in _value_nodes(stmt.rhs):
+            if (isinstance(node, ast.SizeVar) and local_sizes[node.name] != self.sizes[node.name]
+                    or isinstance(node, ast.DimRef)
+                    and local_shapes[node.tensor][node.dim] != self.shapes[node.tensor][node.dim]):
+                return f"{stmt.target} uses a size as a value ({node})"
         gconv = _SizedConverter(stmt.index_vars, self.sizes, self.shapes)
         lconv = _SizedConverter(stmt.index_vars, local_sizes, local_shapes, shift)
         domain = gconv.box(box)
@@ -694,8 +705,8 @@ class _Call:
                 return None  # one dimension on two axes of an array: blockwise would take a diagonal
         (out,) = self.outputs
         for d, dim in enumerate(self.dims):
-            if dim.kind == "halo":
-                return None
+            if dim.kind == "halo" or len({self.shapes[t][a] for t, a in self.input_axes(dim)}) > 1:
+                return None  # blocks read beyond their chunk, or its inputs differ in extent
             if dim.kind == "blockwise" and any(self.shapes[t][a] != self.shapes[out][index[out].index(d)]
                                                for t, a in self.input_axes(dim)):
                 return None  # the output covers part of the input: blocks would not line up

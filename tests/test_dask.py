@@ -18,6 +18,8 @@ import tcpy  # noqa: E402
 import tcpy.dask as tcd  # noqa: E402
 from tcpy.binding import numpy_dtype  # noqa: E402
 
+from strategies import programs  # noqa: E402
+
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 rng = np.random.default_rng(0)
 
@@ -319,6 +321,32 @@ def test_bad_arguments():
         tcd.apply(kernel, A)
     with pytest.raises(tcpy.TCArgumentError, match="needs a kernel from tcpy.define"):
         tcd.apply(np.matmul, A, A)
+
+
+# ----------------------------------------------------------------------------- random programs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(prog=programs(), data=st.data())
+def test_random_programs_on_random_chunks_equal_the_whole_arrays(prog, data):
+    """Whatever the def and the chunks, a plan either splits exactly or rechunks."""
+    kernel = tcpy.define(prog.source, prog.name, backend="reference")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tcpy.TCWarning)
+        try:
+            whole = kernel(*prog.args)
+        except tcpy.TCError:  # a lookup table with an index out of range: an error either way
+            return
+    args = [chunked(a, tuple(data.draw(st.integers(1, max(1, n)), label="chunk") for n in a.shape))
+            if isinstance(a, np.ndarray) and a.ndim else a for a in prog.args]
+    got, _ = run(kernel, *args)
+    as_tuple = lambda x: x if isinstance(x, tuple) else (x,)  # noqa: E731
+    for g, w in zip(as_tuple(got), as_tuple(whole)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-2 if w.dtype == np.float16 else 1e-4, atol=1e-3)
+        else:
+            np.testing.assert_array_equal(g, w)
 
 
 # ----------------------------------------------------------------------------- dask.distributed

@@ -28,7 +28,7 @@ from .lang.types import ScalarType
 if TYPE_CHECKING:
     from .options import Options
     from .schedule import StmtSchedule
-    from .transform.contraction import Contraction, Plan
+    from .contraction_ir import Contraction, Plan
 
 
 class Mode(enum.Enum):
@@ -513,6 +513,16 @@ class KeyBlocks:
     panels: tuple[int, ...] = ()  # elements of one block's packed b, per prepacked product
 
 
+class OnlineKind(str, enum.Enum):
+    """What an :class:`OnlineStep` folds; compares equal to its name."""
+
+    MAX = "max"
+    SUM = "sum"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
 @dataclass(frozen=True, slots=True)
 class OnlineStep:
     """Inside a row of an :class:`Online` chain's block of columns: ``kind`` "max" folds the
@@ -521,7 +531,7 @@ class OnlineStep:
     the old maximum, ``OLD_MAXIMUM``, at ``point``) in ``factor``; "sum" folds the block's sum
     (``local``) into the running sum, times the factor. ``row`` is the row's index in the block."""
 
-    kind: str
+    kind: OnlineKind
     stmt: int
     point: Point_
     row: "IExpr"

@@ -25,7 +25,7 @@ from .lang.types import ScalarType, accumulator_type
 from .lang.visit import inline_lets, map_expr
 from .loopir import (
     BLOCK_ROWS, BLOCK_START, KEY_START, OLD_MAXIMUM, Accumulate, BinOp, Block, BlockChain, BlockProduct, Const,
-    ContractionNest, FusedGroup, Guard, IExpr, KernelIR, KeyBlocks, Loop, Mode, Nest, NestKind, Node, OnlineStep,
+    ContractionNest, FusedGroup, Guard, IExpr, KernelIR, KeyBlocks, Loop, Mode, Nest, NestKind, Node, OnlineKind, OnlineStep,
     Point, Program, Scratch, Statement, Var, first_point, from_isl,
 )
 from .options import Options
@@ -309,10 +309,10 @@ def _group_rows(program: Program, group: FusedGroup, options: Options, loop_vars
 
         rescale = map_expr(program.statements[online.exponential].stmt.rhs, at_old)
         point = tuple((v, Var(loop_vars[v])) for v in group.shared)
-        steps[online.maximum] = OnlineStep("max", online.exponential, point, row,
+        steps[online.maximum] = OnlineStep(OnlineKind.MAX, online.exponential, point, row,
                                            program.statements[online.maximum].stmt.target,
                                            *ONLINE_RUNNING[0::2], rescale)
-        steps[online.total] = OnlineStep("sum", online.total, point, row,
+        steps[online.total] = OnlineStep(OnlineKind.SUM, online.total, point, row,
                                          program.statements[online.total].stmt.target, *ONLINE_RUNNING[1:])
     body: list[Node] = []
     for index in rows:

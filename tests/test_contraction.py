@@ -256,9 +256,10 @@ def test_no_isa_numbers_outside_the_target():
     import inspect
     import tcpy.codegen.contraction as c
     import tcpy.codegen.winograd as cw
+    import tcpy.contraction_ir as ir
     import tcpy.transform.contraction as t
     import tcpy.transform.winograd as tw
-    for module in (c, t, cw, tw):
+    for module in (c, t, cw, tw, ir):
         text = inspect.getsource(module)
         found = re.findall(r"\b(avx\w*|sse\w*|neon|512|256|128)\b", text, re.IGNORECASE)
         assert not found, (module.__name__, found)

@@ -48,7 +48,7 @@ import dataclasses
 from typing import Optional
 
 from ..lang.types import ScalarType
-from ..transform.contraction import Contraction, Group, Plan
+from ..contraction_ir import Contraction, Group, Plan
 
 
 DIRECT_ENDS = 8  # padded positions of a run whose taps the direct path lists (beyond: tested per tap)

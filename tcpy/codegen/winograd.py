@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..transform.contraction import Contraction, Plan
-from ..transform.winograd import POINTS, TAPS, TILE, Var
+from ..contraction_ir import POINTS, TAPS, TILE, Contraction, Plan, Var
 from .contraction import _c, _lit, _Renderer, _Writer
 
 # magnitudes beyond which the transforms' differences could overflow where the direct sums do

@@ -34,9 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
-TILE = 2  # outputs per tile and axis
-POINTS = (TILE + TAPS - 1) ** 2  # 16 transformed values (and products) per tile
+from ..contraction_ir import POINTS, TAPS, TILE, Axis, Var, WinogradForm
+
 # Cost of the transforms in cycles (scalar C: loads, additions, stores), measured on the
 # generated kernels: per tile and input channel, per tile and output channel, per pair of
 # channels (the weights').
@@ -48,71 +47,6 @@ GAIN_MIN = 1.2  # the direct GEMM must cost this much more for Winograd to be ch
 MAX_SLIVERS = 8  # tile slivers per block (the block buffers grow with it)
 
 
-@dataclass(frozen=True)
-class Var:
-    """One index variable: its extent, its strides in the image, the weights and the output,
-    its coefficient in each guard, and its stride in its role's linear index (M or N: the
-    epilogue's coordinates)."""
-
-    name: str
-    extent: int
-    image: int
-    weights: int
-    c: int
-    g: tuple[int, ...]
-    line: int = 0
-
-
-@dataclass(frozen=True)
-class Axis:
-    """An output variable and the window variable added to it in the image (``h + kh``)."""
-
-    out: Var
-    tap: Var
-
-    @property
-    def tiles(self) -> int:
-        return -(-self.out.extent // TILE)
-
-    @property
-    def window(self) -> int:
-        """Values ``out + tap`` takes: the image positions the axis reads."""
-        return self.out.extent + TAPS - 1
-
-
-@dataclass(frozen=True)
-class WinogradForm:
-    """A contraction as F(2x2, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC puts it
-    on a's side), the two window axes and the remaining variables."""
-
-    image: str
-    rows: Axis
-    cols: Axis
-    m: tuple[Var, ...]  # output channels (the weights' and the output's)
-    n: tuple[Var, ...]  # the image's and output's variables besides the axes (images)
-    k: tuple[Var, ...]  # the reduction besides the taps (input channels)
-
-    @property
-    def weights(self) -> str:
-        return "b" if self.image == "a" else "a"
-
-    @property
-    def M(self) -> int:
-        return math.prod(v.extent for v in self.m)
-
-    @property
-    def K(self) -> int:
-        return math.prod(v.extent for v in self.k)
-
-    @property
-    def tiles(self) -> int:
-        """Tiles per batch index (the products' columns)."""
-        return math.prod(v.extent for v in self.n) * self.rows.tiles * self.cols.tiles
-
-    def describe(self) -> str:
-        return (f"Winograd F(2x2, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
-                f"{self.cols.out.name} + {self.cols.tap.name}): {POINTS} products of M {self.M} x "
-                f"K {self.K} x {self.tiles} tiles")
 
 
 def winograd_form(con) -> Optional[WinogradForm]:

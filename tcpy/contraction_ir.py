@@ -1,0 +1,355 @@
+"""The contraction engine's IR: what a recognised contraction computes (:class:`Contraction`,
+its roles' :class:`Group` s, :class:`AffineAccess` es and guards) and how it runs
+(:class:`Plan`, with its :class:`Path`; a convolution's :class:`WinogradForm`).
+
+Frozen values, made by the planner (:mod:`tcpy.transform.contraction`,
+:mod:`tcpy.transform.winograd`), stamped on statements by :mod:`tcpy.transform.engines`, and
+read by the renderer (:mod:`tcpy.codegen.contraction`), which imports them from here without
+importing a planner.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .lang.types import ScalarType
+
+
+class Path(str, enum.Enum):
+    """How the engine runs a contraction (:attr:`Plan.path`); compares equal to its name."""
+
+    PACKED = "packed"  # BLIS's loops: both operands packed, the micro-kernel on packed slivers
+    SMALL = "small"  # operands read in place (a K block of both fits half of L2)
+    STREAM = "stream"  # A read in place, B's K block packed (narrow N)
+    DIRECT = "direct"  # M = 1, a short K: each run of outputs sums its taps in registers
+    BATCH_LANES = "batch_lanes"  # N = 1: vector lanes over consecutive batch indices
+    WINOGRAD = "winograd"  # a 3x3 stride-1 convolution as F(2x2, 3x3)
+
+    __str__ = str.__str__  # (the name in text and f-strings, as a plain string would be)
+    __format__ = str.__format__
+
+
+class Operand(str, enum.Enum):
+    """An operand of a contraction: ``a`` or ``b`` (:attr:`Contraction.guarded`,
+    :attr:`WinogradForm.image`); compares equal to its letter."""
+
+    A = "a"
+    B = "b"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
+TILE = 2  # outputs per tile and axis
+POINTS = (TILE + TAPS - 1) ** 2  # 16 transformed values (and products) per tile
+
+
+ROLES = ("batch", "m", "n", "k")
+DTYPES = (ScalarType.FLOAT32, ScalarType.FLOAT64)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class AffineAccess:
+    """Element ``offset + sum(stride[v] * (v - lo[v]))`` of ``tensor`` (row-major, elements).
+
+    ``offset`` already includes the ranges' lower bounds, so variables count from 0.
+    ``dtype`` is the tensor's element type; ``cast`` whether the value is converted to the
+    contraction's type when read.
+    """
+
+    tensor: str
+    dtype: ScalarType
+    offset: int
+    strides: tuple[tuple[str, int], ...]
+    elements: int = 0  # the tensor's element count (0: not known, as for a block's buffer)
+
+    def stride(self, var: str) -> int:
+        return dict(self.strides).get(var, 0)
+
+    def describe(self) -> str:
+        strides = ", ".join(f"{v}:{s}" for v, s in self.strides if s)
+        return f"{self.tensor} (offset {self.offset}; strides {strides or 'none'})"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The inequality ``const + sum(coef[v] * (v - lo[v])) >= 0`` (``const`` includes the
+    ranges' lower bounds, so variables count from 0, as in :class:`AffineAccess`)."""
+
+    const: int
+    coefs: tuple[tuple[str, int], ...]
+
+    def stride(self, var: str) -> int:  # named like AffineAccess.stride: groups merge on both
+        return dict(self.coefs).get(var, 0)
+
+    def describe(self) -> str:
+        text = ""
+        for v, c in self.coefs:
+            term = v if abs(c) == 1 else f"{abs(c)}*{v}"
+            text += (" - " if c < 0 else " + ") + term if text else ("-" if c < 0 else "") + term
+        if self.const:
+            text += f" - {-self.const}" if self.const < 0 else f" + {self.const}"
+        return f"{text or 0} >= 0"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Index variables of one role merged into one dimension (outermost first): extent is the
+    product, and in each tensor the stride is that of the innermost variable; ``g`` holds the
+    innermost variable's coefficient in each guard of the contraction."""
+
+    vars: tuple[str, ...]
+    extent: int
+    a: int  # element stride in operand a (0 if the role does not index it)
+    b: int
+    c: int
+    g: tuple[int, ...] = ()
+
+    def stride(self, which: str) -> int:
+        """The stride in ``a``, ``b`` or ``c``, or the coefficient in guard ``g<i>``."""
+        return self.g[int(which[1:])] if which.startswith("g") else getattr(self, which)
+
+
+@dataclass(frozen=True)
+class PaddedCopy:
+    """A guarded operand whose guards only bound its own indices (``0 <= h + kh - 1 < H``: a
+    padded convolution's image) read from a copy of its slice for one batch index with zeros
+    around it: where a guard fails the copy holds 0, so ``contraction`` reads it unguarded.
+
+    ``dims`` are the copied dimensions, outer first: (extent, stride in the operand, zeros
+    before, zeros after); the slice of batch index ``bi`` starts at ``source_offset`` plus the
+    guarded contraction's batch offset of ``bi``."""
+
+    dims: tuple[tuple[int, int, int, int], ...]
+    source_offset: int
+    contraction: "Contraction"
+
+    @property
+    def extents(self) -> list[int]:
+        """The copy's extents (each dimension with its zeros)."""
+        return [extent + lo + hi for extent, _, lo, hi in self.dims]
+
+    @property
+    def pitch(self) -> list[int]:
+        """The copy's element strides."""
+        return row_major(self.extents)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.extents)
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A recognised contraction ``c (=|+=) alpha * sum_k a * b`` (see the module docstring).
+
+    Roles are tuples of :class:`Group` (empty: that role has size 1). ``alpha`` is the product
+    of scalar literals (and -1 per negation); ``alpha_tensors`` the rank-0 tensors multiplying
+    it. ``init`` is ``+=!`` (overwrite) as opposed to ``+=`` (accumulate into the target).
+    """
+
+    stmt: str
+    dtype: ScalarType
+    a: AffineAccess
+    b: AffineAccess
+    c: AffineAccess
+    batch: tuple[Group, ...]
+    m: tuple[Group, ...]
+    n: tuple[Group, ...]
+    k: tuple[Group, ...]
+    alpha: float
+    alpha_tensors: tuple[str, ...]
+    init: bool
+    guards: tuple[Guard, ...] = ()
+    guarded: Operand | str = ""  # a or b: that operand's packing writes zeros where a guard fails ("": none)
+    # the guard wraps the guarded operand's read alone, ``(g ? a : 0) * b``: where it fails the
+    # term is 0 times the other operand (NaN for inf), not left out as in ``g ? a * b : 0``
+    padding_multiplies: bool = False
+    padded: Optional[PaddedCopy] = None  # the guarded operand b as a zero-padded copy, when its guards allow
+    extents: tuple[tuple[str, int], ...] = ()  # each role variable's extent (empty for a block's contraction)
+
+    def __post_init__(self):
+        if self.guarded:
+            object.__setattr__(self, "guarded", Operand(self.guarded))
+
+    def size(self, role: str) -> int:
+        return math.prod(g.extent for g in getattr(self, role))
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(batch, M, N, K)."""
+        return tuple(self.size(r) for r in ROLES)
+
+    def linear_stride(self, role: str, which: str) -> Optional[int]:
+        """The stride of tensor ``which`` along the role's linear index when its groups compose
+        into one (each outer group's stride is the inner one's extent times its stride: a
+        convolution's weights along K = c x kh x kw), else None; 0 for an absent role."""
+        groups = getattr(self, role)
+        if not groups:
+            return 0
+        for outer, inner in zip(groups, groups[1:]):
+            if outer.stride(which) != inner.extent * inner.stride(which):
+                return None
+        return groups[-1].stride(which)
+
+    def role_vars(self, role: str) -> tuple[str, ...]:
+        return tuple(v for g in getattr(self, role) for v in g.vars)
+
+    def describe(self) -> str:
+        def role(r):
+            groups = getattr(self, r)
+            if not groups:
+                return f"{r.upper() if r != 'batch' else 'batch'} -"
+            text = " x ".join("(" + ",".join(g.vars) + ")" if len(g.vars) > 1 else g.vars[0] for g in groups)
+            return f"{r.upper() if r != 'batch' else 'batch'} {text} = {self.size(r)}"
+        scale = []
+        if self.alpha != 1.0:
+            scale.append(repr(self.alpha))
+        scale.extend(self.alpha_tensors)
+        parts = [", ".join(role(r) for r in ROLES),
+                 f"a = {self.a.describe()}", f"b = {self.b.describe()}", f"c = {self.c.describe()}"]
+        if scale:
+            parts.append("scaled by " + " * ".join(scale))
+        if self.guards:
+            other = (self.b if self.guarded == "a" else self.a).tensor
+            parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: 0 unless "
+                         + " and ".join(g.describe() for g in self.guards)
+                         + (f" (there it multiplies {other}, as written)" if self.padding_multiplies
+                            else " (there the term adds nothing)"))
+        parts.append("overwrites" if self.init else "accumulates into the target")
+        return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------- recognition
+
+
+def row_major(extents) -> list[int]:
+    """Element strides of a row-major array of these extents."""
+    return [math.prod(extents[d + 1:]) for d in range(len(extents))]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a contraction runs on a Target (see :func:`plan`)."""
+
+    path: Path
+    mr: int
+    nr: int
+    lanes: int
+    kc: int
+    mc: int
+    nc: int
+    unroll: int
+    grid: tuple[int, int, int, int]  # cells over (batch, M, N, K)
+    threads: int
+    reasons: tuple[str, ...]
+    copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
+    a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
+    stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
+    padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
+    winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def nr_vectors(self) -> int:
+        return self.nr // self.lanes
+
+    def describe(self) -> str:
+        tb, tm, tn, tk = self.grid
+        if self.path == "direct":
+            text = f"direct path; runs of up to {self.nc} outputs, the {self.kc} taps summed in registers"
+        elif self.path == "batch_lanes":
+            text = f"batch-lanes path; vectors of {self.lanes} batch indices, the {self.kc} taps summed in registers"
+        elif self.path == "winograd":
+            text = (f"winograd path; {self.winograd.describe()}; micro-tile {self.mr}x{self.nr}; blocks of "
+                    f"{self.nc} tiles, kc {self.kc}, mc {self.mc}")
+        else:
+            text = f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})"
+        if self.path == "packed":
+            text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
+            if self.a_once:
+                text += " (A packed once per cell)"
+        if self.stream_stores:
+            text += "; non-temporal stores"
+        text += f"; thread grid batch {tb} x M {tm} x N {tn} x K {tk}"
+        if tk > 1:
+            text += " (split K: per-thread partial sums added in a fixed order)"
+        return text
+
+
+@dataclass(frozen=True)
+class Var:
+    """One index variable: its extent, its strides in the image, the weights and the output,
+    its coefficient in each guard, and its stride in its role's linear index (M or N: the
+    epilogue's coordinates)."""
+
+    name: str
+    extent: int
+    image: int
+    weights: int
+    c: int
+    g: tuple[int, ...]
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An output variable and the window variable added to it in the image (``h + kh``)."""
+
+    out: Var
+    tap: Var
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.out.extent // TILE)
+
+    @property
+    def window(self) -> int:
+        """Values ``out + tap`` takes: the image positions the axis reads."""
+        return self.out.extent + TAPS - 1
+
+
+@dataclass(frozen=True)
+class WinogradForm:
+    """A contraction as F(2x2, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC puts it
+    on a's side), the two window axes and the remaining variables."""
+
+    image: Operand
+    rows: Axis
+    cols: Axis
+    m: tuple[Var, ...]  # output channels (the weights' and the output's)
+    n: tuple[Var, ...]  # the image's and output's variables besides the axes (images)
+    k: tuple[Var, ...]  # the reduction besides the taps (input channels)
+
+    def __post_init__(self):
+        object.__setattr__(self, "image", Operand(self.image))
+
+    @property
+    def weights(self) -> str:
+        return "b" if self.image == "a" else "a"
+
+    @property
+    def M(self) -> int:
+        return math.prod(v.extent for v in self.m)
+
+    @property
+    def K(self) -> int:
+        return math.prod(v.extent for v in self.k)
+
+    @property
+    def tiles(self) -> int:
+        """Tiles per batch index (the products' columns)."""
+        return math.prod(v.extent for v in self.n) * self.rows.tiles * self.cols.tiles
+
+    def describe(self) -> str:
+        return (f"Winograd F(2x2, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
+                f"{self.cols.out.name} + {self.cols.tap.name}): {POINTS} products of M {self.M} x "
+                f"K {self.K} x {self.tiles} tiles")

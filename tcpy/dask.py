@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Optional
@@ -280,6 +281,7 @@ class _Call:
         self.dims = self._dimensions()
         self._affs: dict = {}     # (statement, dimension) -> reads along it
         self._regions: dict = {}  # (dimension, block) -> regions the block needs
+        self._local: dict = {}    # shapes of a block's inputs -> (sizes, bound ranges) or why not
 
     # -- dimensions
 
@@ -580,15 +582,20 @@ class _Call:
     def _check_cell(self, cell) -> Optional[str]:
         slices, origin = self.cell_slices(cell)
         local_shapes = {t: tuple(s.stop - s.start for s in idx) for t, idx in slices.items()}
-        stand_ins = [np.broadcast_to(np.zeros((), a.dtype), local_shapes[n]) if isinstance(a, da.Array) else a
-                     for n, a in self.args.items()]
-        try:
-            _, local_sizes = binding.bind_arguments(self.def_, stand_ins)
-            local = self.kernel.ranges.bind(local_sizes)
-        except TCPreconditionError as err:
-            return f"a block would violate a size precondition ({err})"
-        except TCArgumentError as err:
-            return f"its blocks do not bind the sizes consistently ({err})"
+        key = tuple(sorted(local_shapes.items()))
+        if key not in self._local:  # blocks of one shape share their ranges
+            stand_ins = [np.broadcast_to(np.zeros((), a.dtype), local_shapes[n]) if isinstance(a, da.Array) else a
+                         for n, a in self.args.items()]
+            try:
+                _, local_sizes = binding.bind_arguments(self.def_, stand_ins)
+                self._local[key] = local_sizes, self.kernel.ranges.bind(local_sizes)
+            except TCPreconditionError as err:
+                self._local[key] = f"a block would violate a size precondition ({err})"
+            except TCArgumentError as err:
+                self._local[key] = f"its blocks do not bind the sizes consistently ({err})"
+        if isinstance(self._local[key], str):
+            return self._local[key]
+        local_sizes, local = self._local[key]
         local_shapes.update(local.shapes)
         needed = {d: self._needed(self.dims[d], block) for d, block in cell.items()
                   if self.dims[d].kind != "reduced"}
@@ -852,10 +859,9 @@ class _BlockTask:
     def threads(self) -> int:
         """Threads for one kernel run: the machine's cores shared by the tasks running at once."""
         cores = len(os.sched_getaffinity(0))
-        try:
-            from distributed import get_worker
-            worker = get_worker()
-        except (ImportError, ValueError):
+        try:  # a worker process has imported distributed; importing it elsewhere takes a second
+            worker = sys.modules["distributed"].get_worker()
+        except (KeyError, ValueError):
             return max(1, cores // self.concurrency)
         from distributed.comm import get_address_host
         running = dict(self.host_threads).get(get_address_host(worker.address), worker.state.nthreads)
@@ -904,10 +910,9 @@ class _AlignedBlock:
 
 def _cluster_threads() -> tuple:
     """Worker threads per host of the current distributed client, if there is one."""
-    try:
-        from distributed import default_client
-        workers = default_client().scheduler_info()["workers"]
-    except (ImportError, ValueError):
+    try:  # a client needs distributed imported; importing it to find none takes a second
+        workers = sys.modules["distributed"].default_client().scheduler_info()["workers"]
+    except (KeyError, ValueError):
         return ()
     counts: dict = {}
     for info in workers.values():

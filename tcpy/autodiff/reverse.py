@@ -109,6 +109,7 @@ class _Reverse:
         self.replaced: dict[int, list[str]] = {}  # forward statements computed otherwise
         self.outside: dict[int, tuple[str, ...]] = {}  # id(read) -> reduction variables it is outside
         self.whole: list[str] = []          # index variables of statements over whole tensors
+        self.scaled: dict[str, ast.Access] = {}  # scaled operand text -> the temporary holding it
 
     # -- checks
 
@@ -343,7 +344,51 @@ class _Reverse:
         for _ in range(len(subst) + 1):  # a solution may use variables solved for later
             term = _substitute(term, subst)
         self.needed.update(a.tensor for a in term.walk() if isinstance(a, ast.Access))
-        self.accumulate(tensor, lhs, term, {**ranges, **new_ranges}, s)
+        all_ranges = {**ranges, **new_ranges}
+        if set(all_ranges) - set(lhs):  # summed: make it a product of two reads if it nearly is
+            term = self.two_reads(term, all_ranges)
+        self.accumulate(tensor, lhs, term, all_ranges, s)
+
+    def two_reads(self, term: ast.Expr, ranges) -> ast.Expr:
+        """``A * B * f`` (``f`` factors over ``A``'s variables, or constants) as ``S * B`` with
+        ``S = A * f`` stored first: the contraction engine takes products of two reads only
+        (``dO(t, e) / l(t) * V(s, e)``, attention's backward, is then a GEMM)."""
+        sign, factors = _factors(term)
+        reads = [f for f in factors if isinstance(f[0], ast.Access) and not f[1]]
+        if len(reads) != 2 or len(factors) == 2:
+            return term
+        sides = []
+        for read, _ in reads:
+            names = [i.name for i in read.indices if isinstance(i, ast.IndexVar)]
+            if len(names) != len(read.indices) or len(set(names)) != len(names):
+                return term
+            sides.append((read, set(names)))
+        (_, va), (_, vb) = sides
+        if va <= vb or vb <= va:
+            return term  # a dot product along rows, not a contraction
+        extra = [f for f in factors if all(f[0] is not read for read, _ in sides)]
+        spans = set().union(*(index_vars(f[0]) for f in extra))
+
+        def scale(read):
+            for factor, divides in extra:
+                read = div(read, factor) if divides else mul(read, factor)
+            return read
+
+        # scale a side the factors' variables belong to; of two, one already scaled, else an input
+        fits = [(read, names) for read, names in sides if spans <= names]
+        fits.sort(key=lambda side: (str(scale(side[0])) not in self.scaled, side[0].tensor not in self.params))
+        if not fits:
+            return term
+        a, va = fits[0]
+        b = sides[1][0] if a is sides[0][0] else sides[0][0]
+        scaled = scale(a)
+        key = str(scaled)
+        if key not in self.scaled:
+            name = self.fresh(f"{a.tensor}_scaled")
+            self.scaled[key] = ast.Access(name, a.indices)
+            self.lines.append(f"{self.scaled[key]} = {scaled}{self.where({v: ranges[v] for v in ranges if v in va})}")
+        product = mul(self.scaled[key], b)
+        return neg(product) if sign < 0 else product
 
     def guard_range(self, s: ast.Stmt, v: str, ranges) -> Optional[tuple[str, str]]:
         """``v``'s range as bounds a condition can test, or None: a bound with a division cannot
@@ -467,6 +512,21 @@ def _substitute(expr: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
             return dataclasses.replace(node, indices=tuple(_canonical(i) for i in node.indices))
         return None
     return map_expr(expr, replace)
+
+
+def _factors(expr: ast.Expr) -> tuple[int, list[tuple[ast.Expr, bool]]]:
+    """``expr`` as a sign and ``(factor, divides)`` pairs: ``-(a / b * c)`` is ``-1, [(a, False),
+    (b, True), (c, False)]``; anything but ``*``, ``/`` and unary ``-`` is one factor."""
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        sign, factors = _factors(expr.operand)
+        return -sign, factors
+    if isinstance(expr, ast.Binary) and expr.op in ("*", "/"):
+        sign_a, a = _factors(expr.lhs)
+        if expr.op == "/":
+            return sign_a, a + [(expr.rhs, True)]
+        sign_b, b = _factors(expr.rhs)
+        return sign_a * sign_b, a + b
+    return 1, [(expr, False)]
 
 
 def _linear(expr: ast.Expr) -> Optional[dict]:

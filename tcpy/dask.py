@@ -14,7 +14,7 @@ derived, not configured:
   otherwise. The kernel runs on the slices; its local output is trimmed to the block.
 * A dimension only read, by one reduction variable alone (GEMM's ``k``), is *reduced across
   chunks*: the kernel gives one partial result per chunk, and Dask combines them in a tree
-  with the statement's operator, in the output dtype.
+  with the statement's operator, in the type the reduction accumulates in (float32 for half).
 * Anything else must be whole and is rechunked to one chunk, with a :class:`~tcpy.TCWarning`
   (or a :class:`~tcpy.TCArgumentError` with ``rechunk=False``) naming the dimension.
 
@@ -46,6 +46,7 @@ from . import binding
 from .api import Explanation, Kernel, define
 from .errors import TCArgumentError, TCPreconditionError, TCWarning
 from .lang import ast
+from .lang.types import accumulator_type
 from .options import Options
 from .reference import ReferenceKernel
 from .ranges.convert import Converter, NotAffine
@@ -446,9 +447,6 @@ class _Call:
             raise _Unsupported(f"{stmt.target} reduces it and the def has further statements")
         if stmt.reduction not in _COMBINE or not (stmt.init or stmt.reduction == "+"):
             raise _Unsupported(f"'{stmt.op}' partial results cannot be combined across chunks")
-        dtype = binding.numpy_dtype(self.types[stmt.target])
-        if dtype == np.float16:
-            raise _Unsupported("half reductions accumulate in float32, which partial results would lose")
         ks = {next(iter(coeffs)) for _, _, coeffs, const in reads
               if len(coeffs) == 1 and list(coeffs.values()) == [1] and const == 0}
         if len(ks) != 1 or ks & set(stmt.output_vars):
@@ -697,9 +695,30 @@ class _Call:
     def build(self):
         """The outputs as Dask arrays: one ``blockwise`` when every block reads its own aligned
         chunks, else one task per cell on slices that include the halos."""
-        task = _BlockTask.for_kernel(self.kernel, self.options, len(self.cells()))
+        task = _BlockTask.for_kernel(self.kernel, self.options, len(self.cells()), self._partial_def())
         index = self._blockwise_index()
         return self._build_blockwise(task, index) if index is not None else self._build_cells(task)
+
+    def _partial_def(self) -> ast.Def:
+        """The def the tasks run: a reduction split across chunks into a half output gives its
+        partial results in float32, the type it accumulates in (see ``_partial_dtype``)."""
+        if not any(dim.kind == "reduced" for dim in self.dims):
+            return self.def_
+        (stmt,) = self.def_.stmts
+        if self._partial_dtype(stmt.target) is None:
+            return self.def_
+        wide = accumulator_type(self.types[stmt.target])
+        returns = tuple(dataclasses.replace(r, type=dataclasses.replace(r.type, scalar=wide)) if r.type else r
+                        for r in self.def_.returns)
+        stmts = (dataclasses.replace(stmt, rhs=ast.Cast(wide, stmt.rhs)),)
+        return dataclasses.replace(self.def_, returns=returns, stmts=stmts)
+
+    def _partial_dtype(self, name: str) -> Optional[np.dtype]:
+        """The dtype of an output's partial results when it is not the output's own (half)."""
+        if not any(dim.kind == "reduced" for dim in self.dims):
+            return None
+        wide = accumulator_type(self.types[name])
+        return binding.numpy_dtype(wide) if wide != self.types[name] else None
 
     def _blockwise_index(self) -> Optional[dict]:
         """Each array's blockwise index (a dimension number per axis), if the plan allows one."""
@@ -745,7 +764,8 @@ class _Call:
                 lengths.append(extent)
                 (adjust if inputs else new_axes)[d] = extent
         function = _AlignedBlock(task, tuple(lengths), len(reduced))
-        dtype = binding.numpy_dtype(self.types[out])
+        final = binding.numpy_dtype(self.types[out])
+        dtype = self._partial_dtype(out) or final
         partials = da.blockwise(function, index[out] + tuple(reduced), *args, dtype=dtype, concatenate=True,
                                 token=f"tcpy-{self.def_.name}",
                                 adjust_chunks=adjust, new_axes=new_axes,
@@ -753,10 +773,11 @@ class _Call:
         if not reduced:
             return partials
         axes = tuple(range(len(index[out]), len(index[out]) + len(reduced)))
-        return self._combine_axes(partials, axes, dtype)
+        return self._combine_axes(partials, axes, dtype).astype(final, copy=False)
 
     def _build_cells(self, task):
-        dtypes = {name: binding.numpy_dtype(self.types[name]) for name in self.outputs}
+        finals = {name: binding.numpy_dtype(self.types[name]) for name in self.outputs}
+        dtypes = {name: self._partial_dtype(name) or finals[name] for name in self.outputs}
         partials: dict = {}  # (output, block position) -> [dask arrays to combine]
         for cell in self.cells():
             slices, origin = self.cell_slices(cell)
@@ -799,7 +820,8 @@ class _Call:
             blocks = {}
             for p in positions:
                 parts = partials[(name, p)]
-                blocks[p] = parts[0] if len(parts) == 1 else self._combine(parts, dtypes[name])
+                block = parts[0] if len(parts) == 1 else self._combine(parts, dtypes[name])
+                blocks[p] = block.astype(finals[name], copy=False)
             results.append(_nest(blocks, len(self.shapes[name])) if self.shapes[name] else blocks[()])
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -846,14 +868,14 @@ class _BlockTask:
     host_threads: tuple     # ((host, worker threads on it), ...) of a distributed cluster
 
     @classmethod
-    def for_kernel(cls, kernel, options: Options, cells: int) -> "_BlockTask":
+    def for_kernel(cls, kernel, options: Options, cells: int, def_: ast.Def) -> "_BlockTask":
         fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(Options)}
         if fields["target"] == Target.host():
             fields["target"] = None
         fields["tile_sizes"] = tuple(sorted(fields["tile_sizes"].items()))
         pool = dask.config.get("num_workers", None) or os.cpu_count() or 1
         backend = getattr(kernel, "backend", "compiled")
-        return cls(str(kernel.def_), kernel.def_.name, backend, tuple(sorted(fields.items())), min(pool, cells),
+        return cls(str(def_), def_.name, backend, tuple(sorted(fields.items())), min(pool, cells),
                    _cluster_threads())
 
     def threads(self) -> int:

@@ -276,20 +276,29 @@ def test_dot_product_gives_a_rank_0_array_and_takes_a_scalar():
 
 
 def test_reductions_that_cannot_be_combined_are_rechunked():
-    # several statements reduce M; a half reduction accumulates in float32; `*=` without `!`
-    cases = {
-        "def r(float(M, K) A) -> (R, S) { R(k) max=! A(m, k)\n S(k) min=! A(m, k) }": "2 statements reduce it",
-        "def r(half(M, K) A) -> (R) { R(k) +=! A(m, k) }": "half reductions accumulate in float32",
-    }
-    for source, why in cases.items():
-        kernel = tcpy.define(source, backend="reference")
-        A = rng.random((6, 4)).astype(numpy_dtype(kernel.def_.params[0].type.scalar))
-        dA = chunked(A, (2, 4))
-        with pytest.warns(tcpy.TCWarning, match=f"dimension M .* must be one chunk: {why}"):
-            tcd.apply(kernel, dA)
-        got, whole = run(kernel, dA)
-        for g, w in zip(got if isinstance(got, tuple) else (got,), whole if isinstance(whole, tuple) else (whole,)):
-            np.testing.assert_array_equal(g, w)
+    kernel = tcpy.define("def r(float(M, K) A) -> (R, S) { R(k) max=! A(m, k)\n S(k) min=! A(m, k) }",
+                         backend="reference")
+    A = rng.random((6, 4)).astype(np.float32)
+    dA = chunked(A, (2, 4))
+    with pytest.warns(tcpy.TCWarning, match="dimension M .* must be one chunk: 2 statements reduce it"):
+        tcd.apply(kernel, dA)
+    got, whole = run(kernel, dA)
+    for g, w in zip(got, whole):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", ["reference", "compiled"])
+def test_half_reduction_combines_float32_partials(backend):
+    # each chunk's partial sum stays float32, the type a half sum accumulates in; one cast at the end
+    kernel = tcpy.define("def r(half(M, K) A) -> (R) { R(k) +=! A(m, k) }", backend=backend)
+    A = (rng.random((64, 5)) * 4).astype(np.float16)
+    A[:16], A[16:32] = 5000, -5000  # partial sums of +-80000: infinite in half, exact in float32
+    dA = chunked(A, (16, 5))
+    assert tcd.plan(kernel, dA).dimension("M").kind == "reduced"
+    got = tcd.apply(kernel, dA)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.compute().astype(np.float32), kernel(A).astype(np.float32), rtol=1e-3)
+    np.testing.assert_allclose(got.compute().astype(np.float32), A.astype(np.float32).sum(0), rtol=1e-3)
 
 
 def test_index_used_as_a_value_and_data_dependent_gather_are_rechunked():
@@ -366,7 +375,7 @@ def test_local_cluster_two_processes(tmp_path, monkeypatch):
         Y = tcd.apply(conv, chunked(I, (2, 3, 6, 12)), Wt, b)
         C = tcd.apply(gemm, chunked(A, (16, 16)), chunked(B, (16, 8)))
         y, c = client.compute([Y, C], sync=True)
-        task = tcd._BlockTask.for_kernel(gemm, gemm.options, 4)
+        task = tcd._BlockTask.for_kernel(gemm, gemm.options, 4, gemm.def_)
         threads = client.submit(task.threads, pure=False).result()
     assert list((tmp_path / "worker-cache").rglob("*.so"))  # only the workers have compiled
     np.testing.assert_allclose(y, conv(I, Wt, b), rtol=1e-5)

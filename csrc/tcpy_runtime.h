@@ -563,4 +563,35 @@ static inline void *tcpy_scratch(int slot, size_t bytes) {
     return buffers[slot];
 }
 
+/* ---- Dynamic claiming ------------------------------------------------------------------------
+ * A parallel region's work is a fixed set of items (engine cells, blocks of tile slivers)
+ * numbered 0..n-1; each thread takes the next unclaimed one from a counter shared by the team
+ * until none is left. What an item computes depends on its number only, never on the thread
+ * that runs it, so results are the same for every thread count and run; a thread the OS
+ * deschedules holds back the item it is on, not a fixed share of the work.
+ * Debugging builds (Options(cflags=...)): -DTCPY_TRACE_CLAIMS prints "tcpy-claim <item>
+ * <thread>" to stderr for every claimed item; -DTCPY_LATE_THREADS_US=<us> makes every thread
+ * but the team's first start claiming that many microseconds late. */
+#if defined(TCPY_TRACE_CLAIMS) || defined(TCPY_LATE_THREADS_US)
+#include <stdio.h>
+#include <unistd.h>
+#ifndef _OPENMP
+#define omp_get_thread_num() 0
+#endif
+#endif
+static inline int64_t tcpy_claim(int64_t *next, int64_t items) {
+    const int64_t item = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+#ifdef TCPY_TRACE_CLAIMS
+    if (item < items) fprintf(stderr, "tcpy-claim %lld %d\n", (long long)item, omp_get_thread_num());
+#else
+    (void)items;
+#endif
+    return item;
+}
+#ifdef TCPY_LATE_THREADS_US
+#define TCPY_TEAM_START() do { if (omp_get_thread_num() > 0) usleep(TCPY_LATE_THREADS_US); } while (0)
+#else
+#define TCPY_TEAM_START() ((void)0)
+#endif
+
 #endif /* TCPY_RUNTIME_H */

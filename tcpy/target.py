@@ -186,7 +186,7 @@ _GENERIC_FLAGS = {
 def _preset(name: str) -> Target:
     arch, micro, features, vbytes, vregs, fma, l1d, l2, l3 = _PRESETS[name]
     return Target(name, arch, frozenset(features), micro, vbytes, vregs, fma, l1d, l2, l3, 1,
-                  _affinity_cores())
+                  available_cpus())
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,15 +208,24 @@ def _host() -> Target:
     l1d, l2, (l3, sharing) = (caches.get(1, (fallback[6], 1))[0], caches.get(2, (fallback[7], 1))[0],
                               caches.get(3, (fallback[8], 1)))
     return Target(micro.name, arch, features, micro.name, vbytes, vregs, fma, l1d, l2, l3,
-                  max(1, sharing), _affinity_cores(), _sysfs_l1d_ways() or 8)
+                  max(1, sharing), available_cpus(), _sysfs_l1d_ways() or 8)
 
 
-def _affinity_cores() -> int:
-    """CPUs this process may run on."""
+def available_cpus() -> int:
+    """CPUs this process can get: those its affinity allows, fewer under a cgroup CPU quota
+    (a container limited to 2 CPUs on a 64-core host gets 2: more threads than that would
+    wait for each other's time slices)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return cpus
+    if quota.isdigit() and period.isdigit() and int(period) > 0:
+        cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    return cpus
 
 
 def _cpuinfo_flags() -> list[str]:

@@ -5,7 +5,7 @@ micro-kernels, the per-cell driver) and the statement's body inside the kernel f
 
 **Packed path** (BLIS's five loops around a micro-kernel)::
 
-    for each cell of the thread grid (batch x M x N x K parts), one per thread in turn:
+    for each cell of the thread grid (batch x M x N x K parts), claimed by the next free thread:
       for b in the cell's batch range
         for jc in N, step nc                  B panel kc x nc: this core's L3 share
           for pc in K, step kc
@@ -54,6 +54,19 @@ from ..contraction_ir import Contraction, Group, Plan
 DIRECT_ENDS = 8  # padded positions of a run whose taps the direct path lists (beyond: tested per tap)
 PACK_B_AHEAD = 2  # pack_b asks for the rows of the sliver this many slivers ahead
 GUARD_PERIOD_MAX = 64  # longest period of the guards along K for which a sliver classifies its rows once
+
+
+# A parallel loop's iterations are claimed in about this many chunks per thread: a thread the
+# OS deschedules holds back one small chunk, and a few claims per thread cost nothing.
+CLAIMS_PER_THREAD = 8
+
+
+def dynamic_schedule(iterations: int, threads: int) -> str:
+    """The ``schedule`` clause of a parallel loop of ``iterations`` planned for ``threads``:
+    chunks claimed dynamically, each iteration still computing the same data whichever thread
+    claims it (a reduction's parts are iterations, combined in order afterwards)."""
+    chunk = max(1, iterations // (CLAIMS_PER_THREAD * max(1, threads)))
+    return f"schedule(dynamic, {chunk})"
 
 
 def _c(stype: ScalarType) -> str:
@@ -1283,14 +1296,15 @@ class _Renderer:
         if tk > 1:
             w(f"{T} *partials = ({T} *)tcpy_scratch(2, sizeof({T}) * {cells * part});", 1)
         if cells > 1:
+            w("int64_t next_cell = 0;  /* the cells are claimed one by one (tcpy_claim) */", 1)
             w(f"const int nt = tcpy_num_threads < {cells} ? tcpy_num_threads : {cells};", 1)
             w("#pragma omp parallel num_threads(nt) if(nt > 1)", 1)
         w("{", 1)
         if cells > 1:
-            self.team(w, 2)
+            w("TCPY_TEAM_START();", 2)
+            w(f"for (int64_t cell; (cell = tcpy_claim(&next_cell, {cells})) < {cells}; ) {{", 2)
         else:
-            w("const int tid = 0, nth = 1;", 2)
-        w(f"for (int cell = tid; cell < {cells}; cell += nth) {{", 2)
+            w("for (int64_t cell = 0; cell < 1; cell++) {", 2)
         w(f"const int64_t cb = cell / {tm * tn * tk}, cm = cell / {tn * tk} % {tm}, cn = cell / {tk} % {tn}, "
           f"ck = cell % {tk};", 3)
         w(f"const int64_t b0 = cb * {self.batch} / {tb}, b1 = (cb + 1) * {self.batch} / {tb};", 3)
@@ -1317,14 +1331,6 @@ class _Renderer:
         for s in self.con.alpha_tensors:
             alpha += f" * ({self.T}){self.names[s]}[0]"
         return alpha
-
-    def team(self, w: _Writer, depth: int):
-        """``tid`` and ``nth`` inside an OpenMP parallel region (0 and 1 without OpenMP)."""
-        w("#ifdef _OPENMP", 0)
-        w("const int tid = omp_get_thread_num(), nth = omp_get_num_threads();", depth)
-        w("#else", 0)
-        w("const int tid = 0, nth = 1;", depth)
-        w("#endif", 0)
 
     @property
     def guarded_products(self) -> bool:
@@ -1423,8 +1429,10 @@ class _Renderer:
         tb, tm, tn, tk = plan.grid
         groups = tb * tm * tn
         C = self.names[con.c.tensor]
-        w("#pragma omp parallel for num_threads(tcpy_num_threads) schedule(static) if(tcpy_num_threads > 1)", 1)
-        w(f"for (int64_t row = 0; row < {groups * bpart * mpart}; row++) {{", 1)
+        rows = groups * bpart * mpart
+        w(f"#pragma omp parallel for num_threads(tcpy_num_threads) {dynamic_schedule(rows, plan.threads)} "
+          "if(tcpy_num_threads > 1)", 1)
+        w(f"for (int64_t row = 0; row < {rows}; row++) {{", 1)
         w(f"const int64_t g = row / {bpart * mpart}, local = row % {bpart * mpart};", 2)
         w(f"const int64_t cb = g / {tm * tn}, cm = g / {tn} % {tm}, cn = g % {tn};", 2)
         w(f"const int64_t bi = cb * {self.batch} / {tb} + local / {mpart};", 2)

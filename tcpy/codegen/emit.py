@@ -470,7 +470,11 @@ class _Emitter:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
             both = " simd" if simd else ""  # a single loop is both the parallel and the SIMD one
             threads = f"tcpy_num_threads < {node.chunks} ? tcpy_num_threads : {node.chunks}"
-            self.emit(f"#pragma omp parallel for{both} num_threads({threads}) schedule(static)"
+            # iterations claimed dynamically; a reduction clause keeps the static split, whose
+            # per-thread partials cover the same iterations in every run
+            schedule = ("schedule(static)" if simd and reduction
+                        else contraction_c.dynamic_schedule(node.chunks, self.ir.options.threads))
+            self.emit(f"#pragma omp parallel for{both} num_threads({threads}) {schedule}"
                       f"{collapse}{reduction if simd else ''}", depth)
         elif simd:
             self.emit(f"#pragma omp simd{reduction}", depth)
@@ -591,9 +595,10 @@ class _Emitter:
         self.emit("(void)tcpy_batch;", depth + 2)
         d = depth + 2
         *batch_loops, (var, lo, hi) = node.loops
+        threads = self.ir.options.threads
         if node.parallel and not node.shared:
             collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
-            self.emit(f"#pragma omp for schedule(static){collapse}", d)
+            self.emit(f"#pragma omp for {contraction_c.dynamic_schedule(node.chunks, threads)}{collapse}", d)
         for loop_var, lo_, hi_ in batch_loops:
             self.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
             d += 1
@@ -602,7 +607,8 @@ class _Emitter:
             self.emit("#pragma omp single", d + 1)
             self.emit(f"{{ {prepacks} }}", d + 1)
             if node.parallel:
-                self.emit("#pragma omp for schedule(static)", d + 1)
+                blocks = -(-(hi - lo) // node.rows)
+                self.emit(f"#pragma omp for {contraction_c.dynamic_schedule(blocks, threads)}", d + 1)
             d += 1
         self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
         self.emit(f"const int64_t {BLOCK_ROWS} = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)

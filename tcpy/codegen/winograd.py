@@ -1,9 +1,9 @@
 """C for the winograd path of a contraction (:mod:`tcpy.transform.winograd`)::
 
-    the threads scan the image (a share each) and transform the weights, checking each weight
-      they read, into U (A slivers): [batch][16][M/MR][K'][MR], rows split over the threads
+    the threads scan the image (blocks claimed one by one) and transform the weights, checking
+      each weight they read, into U (A slivers): [batch][16][M/MR][K'][MR], rows claimed likewise
     inf, NaN or a huge magnitude anywhere: no thread goes on; the sums run point by point after
-    each thread, over its run of tile slivers, a block of up to nc tiles at a time:
+    each thread claims blocks of up to nc tiles (a fixed set per image) until none is left:
       V = the input transform of the block, [16][slivers][K'][NR] (B slivers; guards read zeros)
       for each of the 16 points, K' block, tile sliver, row sliver:
         MR x NR micro-kernel: U[xi] x V[xi] into the block's products [16][M][nc]
@@ -23,6 +23,7 @@ from .contraction import _c, _lit, _Renderer, _Writer
 # magnitudes beyond which the transforms' differences could overflow where the direct sums do
 # not (and past which a product of two such values is near the type's range anyway)
 HUGE = {4: "0x1p60", 8: "0x1p500"}
+SCAN_BLOCK = 1 << 14  # image elements a thread scans for inf and NaN per claim
 
 
 def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
@@ -278,20 +279,24 @@ class _WinogradRenderer(_Renderer):
         p, mr, nr, K = self.p, plan.mr, plan.nr, form.K
         A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
         image, weights = (A, B) if form.image == "a" else (B, A)
-        total = self.batch * self.slivers
         w("{")
         w(f"const {T} alpha = {self.alpha()};", 1)
         w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
         w(f"{T} *U = ({T} *)tcpy_scratch(0, sizeof({T}) * INT64_C({self.batch * POINTS * self.u_point}));", 1)
-        w(f"const int team = tcpy_num_threads < {total} ? tcpy_num_threads : {total};", 1)
+        elements, weight_rows = self.img.elements, self.batch * self.mt
+        scans = -(-elements // SCAN_BLOCK)
+        per_image = -(-self.slivers // self.ns)  # blocks of ns slivers, the items claimed
+        blocks = self.batch * per_image
+        w("int64_t next_scan = 0, next_weights = 0, next_block = 0;  /* items claimed (tcpy_claim) */", 1)
+        w(f"const int team = tcpy_num_threads < {blocks} ? tcpy_num_threads : {blocks};", 1)
         w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
         w("{", 1)
-        self.team(w, 2)
+        w("TCPY_TEAM_START();", 2)
         w("int mine = 0;  /* int: gcc vectorises no bool or-reduction */", 2)
-        elements = self.img.elements
-        w(f"for (int64_t e = tid * INT64_C({elements}) / nth, e1 = (tid + 1) * INT64_C({elements}) / nth; "
-          f"e < e1; e++) mine |= {self.unusual(f'({T}){image}[e]')};", 2)
-        w(f"for (int64_t r = tid; r < {self.batch * self.mt}; r += nth)", 2)
+        w(f"for (int64_t sb; (sb = tcpy_claim(&next_scan, {scans})) < {scans}; )", 2)
+        w(f"for (int64_t e = sb * {SCAN_BLOCK}, e1 = tcpy_min_int64(e + {SCAN_BLOCK}, INT64_C({elements})); "
+          f"e < e1; e++) mine |= {self.unusual(f'({T}){image}[e]')};", 3)
+        w(f"for (int64_t r; (r = tcpy_claim(&next_weights, {weight_rows})) < {weight_rows}; )", 2)
         w(f"mine |= {p}_weights({weights}, U, r / {self.mt}, r % {self.mt} * {mr}, r % {self.mt} * {mr} + {mr});", 3)
         w("if (mine) {", 2)
         w("#pragma omp atomic write", 0)
@@ -304,15 +309,13 @@ class _WinogradRenderer(_Renderer):
         w("if (!stop_all) {", 2)
         w(f"{T} *V = ({T} *)tcpy_scratch(1, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
         w(f"{T} *P = ({T} *)tcpy_scratch(2, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
-        w(f"const int64_t s1 = (tid + 1) * INT64_C({total}) / nth;", 3)
-        w(f"for (int64_t s = tid * INT64_C({total}) / nth; s < s1; ) {{", 3)
+        w(f"for (int64_t block; (block = tcpy_claim(&next_block, {blocks})) < {blocks}; ) {{", 3)
         w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
-        w(f"const int64_t bi = s / {self.slivers}, j = s % {self.slivers};", 4)
-        w(f"const int64_t count = tcpy_min_int64(tcpy_min_int64({self.ns}, s1 - s), {self.slivers} - j);", 4)
+        w(f"const int64_t bi = block / {per_image}, j = block % {per_image} * {self.ns};", 4)
+        w(f"const int64_t count = tcpy_min_int64({self.ns}, {self.slivers} - j);", 4)
         w(f"const int64_t t0 = j * {nr}, nt = tcpy_min_int64(count * {nr}, {form.tiles} - t0);", 4)
         w(f"{p}_inputs({image}, V, bi, t0, nt);", 4)
         w(f"{p}_block(U, V, P, {C}, bi, t0, nt, alpha{self.cell_args});", 4)
-        w("s += count;", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)

@@ -19,7 +19,10 @@ take OpenMP's ``omp_get_max_threads()``, which follows ``OMP_NUM_THREADS`` and t
 
 Thread count of a call, first that applies: the entry's own (``Options(num_threads=)``),
 :func:`set_num_threads`, then OpenMP's (this module links the same libgomp as the kernels, so
-``threadpoolctl.threadpool_limits`` reaches them).
+``threadpoolctl.threadpool_limits`` reaches them). A call runs with at most the CPUs the process
+can get that other running calls (from other Python threads) have not taken, and at least one:
+concurrent calls share the cores instead of oversubscribing them. Kernels claim their work
+items dynamically, so fewer threads than planned give the same results.
 """
 import os
 import threading
@@ -39,6 +42,7 @@ cimport openmp
 
 from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError, TCWarning
 from ..options import MAX_THREADS
+from ..target import available_cpus
 
 cnp.import_array()
 
@@ -61,6 +65,49 @@ cdef extern from *:
     }
     typedef const volatile int *tcpy_stop_ptr;
     static const volatile int tcpy_never_stop = 0;
+    /* The CPUs the process can get, lent to running kernel calls: a call takes those no other
+     * call holds (at most what it wants), or waits while every CPU is held, so kernels called
+     * from several Python threads never run more threads than CPUs. */
+    #include <pthread.h>
+    #include <time.h>
+    static pthread_mutex_t tcpy_cpu_lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t tcpy_cpu_freed = PTHREAD_COND_INITIALIZER;
+    static int tcpy_cpus = 1, tcpy_cpus_held = 0, tcpy_cpus_most = 0;
+    static void tcpy_cpus_init(int cpus) { tcpy_cpus = cpus > 0 ? cpus : 1; }
+    /* Threads for a call that wants `wanted` (0 when `stop` was set while it waited: Ctrl-C is
+     * polled every 0.1 s). */
+    static int tcpy_take_cpus(int wanted, const volatile int *stop) {
+        int n = 0;
+        pthread_mutex_lock(&tcpy_cpu_lock);
+        while (tcpy_cpus_held >= tcpy_cpus && !*stop) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 100000000;
+            if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&tcpy_cpu_freed, &tcpy_cpu_lock, &until);
+        }
+        if (tcpy_cpus_held < tcpy_cpus) {
+            n = tcpy_cpus - tcpy_cpus_held;
+            if (wanted < n) n = wanted > 0 ? wanted : 1;
+            tcpy_cpus_held += n;
+            if (tcpy_cpus_held > tcpy_cpus_most) tcpy_cpus_most = tcpy_cpus_held;
+        }
+        pthread_mutex_unlock(&tcpy_cpu_lock);
+        return n;
+    }
+    static void tcpy_give_cpus(int n) {
+        pthread_mutex_lock(&tcpy_cpu_lock);
+        tcpy_cpus_held -= n;
+        pthread_cond_broadcast(&tcpy_cpu_freed);
+        pthread_mutex_unlock(&tcpy_cpu_lock);
+    }
+    static int tcpy_cpus_peak(int reset) {
+        pthread_mutex_lock(&tcpy_cpu_lock);
+        const int most = tcpy_cpus_most;
+        if (reset) tcpy_cpus_most = tcpy_cpus_held;
+        pthread_mutex_unlock(&tcpy_cpu_lock);
+        return most;
+    }
     /* The flag a kernel polls, cleared. With `watch`, our handler goes in front of the current
      * one if that is a function (Python's) and not ours already; a flag that is never set
      * without `watch`, or when SIGINT is ignored or default. */
@@ -83,6 +130,10 @@ cdef extern from *:
     """
     ctypedef const int *tcpy_stop_ptr
     tcpy_stop_ptr tcpy_stop_flag(int watch) nogil
+    void tcpy_cpus_init(int cpus)
+    int tcpy_take_cpus(int wanted, tcpy_stop_ptr stop) nogil
+    void tcpy_give_cpus(int n) nogil
+    int tcpy_cpus_peak(int reset)
 
 ctypedef int (*kernel_fn)(void **buffers, int num_threads, int64_t *err, tcpy_stop_ptr stop) noexcept nogil
 
@@ -93,6 +144,8 @@ cdef enum:
 
 
 cdef int _num_threads = 0  # set_num_threads(); 0: OpenMP decides
+cdef int _cpus = available_cpus()
+tcpy_cpus_init(_cpus)
 cdef bint _warned_openmp = False
 cdef int _max_threads = MAX_THREADS  # (a C int: compared on every call)
 
@@ -124,13 +177,19 @@ cdef int _openmp_threads():
     cdef int n = openmp.omp_get_max_threads()
     if n <= _max_threads:
         return n
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = _cpus
     if not _warned_openmp:
         _warned_openmp = True
         warnings.warn(f"OpenMP's thread count (OMP_NUM_THREADS) is {n}, above tcpy's limit of {MAX_THREADS}: "
                       f"kernels run with the {cpus} CPUs this process may use (tcpy.set_num_threads or "
                       "Options(num_threads=) choose another count)", TCWarning, stacklevel=3)
     return cpus
+
+
+def peak_threads_in_use(reset=False):
+    """The most threads kernels ran with at once (summed over concurrent calls) since the last
+    reset; ``reset=True`` starts counting anew after reading."""
+    return tcpy_cpus_peak(reset)
 
 
 cdef enum:
@@ -479,8 +538,10 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef void **buffers = stack
     cdef int64_t err[4]
     cdef int rc, threads = entry.num_threads if entry.num_threads > 0 else _num_threads
-    if threads == 0 and openmp.omp_get_max_threads() > _max_threads:
-        threads = _openmp_threads()  # (0 would let the kernel take OpenMP's count, above the limit)
+    if threads == 0:
+        threads = openmp.omp_get_max_threads()
+        if threads > _max_threads:
+            threads = _openmp_threads()
     cdef tcpy_stop_ptr stop
     cdef kernel_fn fn = entry.fn
     cdef Py_ssize_t i
@@ -492,13 +553,18 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
         for i in range(n_buf):
             buffers[i] = cnp.PyArray_DATA(<cnp.ndarray>arrays[i])
         err[0] = err[1] = err[2] = err[3] = 0
-        if entry.quick:
-            rc = fn(buffers, threads, err, tcpy_stop_flag(0))
+        if entry.quick:  # (microseconds on the calling thread: no CPUs taken)
+            rc = fn(buffers, threads if threads < _cpus else _cpus, err, tcpy_stop_flag(0))
         else:
             # Ctrl-C reaches a kernel only in the main thread, where Python handles signals
             stop = tcpy_stop_flag(PyThread_get_thread_ident() == _main_thread)
             with nogil:
-                rc = fn(buffers, threads, err, stop)
+                threads = tcpy_take_cpus(threads, stop)
+                if threads == 0:
+                    rc = -1  # interrupted while waiting for CPUs
+                else:
+                    rc = fn(buffers, threads, err, stop)
+                    tcpy_give_cpus(threads)
     finally:
         if buffers != stack:
             free(buffers)

@@ -701,8 +701,8 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
                f"kc {kc}: a transformed input sliver kc x NR ({kc * nr * s // 1024} KiB) stays in L1",
                f"mc {mc}: a block of one point's transformed weights mc x kc ({mc * kc * s // 1024} KiB) stays "
                f"in half of L2 while the block's tile slivers pass",
-               f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): each thread transforms "
-               "and multiplies its own run of tile slivers")
+               f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): the threads claim blocks "
+               "of tile slivers, transform and multiply them")
     return Plan("winograd", mr, nr, lanes, kc, mc, blocks * nr, unroll, grid, threads, reasons, winograd=form)
 
 

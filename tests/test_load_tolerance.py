@@ -1,0 +1,193 @@
+"""Load-tolerant parallelism: work items claimed dynamically, results that do not depend on which
+thread ran what or on how many threads ran, concurrent calls that share the CPUs, and the
+OpenMP wait policy tcpy loads by default."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+from tcpy import demo
+from tcpy.runtime.launch import peak_threads_in_use
+from tcpy.target import available_cpus
+
+from test_chain import RUNNABLE
+from test_conv import PADDED
+
+PRESETS = [name for name in RUNNABLE if name != "host"]
+SOFTMAX = """
+def softmax(float(M,N) X) -> (Y) {
+    Mx(m) max=! X(m, n)
+    E(m, n) = exp(X(m, n) - Mx(m))
+    S(m) +=! E(m, n)
+    Y(m, n) = E(m, n) / S(m)
+}
+"""
+ROW_SUMS = "def rows(float(M,K) A) -> (y) { y(m) +=! A(m, k) }"
+
+
+def _random(rng, shape, dtype=np.float32):
+    return rng.uniform(-1, 1, shape).astype(dtype)
+
+
+@st.composite
+def cases(draw):
+    """(source, args, extra options): a kernel of each parallel form with small random sizes:
+    the engine's cell grid (split K too), a fused chain, a fused row group, a padded
+    convolution (Winograd where it pays), a reduction split into parts."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(["gemm", "long_k", "attention", "softmax", "conv", "rows"]))
+    size = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
+    if kind == "gemm":
+        return demo.GEMM, [_random(rng, (size(1, 130), size(1, 90))), None], {}
+    if kind == "long_k":  # few outputs, a long K: split into parts combined in order
+        m, k = size(1, 12), size(600, 3000)
+        return demo.GEMM, [_random(rng, (m, k)), _random(rng, (k, size(1, 12)))], {}
+    if kind == "attention":
+        b, h, l, s, d = size(1, 2), size(1, 3), size(1, 70), size(1, 70), size(1, 24)
+        return demo.ATTENTION, [_random(rng, (b, h, l, d)), _random(rng, (b, h, s, d)),
+                                _random(rng, (b, h, s, d)), 0.125], {}
+    if kind == "softmax":
+        return SOFTMAX, [_random(rng, (size(1, 300), size(1, 300)))], {}
+    if kind == "conv":
+        n, c, f, hw = size(1, 2), size(1, 24), size(1, 24), size(3, 20)
+        return PADDED, [_random(rng, (n, c, hw, hw)), _random(rng, (f, c, 3, 3))], {}
+    return ROW_SUMS, [_random(rng, (size(1, 3), size(20_000, 60_000)))], {"contraction": False}
+
+
+def _complete(source, args):
+    """GEMM's B drawn to match A's K."""
+    if args[-1] is None:
+        rng = np.random.default_rng(len(args))
+        args = [args[0], _random(rng, (args[0].shape[1], 1 + args[0].shape[0] % 77))]
+    return args
+
+
+@given(case=cases(), target=st.sampled_from(PRESETS), threads=st.sampled_from([1, 2, 7]))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_results_repeat_bitwise_and_match_the_reference(case, target, threads):
+    source, args, extra = case
+    args = _complete(source, args)
+    kernel = tcpy.define(source, options=tcpy.Options(target=target, num_threads=threads, **extra))
+    got = kernel(*args)
+    want = tcpy.define(source, backend="reference")(*args)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(want).max())))
+    for _ in range(3):  # whichever thread claims which item: the same bits
+        np.testing.assert_array_equal(kernel(*args), got)
+
+
+# Plans for 7 threads run with fewer OpenMP threads than planned (OMP_THREAD_LIMIT in a child
+# process; the kernels come from the shared cache): the same bits as here.
+FEWER_THREADS = {
+    "gemm": (demo.GEMM, [(96, 200), (200, 150)], {}),
+    "split_k": (demo.GEMM, [(4, 4000), (4000, 5)], {}),
+    "attention": (demo.ATTENTION, [(1, 2, 64, 16), (1, 2, 80, 16), (1, 2, 80, 16), 0.25], {}),
+    "softmax": (SOFTMAX, [(130, 257)], {}),
+    "conv": (PADDED, [(1, 32, 16, 16), (32, 32, 3, 3)], {}),
+    "winograd": (PADDED, [(1, 64, 28, 28), (64, 64, 3, 3)], {}),
+    "split_rows": (ROW_SUMS, [(2, 50_000)], {"contraction": False}),
+}
+
+
+def _fewer_threads_args(shapes):
+    rng = np.random.default_rng(7)
+    return [_random(rng, s) if isinstance(s, tuple) else s for s in shapes]
+
+
+def test_fewer_threads_than_planned_give_the_same_bits(tmp_path):
+    target = PRESETS[0]
+    expected = {}
+    for name, (source, shapes, extra) in FEWER_THREADS.items():
+        kernel = tcpy.define(source, options=tcpy.Options(target=target, num_threads=7, **extra))
+        expected[name] = kernel(*_fewer_threads_args(shapes))
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, tcpy
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_load_tolerance import FEWER_THREADS, _fewer_threads_args
+        out = {{}}
+        for name, (source, shapes, extra) in FEWER_THREADS.items():
+            kernel = tcpy.define(source, options=tcpy.Options(target={target!r}, num_threads=7, **extra))
+            out[name] = kernel(*_fewer_threads_args(shapes))
+        np.savez(sys.argv[1], **out)
+    """)
+    for limit in ("1", "2"):
+        path = tmp_path / f"limit{limit}.npz"
+        env = {**os.environ, "OMP_THREAD_LIMIT": limit}
+        subprocess.run([sys.executable, "-c", script, str(path)], env=env, check=True, timeout=600)
+        with np.load(path) as got:
+            for name, want in expected.items():
+                np.testing.assert_array_equal(got[name], want, err_msg=f"{name} with OMP_THREAD_LIMIT={limit}")
+
+
+def _claims(text: str) -> list[tuple[int, int]]:
+    return [(int(item), int(thread)) for item, thread in re.findall(r"tcpy-claim (\d+) (\d+)", text)]
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_cells_are_claimed_dynamically(capfd, late):
+    """Debugging builds trace each claimed cell; when every thread but the first starts late,
+    the first claims every cell (with a static split it would run only its share)."""
+    flags = ("-DTCPY_TRACE_CLAIMS",) + (("-DTCPY_LATE_THREADS_US=400000",) if late else ())
+    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(target=PRESETS[0], num_threads=7, cflags=flags))
+    rng = np.random.default_rng(3)
+    A, B = _random(rng, (300, 200)), _random(rng, (200, 300))
+    cells = int(re.search(r"tcpy_claim\(&next_cell, (\d+)\)", kernel.c_source(A, B)).group(1))
+    assert cells >= 4  # a grid worth claiming
+    capfd.readouterr()
+    np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    claims = _claims(capfd.readouterr().err)
+    assert sorted(item for item, _ in claims) == list(range(cells))  # each cell once
+    if late:
+        assert {thread for _, thread in claims} == {0}
+
+
+def test_concurrent_calls_share_the_cpus():
+    """Python threads calling kernels at once get the results of a lone call, and the kernels
+    never run more threads in all than the CPUs the process can get."""
+    kernels = [tcpy.define(demo.GEMM), tcpy.define(SOFTMAX), tcpy.define(demo.ATTENTION)]
+    rng = np.random.default_rng(5)
+    args = [[_random(rng, (160, 120)), _random(rng, (120, 140))], [_random(rng, (200, 300))],
+            [_random(rng, (1, 2, 96, 32)), _random(rng, (1, 2, 96, 32)), _random(rng, (1, 2, 96, 32)), 0.2]]
+    alone = [k(*a) for k, a in zip(kernels, args)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(8):
+                np.testing.assert_array_equal(kernels[i % 3](*args[i % 3]), alone[i % 3])
+        except AssertionError as e:  # (reported by the main thread)
+            errors.append(e)
+
+    peak_threads_in_use(reset=True)
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(5)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors[0]
+    assert 1 <= peak_threads_in_use() <= available_cpus()
+
+
+@pytest.mark.parametrize("environment, shown", [({}, "10000"), ({"OMP_WAIT_POLICY": "active"}, None),
+                                                ({"GOMP_SPINCOUNT": "123"}, "123")])
+def test_openmp_wait_policy(environment, shown):
+    """Unless the environment chooses a wait policy, libgomp is loaded with a short spin (and the
+    variable does not leak into the process's environment)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(environment, OMP_DISPLAY_ENV="verbose")
+    script = "import os, tcpy; print('leak' if 'GOMP_SPINCOUNT' in os.environ and not %r else 'ok')" % environment
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "ok"
+    spin = re.search(r"GOMP_SPINCOUNT = '(\d+)'", run.stderr)
+    assert spin is not None, run.stderr
+    if shown is None:  # active: libgomp's own long spin
+        assert int(spin.group(1)) > 10000
+    else:
+        assert spin.group(1) == shown

@@ -431,12 +431,12 @@ class TileUpdate:
 
 @dataclass(frozen=True)
 class ContractionNest:
-    """A statement the contraction engine runs (:mod:`tcpy.transform.contraction`): its roles
+    """A statement the contraction engine runs (:mod:`tcpy.contraction_ir`): its roles
     and affine accesses, and the plan (path, micro-tile, cache blocks, thread grid)."""
 
     stmt: int
-    contraction: object  # tcpy.transform.contraction.Contraction
-    plan: object  # tcpy.transform.contraction.Plan
+    contraction: "Contraction"
+    plan: "Plan"
     epilogue: Optional[Epilogue] = None
 
     def describe(self) -> str:
@@ -448,14 +448,14 @@ class ContractionNest:
 
 @dataclass(frozen=True)
 class BlockProduct:
-    """A contraction on one block of rows (:func:`tcpy.transform.contraction.block_contraction`):
+    """A contraction on one block of rows (:func:`tcpy.transform.recognition.block_contraction`):
     operands ``a``, ``b``, ``c`` start at ``bases`` (tensor, element offset in the loops'
     variables); ``rows`` is the block's row count; ``prepacked`` names the buffer holding b
     packed once per batch (None: the plan packs or reads b itself)."""
 
     stmt: int
-    contraction: object  # tcpy.transform.contraction.Contraction
-    plan: object  # tcpy.transform.contraction.Plan
+    contraction: "Contraction"
+    plan: "Plan"
     bases: tuple[tuple[str, "IExpr"], ...]
     rows: "IExpr"
     prepacked: Optional[str] = None

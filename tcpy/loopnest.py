@@ -30,7 +30,7 @@ from .loopir import (
 )
 from .options import Options
 from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
-from .transform.contraction import block_contraction
+from .transform.recognition import block_contraction
 from .transform.engines import plan_block
 
 # An online chain's per-thread buffers: each row's running maximum, sum and rescaling factor,

@@ -38,6 +38,43 @@ MIB = 1024 * KIB
 
 
 @dataclass(frozen=True)
+class CostModel:
+    """The contraction planner's measured constants, in cycles (its unit: one vector FMA on one
+    of ``fma_pipes`` pipes). Measured on the generated kernels on one AMD Zen 3 (AVX2, two FMA
+    pipes); every target uses these until it is measured itself (:func:`cost_model`)."""
+
+    fma_pipes: int = 2  # vector FMAs issued per cycle (Target has no port count)
+    pack: float = 0.5  # per packed element (one load, one store, no reuse)
+    pack_far: float = 1.0  # the same when the operand does not fit in L2 (its loads come from L3)
+    read: float = 0.25  # per element a cell reads in place from beyond L2 (memory bandwidth)
+    combine: float = 2.0  # per element and partial of a split-K combination (written, then read)
+    spawn: float = 10000.0  # to wake and join an OpenMP team whose threads sleep (a few us)
+    # per batch index a direct-path cell starts (a depthwise 3x3 layer of 56x56 images split by
+    # rows at two threads, each cell starting every channel instead of half of them, ran 40 us
+    # slower: ~1000 cycles per channel)
+    direct_batch: float = 1000.0
+    # Winograd's transforms (scalar C: loads, additions, stores): per tile and input channel, per
+    # tile and output channel, per pair of channels (the weights')
+    winograd_input: float = 16.0
+    winograd_output: float = 12.0
+    winograd_weights: float = 20.0
+    # the direct GEMM must cost this much more for Winograd to be chosen (the estimate ran 0-20%
+    # above the measured gains: 1.23 estimated, 1.15 measured for a ResNet layer of 14x14 images)
+    winograd_gain_min: float = 1.2
+
+
+#: The cost model of targets measured on no machine of their own (see :class:`CostModel`).
+DEFAULT_COST_MODEL = CostModel()
+#: Cost models measured for a target, by :attr:`Target.name` (none yet).
+COST_MODELS: dict[str, CostModel] = {}
+
+
+def cost_model(target: "Target") -> CostModel:
+    """The planner's constants for ``target``: its own if measured, else the default."""
+    return COST_MODELS.get(target.name, DEFAULT_COST_MODEL)
+
+
+@dataclass(frozen=True)
 class Target:
     """A machine to generate and compile kernels for.
 
@@ -136,6 +173,11 @@ class Target:
             # (emms): every x87 operation after the kernel, numpy's long double included, is NaN
             flags += ("-mno-mmx",)
         return flags
+
+    @property
+    def cost(self) -> CostModel:
+        """The contraction planner's cost model for this target (:func:`cost_model`)."""
+        return cost_model(self)
 
     def key(self) -> str:
         """What the generated code and its build depend on: for cache keys and tuning records."""

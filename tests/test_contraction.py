@@ -25,7 +25,9 @@ from tcpy.lang.types import ScalarType
 from tcpy.loopir import ContractionNest
 from tcpy.loopnest import build_program
 from tcpy.target import PRESETS, Target
-from tcpy.transform.contraction import Plan, cell_cost, micro_tile, plan, recognize
+from tcpy.contraction_ir import Plan
+from tcpy.transform.contraction import cell_cost, micro_tile, plan
+from tcpy.transform.recognition import recognize
 
 EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "30"))
 RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
@@ -258,8 +260,9 @@ def test_no_isa_numbers_outside_the_target():
     import tcpy.codegen.winograd as cw
     import tcpy.contraction_ir as ir
     import tcpy.transform.contraction as t
+    import tcpy.transform.recognition as r
     import tcpy.transform.winograd as tw
-    for module in (c, t, cw, tw, ir):
+    for module in (c, t, cw, tw, ir, r):
         text = inspect.getsource(module)
         found = re.findall(r"\b(avx\w*|sse\w*|neon|512|256|128)\b", text, re.IGNORECASE)
         assert not found, (module.__name__, found)

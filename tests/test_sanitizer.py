@@ -60,8 +60,10 @@ CHILD = textwrap.dedent(
          rand(33, 17), rand(17, 29))
     # Winograd F(2x2, 3x3) forced onto small padded convolutions: vector loads of 8 tiles side by
     # side, border tiles, the last partial sliver, NCHW and NHWC, at two threads
-    import tcpy.transform.contraction as contraction
-    contraction.GAIN_MIN = 0.0
+    import dataclasses
+    import tcpy.target
+    default_costs = tcpy.target.DEFAULT_COST_MODEL
+    tcpy.target.DEFAULT_COST_MODEL = dataclasses.replace(default_costs, winograd_gain_min=0.0)
     same('''def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
              O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
                                ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
@@ -72,7 +74,7 @@ CHILD = textwrap.dedent(
                                ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c, f) : 0.0
                  where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
          }''', rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2)
-    contraction.GAIN_MIN = 1.2
+    tcpy.target.DEFAULT_COST_MODEL = default_costs
     for stride in (1, 2):
         same(f'''def conv(float(N,C,H,W) I, float(O,C,KH,KW) Wt) -> (Out) {{
                  Out(n, o, h, w) +=! I(n, c, {stride} * h + kh, {stride} * w + kw) * Wt(o, c, kh, kw)

@@ -3,6 +3,7 @@ path, and differential tests against the reference evaluator with the path force
 random convolutions (layouts, groups, padding by guards, odd sizes, +=, scales, float and
 double, every preset this CPU runs, tiny caches, 1, 2 and 7 threads), special values, the
 fused epilogue and the rounding error against exact sums."""
+import dataclasses
 import os
 
 import numpy as np
@@ -11,11 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcpy
-import tcpy.transform.contraction as contraction
+import tcpy.target
 from tcpy.runtime.build import build_library
-from tcpy.target import PRESETS, Target
+from tcpy.target import DEFAULT_COST_MODEL, PRESETS, Target
 from test_contraction import EPS, RUNNABLE, tiny_caches
 from test_conv import GUARDED_WEIGHTS, PADDED, _engine
+
+ALWAYS_WINOGRAD = dataclasses.replace(DEFAULT_COST_MODEL, winograd_gain_min=0.0)  # (the path on any gain)
 
 EXAMPLES = int(os.environ.get("TCPY_CONV_EXAMPLES", "25"))
 AVX2 = "x86-64-v3"  # the planning tests' target (which layers gain depends on the vector width)
@@ -149,7 +152,7 @@ def winograd_convolutions(draw):
 def test_random_winograd_convolutions_match_the_reference(case):
     source, args, options, dtype, k_len = case
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(contraction, "GAIN_MIN", 0.0)  # every 3x3 stride-1 window takes the path
+        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)  # every 3x3 stride-1 window takes the path
         kernel = tcpy.define(source, options=tcpy.Options(**options))
         assert "winograd" in _paths(kernel, *args), kernel.explain(*args)
         got = kernel(*args)
@@ -171,7 +174,7 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
     bias = rng.standard_normal(64, dtype=np.float32)
     reference = tcpy.define(GUARDED_WEIGHTS, backend="reference")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(contraction, "GAIN_MIN", 0.0)
+        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
         kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(target=target, num_threads=threads))
         assert _paths(kernel, I, Wt, bias) == ["winograd"]
     for tensor, at, value in ((I, (0, 3, 5, 6), np.inf), (Wt, (7, 2, 0, 0), np.nan), (I, (0, 9, 0, 0), -np.inf),
@@ -197,7 +200,7 @@ def test_rounding_stays_near_the_direct_sums():
     Wt = rng.standard_normal((64, 64, 3, 3), dtype=np.float32)
     exact = tcpy.define(PADDED.replace("float", "double"))(I.astype(np.float64), Wt.astype(np.float64))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(contraction, "GAIN_MIN", 0.0)
+        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
         fast = tcpy.define(PADDED)
         assert _paths(fast, I, Wt) == ["winograd"]
         gemm = tcpy.define(PADDED, options=tcpy.Options(winograd=False))
@@ -256,7 +259,7 @@ def test_unusual_types_and_layouts_match_the_reference(name):
     args = [(rng.integers(-3, 4, shape) if dtype == np.int32 else rng.uniform(-1, 1, shape)).astype(dtype)
             for shape, dtype in specs]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(contraction, "GAIN_MIN", 0.0)
+        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
         kernel = tcpy.define(source, options=tcpy.Options(num_threads=2))
         assert _paths(kernel, *args) == ["winograd"]
         got = kernel(*args)

@@ -1,4 +1,4 @@
-"""C for one contraction (:class:`tcpy.transform.contraction.Contraction`) on a Target.
+"""C for one contraction (:class:`tcpy.contraction_ir.Contraction`) on a Target.
 
 :func:`render` returns file-scope helpers (vector types, offset functions, packing routines,
 micro-kernels, the per-cell driver) and the statement's body inside the kernel function.

@@ -1,7 +1,7 @@
 """How each statement runs, decided once (Program -> Program).
 
 :func:`decide_engines` recognises every statement the contraction engine can take and plans it
-(:func:`tcpy.transform.contraction.recognize`, :func:`~tcpy.transform.contraction.plan`), and
+(:func:`tcpy.transform.recognition.recognize`, :func:`tcpy.transform.contraction.plan`), and
 stamps the decision on the statement (:attr:`tcpy.loopir.Statement.engine`: an
 :class:`~tcpy.loopir.Engine`, or None for a loop nest). Every later pass and the lowering read
 the stamp instead of deciding again, so a statement is an engine statement in all of them or in
@@ -18,7 +18,9 @@ from typing import Optional
 from ..lang import ast
 from ..loopir import Engine, Program, Statement
 from ..options import Options
-from .contraction import Contraction, Plan, plan, recognize
+from ..contraction_ir import Contraction, Plan
+from .contraction import plan
+from .recognition import recognize
 
 
 def decide_engines(program: Program, options: Options) -> Program:

@@ -66,8 +66,9 @@ from ..lang.visit import map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
-from .contraction import Contraction, block_contraction
+from ..contraction_ir import Contraction
 from .engines import restamp
+from .recognition import block_contraction
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10

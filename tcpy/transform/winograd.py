@@ -35,15 +35,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..contraction_ir import POINTS, TAPS, TILE, Axis, Var, WinogradForm
+from ..target import CostModel
 
-# Cost of the transforms in cycles (scalar C: loads, additions, stores), measured on the
-# generated kernels: per tile and input channel, per tile and output channel, per pair of
-# channels (the weights').
-INPUT_CYCLES = 16.0
-OUTPUT_CYCLES = 12.0
-WEIGHT_CYCLES = 20.0
-GAIN_MIN = 1.2  # the direct GEMM must cost this much more for Winograd to be chosen (the estimate
-# ran 0-20% above the measured gains: 1.23 estimated, 1.15 measured for a ResNet layer of 14x14 images)
 MAX_SLIVERS = 8  # tile slivers per block (the block buffers grow with it)
 
 
@@ -65,7 +58,7 @@ def winograd_form(con) -> Optional[WinogradForm]:
 
 def _form(con, image: str) -> Optional[WinogradForm]:
     """:func:`winograd_form` with ``image`` the image operand (``con``: a
-    :class:`~tcpy.transform.contraction.Contraction`, which imports this module)."""
+    :class:`~tcpy.contraction_ir.Contraction`)."""
     weights = "b" if image == "a" else "a"
     pixel_role, channel_role = ("n", "m") if image == "b" else ("m", "n")
     img, wts = getattr(con, image), getattr(con, weights)
@@ -102,13 +95,13 @@ def _form(con, image: str) -> Optional[WinogradForm]:
                         tuple(var(v) for v in taps if v not in used))
 
 
-def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int) -> float:
+def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int, cost: CostModel) -> float:
     """Estimated cycles of one batch index: the 16 products on whole micro-tiles (rows padded to
-    ``mr``, tiles to ``nr``) and the three transforms."""
+    ``mr``, tiles to ``nr``) and the three transforms (``cost``'s constants)."""
     rows, cols = -(-form.M // mr) * mr, -(-form.tiles // nr) * nr
     products = POINTS * rows * form.K * cols / fmas_per_cycle
-    return (products + INPUT_CYCLES * form.tiles * form.K + OUTPUT_CYCLES * form.tiles * form.M
-            + WEIGHT_CYCLES * form.M * form.K)
+    return (products + cost.winograd_input * form.tiles * form.K + cost.winograd_output * form.tiles * form.M
+            + cost.winograd_weights * form.M * form.K)
 
 
 def direct_cycles(form: WinogradForm, fmas_per_cycle: int) -> float:

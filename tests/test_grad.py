@@ -170,6 +170,24 @@ def test_max_pool_ties_go_to_the_first():
     np.testing.assert_array_equal(dx, [0, 10, 100, 0, 0, 0, 1000])
 
 
+@pytest.mark.parametrize("values", [[1.5, -2.0, 0.5, 3.0], [1.5, 0.0, 0.5, 3.0], [0.0, 2.0, 0.0, 3.0]])
+def test_product_reduction_as_torch_prod(values):
+    """No zero: T / x; one zero: the product of the others there, 0 elsewhere; two: all 0."""
+    backward = tcpy.grad(tcpy.define("def f(double(N,M) X) -> (O) { O(n) *=! X(n, m) * 2 }"))
+    x = np.array([values, [0.5, 1.0, -1.0, 2.0]])
+    got = backward(x, np.array([3.0, -1.0]))
+    others = np.array([[np.prod(np.delete(2 * row, j)) for j in range(4)] for row in x])
+    np.testing.assert_allclose(got, others * 2 * np.array([[3.0], [-1.0]]), rtol=1e-14)
+
+
+def test_accumulating_into_earlier_values_has_no_derivative():
+    with pytest.warns(tcpy.TCWarning):
+        forward = tcpy.define("def f(double(N) X) -> (O) { O(i) *= X(i) }")
+    with pytest.raises(tcpy.TCSemanticError, match="'O\\(i\\) \\*= X\\(i\\)': '\\*=' into earlier values has no "
+                                                    "derivative in tcpy \\(write '\\*=!'\\)"):
+        tcpy.grad(forward)
+
+
 def test_min_reduction_over_two_variables():
     check_against_finite_differences("def f(double(N,M,P) X) -> (O) { O(n) min=! X(n, m, p) * X(n, m, p) }",
                                      [(2, 3, 4)])
@@ -265,7 +283,7 @@ def test_reference_kernels_give_reference_backwards():
     ("def f(double(N) X) -> (O) { O(i) = lgamma(X(i)) }", "builtin 'lgamma' has no derivative"),
     ("def f(double(N) X) -> (int32(N) O) { O(i) = int32(X(i)) }",
      "output 'O' is int32 and depends on X; integer values have no derivative"),
-    ("def f(double(N) X) -> (O) { O *=! X(i) }", "'*=!' has no derivative in tcpy"),
+    ("def f(double(N) X) -> (O) { O(i) = X(i)\n O(i) max= X(i) * 2 }", "is written again with 'max='"),
     ("def f(double(N) X) -> (O) { O(i) = X(i)\n O(i) = O(i) * 2 }", "is written again with '='"),
 ])
 def test_what_has_no_derivative_names_the_statement(src, message):
@@ -403,7 +421,7 @@ def differentiable_defs(draw):
         rhs = expr(3)
         for v in sorted(usable):  # every chosen variable appears: the ranges are the ones meant
             rhs = f"({rhs}) * {'Z' if v in VARS['N'] else 'Y'}({v})"
-        op = "=" if reduce_dim is None else draw(st.sampled_from(["+=!", "+=!", "max=!", "min=!"]))
+        op = "=" if reduce_dim is None else draw(st.sampled_from(["+=!", "+=!", "max=!", "min=!", "*=!"]))
         target = f"T{s}"
         stmts.append(f"{target}({', '.join(lhs)}) {op} {rhs}" if lhs else f"{target} {op} {rhs}")
         tensors[target] = out_dims

@@ -30,7 +30,7 @@ def grad(kernel, wrt: Wrt = None):
     floating-point input when None), in order. Works on compiled and ``backend="reference"``
     kernels and returns the same kind. Raises :class:`~tcpy.TCSemanticError` naming the
     statement when something has no derivative (an integer output, ``%`` of a differentiated
-    value, ``*=!``).
+    value, ``*=`` into earlier values).
     """
     return _backward(kernel, wrt, with_values=False)
 

@@ -15,7 +15,7 @@ statement's own index variables, pinned to their forward ranges by ``where`` cla
 
 ``max=!``/``min=!`` send the cotangent to the first arg-max/min in the reduction order (as
 PyTorch), found by a ``min=!`` over the linear position of the reduction variables among the
-points equal to the forward value. Forward tensors the backward reads are recomputed by their
+points equal to the forward value; ``*=!`` gives each factor the product of the others. Forward tensors the backward reads are recomputed by their
 forward statements inside the backward def (``value_and_grad`` returns them as outputs
 instead of computing them twice); the fusion pass then runs on the backward like on any def.
 """
@@ -214,9 +214,11 @@ class _Reverse:
         extremum = s.reduction in ("max", "min")
         if extremum and s.init and s.reduction_vars:
             seed = ternary(self.first_extremum(k), seed, ZERO)
-        elif (extremum and not s.init) or (s.reduction == "*" and (s.reduction_vars or not s.init)):
-            raise self.error(f"cannot differentiate '{s}': '{s.op}' has no derivative in tcpy "
-                             "(sums, max=! and min=! do)", s.span)
+        elif s.reduction == "*" and s.init and s.reduction_vars:
+            seed = mul(seed, self.product_cofactor(k))
+        elif s.reduction in ("max", "min", "*") and not s.init:
+            raise self.error(f"cannot differentiate '{s}': '{s.op}' into earlier values has no derivative "
+                             f"in tcpy (write '{s.op}!')", s.span)
         active = self.is_active_with(self.active)
         try:
             found = self.normalized_partials(k, seed) or partials(s.rhs, active, seed)
@@ -267,24 +269,46 @@ class _Reverse:
             position = offset if position is None else ast.Binary("+", ast.Binary("*", position, extent), offset)
             count = extent if count is None else ast.Binary("*", count, extent)
         value = ast.Access(s.target, tuple(ast.IndexVar(v) for v in s.output_vars))
-        compared = s.rhs
-        if not isinstance(s.rhs, ast.Access):
-            # a computed value is stored once and read by the max and the mask: computed again it
-            # may differ in the last bit (a vectorized exp), and then no point would match
-            values = self.fresh(f"{s.target}_values")
-            compared = ast.Access(values, tuple(ast.IndexVar(v) for v in s.index_vars))
-            declared = self.def_.tensor(s.target).scalar
-            reduced = compared if declared is s.rhs.type else ast.Cast(declared, compared)
-            lhs = f"({', '.join(s.output_vars)})" if s.output_vars else ""
-            self.replaced[k] = [f"{compared} = {s.rhs}{self.where(ranges)}",
-                                f"{s.target}{lhs} {s.op} {reduced}{self.where(ranges)}"]
+        compared = self.stored_values(k)
         equal = ast.Binary("==", compared, value)
         arg = self.fresh(f"{s.target}_first")
-        self.needed.add(s.target)
-        self.needed.update(a.tensor for a in s.rhs.walk() if isinstance(a, ast.Access))
         lhs = f"{arg}({', '.join(s.output_vars)})" if s.output_vars else arg
         self.lines.append(f"{lhs} min=! {ternary(equal, position, count)}{self.where(ranges)}")
         return ast.Binary("&&", equal, ast.Binary("==", position, ast.Access(arg, value.indices)))
+
+    def stored_values(self, k: int) -> ast.Expr:
+        """The values a max/min/product reduces, as an expression the backward compares with
+        zero or with the result: a computed value is stored once and read by the reduction and
+        the backward (computed again, a vectorized exp may differ in the last bit)."""
+        s = self.stmts[k]
+        self.needed.add(s.target)
+        self.needed.update(a.tensor for a in s.rhs.walk() if isinstance(a, ast.Access))
+        if isinstance(s.rhs, ast.Access):
+            return s.rhs
+        ranges = self.range_texts(k)
+        values = ast.Access(self.fresh(f"{s.target}_values"), tuple(ast.IndexVar(v) for v in s.index_vars))
+        declared = self.def_.tensor(s.target).scalar
+        reduced = values if declared is s.rhs.type else ast.Cast(declared, values)
+        lhs = f"({', '.join(s.output_vars)})" if s.output_vars else ""
+        self.replaced[k] = [f"{values} = {s.rhs}{self.where(ranges)}",
+                            f"{s.target}{lhs} {s.op} {reduced}{self.where(ranges)}"]
+        return values
+
+    def product_cofactor(self, k: int) -> ast.Expr:
+        """For ``T(o) *=! x``: the product of the other factors, as PyTorch's prod: ``T / x``
+        without zeros, the product of the others at a single zero, zero with two zeros."""
+        s = self.stmts[k]
+        x = self.stored_values(k)
+        ranges = self.range_texts(k)
+        outputs = tuple(ast.IndexVar(v) for v in s.output_vars)
+        lhs = f"({', '.join(s.output_vars)})" if s.output_vars else ""
+        zero = ast.Binary("==", x, ZERO)
+        zeros, nonzero = self.fresh(f"{s.target}_zeros"), self.fresh(f"{s.target}_nonzero")
+        self.lines.append(f"{zeros}{lhs} +=! {ternary(zero, ast.IntLit(1), ZERO)}{self.where(ranges)}")
+        self.lines.append(f"{nonzero}{lhs} *=! {ternary(zero, ast.Cast(s.rhs.type, ast.IntLit(1)), x)}{self.where(ranges)}")
+        count, others = ast.Access(zeros, outputs), ast.Access(nonzero, outputs)
+        single = ast.Binary("&&", ast.Binary("==", count, ast.IntLit(1)), zero)
+        return ternary(ast.Binary("==", count, ZERO), div(others, x), ternary(single, others, ZERO))
 
     def where(self, ranges: dict[str, tuple[str, str]]) -> str:
         return (" where " + ", ".join(f"{v} in {lo}:{hi}" for v, (lo, hi) in ranges.items())) if ranges else ""

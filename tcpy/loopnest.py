@@ -32,6 +32,7 @@ from .options import Options
 from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
 from .transform.recognition import block_contraction
 from .transform.engines import plan_block
+from .transform.snapshot import snapshot_own_reads
 
 # An online chain's per-thread buffers: each row's running maximum, sum and rescaling factor,
 # its flag (computed again whole), and one whole row of each block buffer for those rows.
@@ -42,12 +43,14 @@ WHOLE_PREFIX = "whole."
 
 def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
     """``def_`` bound to concrete sizes (``bound`` from ``DefRanges.bind``); ``types`` maps every
-    tensor name to its element type."""
+    tensor name to its element type. A statement that reads its own target where it also writes
+    reads a snapshot taken before it (:mod:`tcpy.transform.snapshot`)."""
     shapes = {p.name: p.type.shape(bound.sizes) for p in def_.params}
     shapes.update((name, tuple(shape)) for name, shape in bound.shapes.items())
     statements = tuple(Statement(inline_lets(stmt), dict(ranges), origin)
                        for origin, (stmt, ranges) in enumerate(zip(def_.stmts, bound.statements)))
-    return Program(def_, statements, shapes, types, bound.sizes)
+    # every path computes in place: a statement reading what it writes reads a snapshot
+    return snapshot_own_reads(Program(def_, statements, shapes, types, bound.sizes))
 
 
 # ----------------------------------------------------------------------------- isl

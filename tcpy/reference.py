@@ -12,8 +12,10 @@ Semantics (the contract the compiled kernels are tested against):
 * Outputs and temporaries start zero-filled; statements run in order. A statement's
   right-hand side is evaluated over its domain (output variables x reduction variables) and
   sees the tensors as they were before the statement (after the identity fill of a ``!``
-  reduction). ``=`` writes, ``op=!`` fills the written region with the operator's identity
-  first, ``op=`` accumulates into the existing values.
+  reduction), also where it reads its own target at other points. ``=`` writes, ``op=!``
+  fills the written region with the operator's identity first, ``op=`` accumulates into the
+  existing values; a reduction with no reduction variable is ``=`` with ``!`` (no fill) and an
+  in-place update without.
 * Every expression is computed in its checked type (``expr.type``) with C-like arithmetic:
   operands are converted to the operation's type, integers wrap, float32 stays float32,
   ``bool`` arithmetic is done in int32 and converted back (non-zero is true). Index values
@@ -457,7 +459,8 @@ def _run_statement(def_: A.Def, stmt: A.Stmt, ranges: dict, env: dict, sizes: di
                 f"[{lo}, {hi}) but its size is {target.shape[d]} (a bug in tcpy's range inference)")
     region = tuple(slice(lo, hi) for lo, hi in bounds[:n_out])
     evaluator = _StatementEvaluator(def_, env, sizes, axes, extents)
-    if stmt.reduction is None:
+    if stmt.reduction is None or (stmt.init and len(names) == n_out):
+        # (a `!` reduction with no reduction variable is `=`: its right-hand side sees no fill)
         if len(names) > n_out:
             raise TypeError(f"reference evaluator: '{stmt}' has reduction variables but no reduction")
         value = evaluator.value(stmt.rhs, None)

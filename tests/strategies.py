@@ -19,7 +19,8 @@ Expressions cover + - * / %, unary - and !, comparisons, && ||, lazy ternaries (
 integer divisions), builtins, min/max, casts, index and size variables used as values and
 literals (float literals are float32, some not exactly: ``0.1`` in a double kernel is
 ``(double)0.1f``), and whole right-hand sides that are index values (int32 outputs, as in TC);
-targets cover outputs, temporaries, updates of earlier outputs and rank 0, with every
+targets cover outputs, temporaries, updates of earlier outputs (half of them reading their own
+target, at any index) and rank 0, with every
 reduction operator with and without ``!``; dtypes cover half, float, double, signed and
 unsigned integers and bool.
 
@@ -255,6 +256,9 @@ class _Stmt:
         self.rank = rank
         self.target = target  # a tensor of known shape: an update, or a typed return (fresh)
         self.fresh = fresh  # the first write of a typed return
+        # an update may read its own target, also where other iterations write (C(j, i) = C(i, j)):
+        # the right-hand side sees the target as it was before the statement
+        self.reads_own = target is not None and not fresh and b.chance(0.5)
         self.vars: list = []
         self.where: list = []
         self.terms: list = []  # accesses that must appear (anchors): (text, type)
@@ -298,7 +302,7 @@ class _Stmt:
         return var
 
     def readable(self):
-        own = self.target.name if self.target is not None else None
+        own = self.target.name if self.target is not None and not self.reads_own else None
         return [t for t in self.b.tensors.values() if t.role != "table" and t.name != own]
 
     # -- index expressions
@@ -491,6 +495,13 @@ class _Stmt:
             let_text, let_type = self.expr(1, b.family != "int")
             self.where.append(f"z0 = {let_text}")
             rhs, rtype = f"({rhs}) {b.pick(('+', '*', '-'))} z0", promote(rtype, let_type)
+        if self.reads_own and not index_valued:  # the target itself, transposed or at other indices
+            if len(out_vars) >= 2 and b.chance(0.5):
+                order = b.draw(st.permutations(out_vars))
+                text = f"{target.name}({', '.join(self.use(v, n) or '0' for v, n in zip(order, target.shape))})"
+            else:
+                text = self.access(target)
+            rhs, rtype = f"({rhs}) {b.pick(('+', '*'))} {text}", promote(rtype, target.type)
         for text, ttype in self.terms:
             if index_valued:  # keep the value an index value: the anchor only constrains
                 self.where.append(f"exists {text}")

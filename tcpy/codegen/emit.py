@@ -637,7 +637,7 @@ class _Emitter:
         the products of one statement): ``([(prepack, call), (prepack, call)], tail's output
         pointer)``. With ``keys`` (an online chain's blocks of columns), b packed once per batch
         is the current block's."""
-        names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
+        names = {name: c_name(name) for name in self._buffer_names()}
         calls, tail_c = [], ""
         for k, product in enumerate((head, tail)):
             pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
@@ -800,7 +800,7 @@ class _Emitter:
                 self.nodes(node.body, depth + 1)
                 self.emit("}", depth)
             elif isinstance(node, ContractionNest):
-                names = {t.name: c_name(t.name) for t in self.program.def_.tensors}
+                names = {name: c_name(name) for name in self._buffer_names()}  # (snapshots are copies)
                 prefix = f"{self.symbol}_s{node.stmt}"
                 epilogue = None
                 if node.epilogue is not None:

@@ -3,6 +3,9 @@
 Each pass takes IR and returns new IR; none mutates what it was given. Their decisions read the
 :class:`~tcpy.target.Target` in the options.
 
+* :mod:`.snapshot` — a statement that reads elements of its own target that it also writes
+  reads a copy taken before it (TC's semantics; done when the program is built, so every path
+  sees it; Program -> Program).
 * :mod:`.engines` — how each statement runs (the contraction engine with its plan, or loops),
   decided once and stamped on it; the later passes read the stamp (Program -> Program).
 * :mod:`.packing` — operand copies (Program -> Program): transposed copies that turn dot-product

@@ -29,7 +29,7 @@ from .loopir import (
     Point, Program, Scratch, Statement, Var, first_point, from_isl,
 )
 from .options import Options
-from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule
+from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule, volume
 from .transform.recognition import block_contraction
 from .transform.engines import plan_block
 from .transform.snapshot import snapshot_own_reads
@@ -268,7 +268,7 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
     chunks = 1
     for e in extents:
         chunks *= max(e, 0)
-    work = sum(_product(program.statements[i].extents().values()) for i in group.statements)
+    work = sum(volume(program.statements[i].extents().values()) for i in group.statements)
     parallel = options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK and chunks >= 2
     if group.chain:
         return Nest(group.statements[0], NestKind.COMPUTE, (_chain(program, group, options, loop_vars, parallel),),
@@ -345,7 +345,7 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
     lo, hi = ranges[chain.block_var]
     loops += ((BLOCK_START, lo, hi),)
     blocks = -(-(hi - lo) // chain.rows)
-    batches = _product(hi_ - lo_ for _, lo_, hi_ in loops[:-1])
+    batches = volume(hi_ - lo_ for _, lo_, hi_ in loops[:-1])
     threads = options.threads if parallel else 1
     # b depends on the batch loops only: packed once per batch when a thread runs several of
     # its blocks in a row (static schedule: consecutive iterations), else by the cell per block;
@@ -442,13 +442,6 @@ def _key_blocks(program: Program, group: FusedGroup, options: Options, loop_vars
     buffers += [(buffer, row, program.types[tensor]) for tensor, (buffer, row) in whole.items()]
     return (KeyBlocks(KEY_START, lo, hi, online.columns, last, ONLINE_RUNNING, ONLINE_FLAGS, whole_rows, panels),
             buffers, packed)
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= max(v, 0)
-    return out
 
 
 def _empty_reduction(index, stmt, sched, ranges, fixed) -> tuple[Node, ...]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from .lang import ast
-from .lang.visit import index_vars
+from .lang.visit import accesses, index_vars
 from .options import Options
 from .target import Target
 
@@ -141,21 +141,11 @@ class StmtSchedule:
         return "; ".join(parts)
 
 
-def _accesses(stmt: ast.Stmt):
-    """Every tensor access of a statement, the left-hand side first."""
-    yield ast.Access(stmt.target, stmt.lhs)
-    exprs = [stmt.rhs] + [w.expr for w in stmt.where if isinstance(w, ast.Exists)]
-    for e in exprs:
-        for node in e.walk():
-            if isinstance(node, ast.Access) and node.indices:
-                yield node
-
-
 def _stride_profile(stmt: ast.Stmt, shapes: Mapping[str, tuple[int, ...]]):
     """(strided, contiguous) access counts per index variable."""
     strided = {v: 0 for v in stmt.index_vars}
     contiguous = {v: 0 for v in stmt.index_vars}
-    for acc in _accesses(stmt):
+    for acc, _ in accesses(stmt):
         shape = shapes.get(acc.tensor, ())
         for pos, index in enumerate(acc.indices):
             inner = shape[pos + 1:] if len(shape) == len(acc.indices) else ()
@@ -240,7 +230,7 @@ def choose_schedule(
         unroll=options.unroll,
         register_tile=register_tile,
     )
-    work = _product(extents.get(v, 1) for v in order)
+    work = volume(extents.get(v, 1) for v in order)
     if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
         return sched
     return _plan_parallel(sched, extents, blocks, options, target_type)
@@ -273,8 +263,8 @@ def _split_reduction(sched: StmtSchedule, extents: Mapping[str, int], target_typ
     if not sched.register_reduction or not sched.reductions:
         return None
     _, chunks = _parallel_prefix(sched, extents)
-    outputs = _product(extents.get(v, 1) for v in sched.order if v not in sched.reductions)
-    per_output = _product(extents.get(v, 1) for v in sched.reductions)
+    outputs = volume(extents.get(v, 1) for v in sched.order if v not in sched.reductions)
+    per_output = volume(extents.get(v, 1) for v in sched.reductions)
     var = sched.reductions[0]
     parts = min(CHUNKS_PER_THREAD * threads, per_output // MIN_PART_WORK, extents.get(var, 1))
     element_bytes = max(4, target_type.bits // 8)
@@ -286,7 +276,8 @@ def _split_reduction(sched: StmtSchedule, extents: Mapping[str, int], target_typ
                                threads=threads, split=(var, size, parts))
 
 
-def _product(values) -> int:
+def volume(values) -> int:
+    """The product of extents, an empty (negative) extent counting as 0."""
     out = 1
     for v in values:
         out *= max(v, 0)
@@ -379,7 +370,7 @@ def _register_tile(stmt, order, extents, target_type, target: Target):
     candidates = [v for v in order if v not in reduction and v != col]
     if not candidates:
         return None
-    reads = [a for a in _accesses(stmt) if any(col in index_vars(i) for i in a.indices)]
+    reads = [a for a, _ in accesses(stmt) if any(col in index_vars(i) for i in a.indices)]
 
     def shared_loads(v):  # accesses that contain both the column variable and v
         return sum(any(v in index_vars(i) for i in a.indices) for a in reads)

@@ -99,6 +99,21 @@ _EXPR_FIELDS = {
 }
 
 
+def accesses(stmt: ast.Stmt):
+    """``(access, is_write)`` of every tensor access of a statement: its left-hand side first,
+    then the reads of its right-hand side and ``exists`` clauses (a reduction without ``!``
+    also reads its target: callers that care add it)."""
+    yield ast.Access(stmt.target, stmt.lhs), True
+    for node in stmt.rhs.walk():
+        if isinstance(node, ast.Access):
+            yield node, False
+    for clause in stmt.where:
+        if isinstance(clause, ast.Exists):
+            for node in clause.expr.walk():
+                if isinstance(node, ast.Access):
+                    yield node, False
+
+
 def map_expr(expr: ast.Expr, fn: Callable[[ast.Expr], Optional[ast.Expr]]) -> ast.Expr:
     """Rebuild ``expr`` bottom-up; ``fn(node)`` may return a replacement (or None to keep it)."""
     fields = _EXPR_FIELDS.get(type(expr), ())

@@ -62,7 +62,7 @@ import islpy as isl
 
 from ..errors import TCOptionError
 from ..lang import ast
-from ..lang.visit import map_expr
+from ..lang.visit import accesses, map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..schedule import choose_schedule
@@ -135,7 +135,7 @@ def _fusable_vars(program: Program, statement: Statement, options: Options) -> t
     sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
     if sched.register_tile is not None:
         return ()
-    if any(_affine(e, {}, program) is None for access, _ in _accesses(stmt) for e in access.indices):
+    if any(_affine(e, {}, program) is None for access, _ in accesses(stmt) for e in access.indices):
         return ()
     return tuple(e.name for e in stmt.lhs if isinstance(e, ast.IndexVar))
 
@@ -215,7 +215,7 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
     inner = [statements[i].stmt for i in group.statements]
     if produced not in temporaries or len(consumed) != 1 or (consumed[0] == produced) != (not inner):
         return None
-    if inner and (not any(a.tensor == produced for s in inner for a, w in _accesses(s) if not w)
+    if inner and (not any(a.tensor == produced for s in inner for a, w in accesses(s) if not w)
                   or not any(s.target == consumed[0] for s in inner)):
         return None
     if not all(_row_buffer_ok(program, uses, members, t, shared) for t in (produced, consumed[0])) or not _legal(
@@ -234,7 +234,7 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
     blocked = []
     for k, tensor in enumerate(row_tensors):
         row = 1
-        for e, n in zip(next(a for i in members for a, _ in _accesses(statements[i].stmt) if a.tensor == tensor).indices,
+        for e, n in zip(next(a for i in members for a, _ in accesses(statements[i].stmt) if a.tensor == tensor).indices,
                         program.shapes[tensor]):
             row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
@@ -464,22 +464,8 @@ def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Opti
 # ----------------------------------------------------------------------------- dependences
 
 
-def _accesses(stmt: ast.Stmt):
-    """(access, is_write) of every tensor access of a statement (a reduction without `!`
-    also reads its target)."""
-    yield ast.Access(stmt.target, stmt.lhs), True
-    for node in stmt.rhs.walk():
-        if isinstance(node, ast.Access):
-            yield node, False
-    for clause in stmt.where:
-        if isinstance(clause, ast.Exists):
-            for node in clause.expr.walk():
-                if isinstance(node, ast.Access):
-                    yield node, False
-
-
 def _accesses_rw(stmt: ast.Stmt):
-    for access, is_write in _accesses(stmt):
+    for access, is_write in accesses(stmt):
         yield access, is_write
     if stmt.reduction is not None:
         yield ast.Access(stmt.target, stmt.lhs), False
@@ -521,7 +507,7 @@ def _uses(statements) -> dict[str, list[tuple[int, ast.Access, bool]]]:
     (an index built once, so that no question about a tensor scans every statement)."""
     uses: dict[str, list[tuple[int, ast.Access, bool]]] = {}
     for i, statement in enumerate(statements):
-        for access, is_write in _accesses(statement.stmt):
+        for access, is_write in accesses(statement.stmt):
             uses.setdefault(access.tensor, []).append((i, access, is_write))
     return uses
 
@@ -610,7 +596,7 @@ def _shrink_temporaries(program: Program) -> Program:
         locals_: list[tuple[str, str]] = []
         local_bytes = 0
         deferred = group.chain.deferred if group.chain else None
-        touched = {a.tensor for i in group.statements for a, _ in _accesses(program.statements[i].stmt)}
+        touched = {a.tensor for i in group.statements for a, _ in accesses(program.statements[i].stmt)}
         for tensor in sorted(touched & temporaries):
             if deferred is not None and tensor == deferred.quotient:
                 shrunk.append(tensor)  # its statement does not run: no buffer at all
@@ -661,7 +647,7 @@ def _first_write_covers(program: Program, first: Statement, tensor: str) -> bool
     element of it without reading it: then its buffer needs no zeros (TC: unwritten elements
     read 0)."""
     stmt = first.stmt
-    reads_itself = (any(a.tensor == tensor for a, w in _accesses(stmt) if not w)
+    reads_itself = (any(a.tensor == tensor for a, w in accesses(stmt) if not w)
                     or (stmt.reduction is not None and not stmt.init))
     if stmt.target != tensor or reads_itself:
         return False

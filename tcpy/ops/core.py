@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
@@ -22,6 +21,8 @@ import sympy
 
 from ..api import Kernel, define
 from ..errors import TCOpError
+from ..lang import writer
+from ..lang.ast import tuple_text
 from ..lang.types import TYPE_NAMES, ScalarType
 from ..options import Options
 
@@ -131,17 +132,25 @@ def same_dim(a: Dim, b: Dim) -> bool:
     return sympy.simplify(sympy.Integer(a) - b if isinstance(a, int) else a - b) == 0
 
 
+class ConcreteSizeNeeded(TCOpError):
+    """An operation needs a number where its operand has a symbolic size (``err.op``, ``err.what``)."""
+
+    def __init__(self, op: str, what: str, size: Dim):
+        self.op, self.what = op, what
+        super().__init__(f"{op}: {what} must be a concrete size (the index arithmetic needs the number), "
+                         f"got the symbolic size {size}")
+
+
 def concrete(d: Dim, op: str, what: str) -> int:
     """``d`` as an int; raises when it is symbolic and ``op`` needs the number to write its indices."""
     if isinstance(d, int):
         return d
-    raise TCOpError(f"{op}: {what} must be a concrete size (the index arithmetic needs the number), "
-                    f"got the symbolic size {d}")
+    raise ConcreteSizeNeeded(op, what, d)
 
 
 def shape_text(shape) -> str:
     """A shape as Python prints a tuple, for messages."""
-    return f"({', '.join(str(d) for d in shape)}{',' if len(shape) == 1 else ''})"
+    return tuple_text(map(str, shape))
 
 
 # ----------------------------------------------------------------------------- graph
@@ -167,7 +176,7 @@ class Value:
 
     def at(self, indices: Sequence[str]) -> str:
         """TC text of a read at ``indices`` (a rank-0 tensor is read by its name)."""
-        return f"{self.name}({', '.join(indices)})" if indices else self.name
+        return writer.read(self.name, indices)
 
     def __repr__(self) -> str:
         return f"<tcpy.ops value {self.name}: {self.spec!r}>"
@@ -207,9 +216,8 @@ class Graph:
         if target is None:
             self._count += 1
             target = Value(self, f"v{self._count}", TensorSpec(tuple(shape), dtype))
-        clauses = [f"{loop.var} in 0:{dim_text(loop.extent)}" for loop in loops] + list(lets)
-        where = f" where {', '.join(clauses)}" if clauses else ""
-        self.lines.append(f"{target.at(out_vars)} {op} {rhs}{where}")
+        ranges = [(loop.var, dim_text(loop.extent)) for loop in loops]
+        self.lines.append(writer.statement(target.at(out_vars), op, rhs, ranges, lets))
         return target
 
     def source(self, outputs: Sequence[Value]) -> str:
@@ -219,10 +227,8 @@ class Graph:
             if value in self.params or value.name in returns:  # a returned input is copied out
                 value = copy(value)
             returns.append(value.name)
-        params = ", ".join(f"{p.dtype.tc_name}{'(' + ', '.join(map(dim_text, p.shape)) + ')' if p.rank else ''} "
-                           f"{p.name}" for p in self.params)
-        body = "\n".join(f"    {line}" for line in self.lines)
-        return f"def {self.name}({params}) -> ({', '.join(returns)}) {{\n{body}\n}}\n"
+        params = [(p.dtype, [dim_text(d) for d in p.shape], p.name) for p in self.params]
+        return writer.def_source(self.name, params, returns, self.lines)
 
 
 _ACTIVE: contextvars.ContextVar[Optional[Graph]] = contextvars.ContextVar("tcpy_ops_graph", default=None)
@@ -386,70 +392,13 @@ def loops(variables: Sequence[str], extents) -> list[Loop]:
     return [Loop(v, e) for v, e in zip(variables, extents)]
 
 
-def cast(expr: str, to: ScalarType, frm: Optional[ScalarType] = None) -> str:
-    """``expr`` converted to ``to`` (no cast when it already has that type)."""
-    return expr if frm is to else f"{to.tc_name}({expr})"
-
-
 def literal(value, dtype: ScalarType) -> str:
-    """TC text of a constant of ``dtype``. TC literals are int32 and float32, so wider values are
-    built from exact pieces, and inf/NaN from divisions by zero."""
-    if dtype is ScalarType.BOOL:
-        return f"bool({int(bool(value))})"
-    if dtype.is_float:
-        value = float(value)
-        if math.isnan(value):
-            return f"{dtype.tc_name}(0.0 / 0.0)"
-        if math.isinf(value):
-            return f"{dtype.tc_name}({'-' if value < 0 else ''}1.0 / 0.0)"
-        if dtype is ScalarType.FLOAT64:
-            # three float32 pieces hold a double exactly (3 x 24 bits >= 53)
-            pieces, rest = [], value
-            for _ in range(3):
-                piece = np.float32(rest)
-                if np.isinf(piece):
-                    raise TCOpError(f"the constant {value!r} is outside the range tcpy can write as a literal")
-                pieces.append(piece)
-                rest -= float(piece)
-            parts = [p for p in pieces if p != 0] or pieces[:1]
-            return "(" + " + ".join(f"double({_float_text(p)})" for p in parts) + ")"
-        return f"{dtype.tc_name}({_float_text(np.float32(value))})"
-    if isinstance(value, float) and not value.is_integer():
-        raise TCOpError(f"the constant {value!r} is not an integer, as a {dtype.numpy_name} needs")
-    value = int(value)
-    info = np.iinfo(dtype.numpy_name)
-    if not info.min <= value <= info.max:
-        raise TCOpError(f"the constant {value} does not fit {dtype.numpy_name} [{info.min}, {info.max}]")
-    if -2**31 < value < 2**31:
-        return f"{dtype.tc_name}({value})" if value >= 0 else f"{dtype.tc_name}(-{-value})"
-    if value >= 2**63:
-        raise TCOpError(f"the constant {value} is beyond the int64 values tcpy can write as a literal")
-    high, low = divmod(value, 2**32)  # high * 2^32 + mid * 2^16 + low, each piece an int32 literal
-    mid, low = divmod(low, 2**16)
-    high_text = "(int64(-2147483647) - int64(1))" if high == -2**31 else f"int64({high})" if high >= 0 else \
-        f"int64(-{-high})"
-    return f"{dtype.tc_name}({high_text} * int64(65536) * int64(65536) + int64({mid}) * int64(65536) + int64({low}))"
-
-
-def _float_text(x: np.float32) -> str:
-    """The shortest decimal that reads back as ``x`` (TC parses float literals as float32)."""
-    if x != 0 and not 1e-4 <= abs(x) < 1e16:
-        return np.format_float_scientific(x, unique=True)
-    return np.format_float_positional(x, unique=True, trim="0")
-
-
-def lowest(dtype: ScalarType) -> str:
-    """The identity of ``max``: -inf, the dtype's minimum, or false."""
-    if dtype.is_float:
-        return literal(-math.inf, dtype)
-    return literal(0 if dtype is ScalarType.BOOL else np.iinfo(dtype.numpy_name).min, dtype)
-
-
-def highest(dtype: ScalarType) -> str:
-    """The identity of ``min``: +inf, the dtype's maximum, or true."""
-    if dtype.is_float:
-        return literal(math.inf, dtype)
-    return literal(1 if dtype is ScalarType.BOOL else np.iinfo(dtype.numpy_name).max, dtype)
+    """TC text of a constant of ``dtype`` (:func:`tcpy.lang.writer.literal`); a value ``dtype``
+    cannot hold is a :class:`~tcpy.TCOpError`."""
+    try:
+        return writer.literal(value, dtype)
+    except writer.LiteralError as err:
+        raise TCOpError(str(err)) from None
 
 
 def copy(x: Value) -> Value:

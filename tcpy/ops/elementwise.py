@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from ..errors import TCOpError
 from ..lang.types import ScalarType
-from .core import (Value, cast as cast_text, check_kind, check_same, copy, dtype_of, index_vars, is_number, literal,
-                   loops, operation)
+from ..lang.writer import cast as cast_text
+from .core import Value, check_kind, check_same, copy, dtype_of, index_vars, is_number, literal, loops, operation
 
 # unary op -> TC text of the result for an operand written as {x}; floats only unless listed in _ANY_DTYPE
 _UNARY = {
@@ -95,7 +95,7 @@ def cast(x, dtype) -> Value:
     to = dtype_of(dtype)
     if to is x.dtype:
         return copy(x)
-    return _elementwise(x, f"{to.tc_name}({x.at(index_vars(x.rank))})", to)
+    return _elementwise(x, cast_text(x.at(index_vars(x.rank)), to), to)
 
 
 @operation("x")

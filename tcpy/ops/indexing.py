@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ..errors import TCOpError
 from ..lang.types import ScalarType
-from .core import (Loop, Value, axis_of, check_kind, check_same, dim_text, highest, index_vars, ints_of, literal,
-                   loops, lowest, operation, same_dim, shape_text)
+from ..lang.writer import highest, lowest
+from .core import (Loop, Value, axis_of, check_kind, check_same, dim_text, index_vars, ints_of, literal, loops,
+                   operation, same_dim, shape_text)
 
 _INDEX_TYPES = (ScalarType.INT32, ScalarType.INT64)
 _SCATTER = {"add": "+", "max": "max", "min": "min", "replace": None}

@@ -8,15 +8,11 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import TCOpError
-from ..lang.types import ScalarType
-from .core import (Loop, Value, axis_of, cast, check_kind, check_same, dim_text, dtype_of, index_vars, literal,
-                   operation, same_dim, shape_text)
-from .reduction import default_accum, dot_general, reduce
-
-
-def _compute_type(dtype: ScalarType) -> ScalarType:
-    """Where normalisations compute: float32 for half, else the dtype itself."""
-    return default_accum(dtype)
+from ..lang.types import ScalarType, accumulator_type
+from ..lang.writer import cast
+from .core import (Loop, Value, axis_of, check_kind, check_same, dim_text, dtype_of, index_vars, literal, operation,
+                   same_dim, shape_text)
+from .reduction import dot_general, reduce
 
 
 @operation("x", "gamma", "beta")
@@ -34,7 +30,7 @@ def layer_norm(x, gamma, beta, epsilon: float = 1e-5, feature_axis: int = -1) ->
                             f"{shape_text(x.shape)}), got {shape_text(value.shape)}")
     if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or epsilon < 0:
         raise TCOpError(f"layer_norm: epsilon must be a number >= 0, got {epsilon!r}")
-    graph, acc = x.graph, _compute_type(x.dtype)
+    graph, acc = x.graph, accumulator_type(x.dtype)
     rows = [f"i{d}" for d in range(x.rank) if d != axis]
     row_loops = [Loop(f"i{d}", e) for d, e in enumerate(x.shape) if d != axis]
     row_shape = [lp.extent for lp in row_loops]
@@ -59,7 +55,7 @@ def softmax(x, axis: int = -1, out_dtype=None) -> Value:
     float32 for f16 input; the result in ``out_dtype`` (default x's dtype)."""
     check_kind("softmax", x, "x", ("float",))
     axis = axis_of(axis, x.rank, "softmax")
-    acc = _compute_type(x.dtype)
+    acc = accumulator_type(x.dtype)
     out_dtype = x.dtype if out_dtype is None else dtype_of(out_dtype, "out_dtype")
     graph = x.graph
     peak = reduce(x, "max", axis, keepdims=True, accum_dtype=acc, out_dtype=acc)

@@ -7,19 +7,15 @@ minimum, +inf / the dtype's maximum).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 from ..errors import TCOpError
 from ..lang.types import ScalarType, accumulator_type
-from .core import (Graph, Loop, Value, axes_of, axis_of, cast, check_kind, check_same, dim_text, dtype_of, loops,
-                   operation, same_dim, shape_text)
+from ..lang.writer import cast
+from .core import (Graph, Loop, Value, axes_of, axis_of, check_kind, check_same, dim_text, dtype_of, operation,
+                   same_dim, shape_text)
 
 _KINDS = {"sum": "+", "max": "max", "min": "min"}
-
-
-def default_accum(dtype: ScalarType) -> ScalarType:
-    """PTIR's default ``accum_dtype``: float32 for 16-bit floats, else the input dtype."""
-    return ScalarType.FLOAT32 if dtype is ScalarType.FLOAT16 else dtype
 
 
 def accumulate(graph: Graph, shape, out_vars: Sequence[str], out_loops: Sequence[Loop], kind: str, term: str,
@@ -48,7 +44,7 @@ def _kind(kind: str, x: Value, op: str) -> None:
 
 def accum_and_out(x: Value, accum_dtype, out_dtype) -> tuple[ScalarType, ScalarType]:
     """The (accum, out) dtypes of a reduction of ``x``: given, or PTIR's defaults."""
-    accum = default_accum(x.dtype) if accum_dtype is None else dtype_of(accum_dtype, "accum_dtype")
+    accum = accumulator_type(x.dtype) if accum_dtype is None else dtype_of(accum_dtype, "accum_dtype")
     out = x.dtype if out_dtype is None else dtype_of(out_dtype, "out_dtype")
     return accum, out
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import TCOpError
-from .core import (Loop, Value, concrete, highest, index_vars, ints_of, literal, loops, lowest,
-                   operation, shape_text)
+from ..lang.writer import cast, highest, lowest
+from .core import Loop, Value, concrete, index_vars, ints_of, literal, loops, operation, shape_text
 from .reduction import _kind, accum_and_out, accumulate
 
 
@@ -66,7 +66,7 @@ def reduce_window(x, kind: str, window, strides=None, padding=None, dilation=Non
         if w > 1:
             taps.append(Loop(tap, w))
     identity = {"sum": literal(0, accum), "max": lowest(accum), "min": highest(accum)}[kind]
-    term = x.at(read) if x.dtype is accum else f"{accum.tc_name}({x.at(read)})"
+    term = cast(x.at(read), accum, x.dtype)
     term_dtype = accum
     if guards:
         term = f"({' && '.join(guards)}) ? {term} : {identity}"

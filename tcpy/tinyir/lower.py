@@ -19,10 +19,14 @@ import sympy
 
 from ..lang.builtins import BUILTINS
 from ..lang.parser import KEYWORDS
+from ..lang.types import ScalarType
+from ..lang.writer import LiteralError, cast, def_source, literal, read, statement
 from .errors import DtypeMismatch, ExcessivePiecewise, TinyIRError
 from .graph import MOVEMENT, Graph, Node, provably_nonnegative, reshape_groups, same, view_axis
 
-TC_TYPES = {"fp16": "half", "bf16": "float", "fp32": "float", "i32": "int32", "bool": "bool"}
+# bf16 values are computed and returned as float32 (tcpy has no bfloat16 type)
+SCALAR_TYPES = {"fp16": ScalarType.FLOAT16, "bf16": ScalarType.FLOAT32, "fp32": ScalarType.FLOAT32,
+                "i32": ScalarType.INT32, "bool": ScalarType.BOOL}
 _BINARY = {"ADD": "+", "SUB": "-", "MUL": "*", "FDIV": "/"}
 _REDUCTIONS = {"SUM": "+=", "MAX": "max=", "MIN": "min="}
 MAX_PIECEWISE = 16
@@ -105,21 +109,15 @@ class _Lowering:
         for nid, node in self.nodes.items():
             if node.uop != "INPUT" and self.must_store(nid):
                 self.store(node)
-        params = ", ".join(f"{TC_TYPES[self.nodes[n].dtype]}{self.dims(self.nodes[n])} {self.tensor_names[n]}"
-                           for n in self.graph.inputs)
+        params = [(SCALAR_TYPES[self.nodes[n].dtype], [self.size(d, n) for d in self.nodes[n].shape],
+                   self.tensor_names[n]) for n in self.graph.inputs]
         outputs = []
         for nid in self.graph.outputs:
             value = self.value_of(nid)
             if value not in self.stored:  # an output that is an input: copy it
                 self.store(self.nodes[value])
             outputs.append(self.stored[value][0])
-        body = "\n".join(f"    {s}" for s in self.statements)
-        return f"def {self.name}({params}) -> ({', '.join(outputs)}) {{\n{body}\n}}\n"
-
-    def dims(self, node: Node) -> str:
-        if not node.shape:
-            return ""
-        return "(" + ", ".join(self.size(d, node.id) for d in node.shape) + ")"
+        return def_source(self.name, params, outputs, self.statements)
 
     def store(self, node: Node) -> None:
         """Emit the statement(s) that compute ``node`` into a tensor of its own."""
@@ -146,25 +144,24 @@ class _Lowering:
                     ranges.append((index[k], x.shape[k]))
             widen = x.dtype == "fp16" and node.dtype in ("fp32", "bf16")
             text, kind = self.value(x.id, index, _Context(widen=widen))
-            rhs = _convert(text, kind, TC_TYPES[node.dtype])
+            rhs = _convert(text, kind, SCALAR_TYPES[node.dtype])
             op = _REDUCTIONS[node.params["op"]]
             init = node.params["init"]
             if init is not None:
-                self.emit(tensor, lhs, "=", _literal(init, node.dtype, TC_TYPES[node.dtype], nid), ranges[:len(lhs)])
+                self.emit(tensor, lhs, "=", _literal(init, node.dtype, SCALAR_TYPES[node.dtype], nid), ranges[:len(lhs)])
                 self.emit(tensor, lhs, op, rhs, ranges)
             else:
                 self.emit(tensor, lhs, op + "!", rhs, ranges)
         else:
             index = [lhs.get(k, sympy.Integer(0)) for k in range(len(node.shape))]
             text, kind = self.value(nid, index, _Context())
-            self.emit(tensor, lhs, "=", _convert(text, kind, TC_TYPES[node.dtype]), ranges)
+            self.emit(tensor, lhs, "=", _convert(text, kind, SCALAR_TYPES[node.dtype]), ranges)
         self.stored[nid] = (tensor, keep)
 
     def emit(self, tensor, lhs, op, rhs, ranges) -> None:
         rhs = _unwrap(rhs)
-        target = f"{tensor}({', '.join(str(v) for v in lhs.values())})" if lhs else tensor
-        where = ", ".join(f"{v} in 0:{self.size(e, None)}" for v, e in ranges)
-        self.statements.append(f"{target} {op} {rhs}" + (f" where {where}" if where else ""))
+        target = read(tensor, [str(v) for v in lhs.values()])
+        self.statements.append(statement(target, op, rhs, [(str(v), self.size(e, None)) for v, e in ranges]))
 
     def loop_var(self, extent, taken: set) -> sympy.Symbol:
         """A fresh index variable for an axis, named after its size symbol when it has one."""
@@ -181,28 +178,29 @@ class _Lowering:
 
     # -- values --------------------------------------------------------------------------------
 
-    def value(self, nid: str, index, ctx: _Context) -> tuple[str, str]:
-        """``(TC expression, its TC type)`` of node ``nid`` at ``index``."""
+    def value(self, nid: str, index, ctx: _Context) -> tuple[str, ScalarType]:
+        """``(TC expression, its scalar type)`` of node ``nid`` at ``index``."""
         if nid in self.stored:
             tensor, keep = self.stored[nid]
-            args = ", ".join(self.render(index[k]) for k in keep)
-            text = f"{tensor}({args})" if keep else tensor
+            text = read(tensor, [self.render(index[k]) for k in keep])
             return self.widened(text, self.nodes[nid].dtype, ctx)
         if self.nodes[nid].uop == "INPUT":
             tensor = self.tensor_names[nid]
-            text = f"{tensor}({', '.join(self.render(i) for i in index)})" if index else tensor
+            text = read(tensor, [self.render(i) for i in index])
             return self.widened(text, self.nodes[nid].dtype, ctx)
         return self.compute(self.nodes[nid], index, ctx)
 
     @staticmethod
-    def widened(text, dtype, ctx) -> tuple[str, str]:
-        kind = TC_TYPES[dtype]
-        return (f"float({text})", "float") if ctx.widen and kind == "half" else (text, kind)
+    def widened(text, dtype, ctx) -> tuple[str, ScalarType]:
+        kind = SCALAR_TYPES[dtype]
+        if ctx.widen and kind is ScalarType.FLOAT16:
+            return cast(text, ScalarType.FLOAT32), ScalarType.FLOAT32
+        return text, kind
 
-    def compute(self, node: Node, index, ctx: _Context) -> tuple[str, str]:
+    def compute(self, node: Node, index, ctx: _Context) -> tuple[str, ScalarType]:
         if node.uop in MOVEMENT:
             return self.move(node, index, ctx)
-        kind = "float" if ctx.widen and node.dtype == "fp16" else TC_TYPES[node.dtype]
+        kind = ScalarType.FLOAT32 if ctx.widen and node.dtype == "fp16" else SCALAR_TYPES[node.dtype]
         operands = []
         for s in node.src:
             if isinstance(s, str):
@@ -211,8 +209,8 @@ class _Lowering:
             else:
                 operands.append((_literal(s, node.dtype, kind, node.id), kind))
         if node.uop == "CAST":
-            (text, src_kind), to = operands[0], TC_TYPES[node.dtype]
-            return (text, src_kind) if src_kind == to else (f"{to}({_unwrap(text)})", to)
+            (text, src_kind), to = operands[0], SCALAR_TYPES[node.dtype]
+            return _convert(text, src_kind, to), to
         if node.uop == "WHERE":
             (cond, _), (a, ka), (b, kb) = operands
             return f"({cond} ? {_convert(a, ka, kind)} : {_convert(b, kb, kind)})", kind
@@ -226,9 +224,9 @@ class _Lowering:
         if node.uop == "RELU":
             return f"max({_unwrap(args[0])}, {_literal(0, node.dtype, kind, node.id)})", kind
         # EXP2, RSQRT: TC's builtins compute in float
-        return _convert(f"{node.uop.lower()}({_unwrap(args[0])})", "float", kind), kind
+        return _convert(f"{node.uop.lower()}({_unwrap(args[0])})", ScalarType.FLOAT32, kind), kind
 
-    def move(self, node: Node, index, ctx: _Context) -> tuple[str, str]:
+    def move(self, node: Node, index, ctx: _Context) -> tuple[str, ScalarType]:
         """Read the source of a movement op at the index its result is read at."""
         x = self.nodes[node.src[0]]
         p = node.params
@@ -453,21 +451,15 @@ def _broadcast_index(index, shape, src_shape) -> list:
             for k, d in enumerate(src_shape)]
 
 
-def _literal(value, dtype: str, kind: str, node: Optional[str] = None) -> str:
-    """A number as a TC expression of TC type ``kind`` (``node``: whose immediate it is)."""
-    if kind == "bool":
-        return f"bool({int(bool(value))})"
-    if kind == "int32":
-        if float(value) != int(value):
-            raise DtypeMismatch(node, f"the immediate {value!r} is not an integer, as {dtype} needs")
-        text = str(int(value))
-    else:
-        text = repr(float(value))
-        if "e" not in text and "." not in text:
-            text += ".0"
-    if text.startswith("-"):
-        text = f"({text})"
-    return f"half({text})" if kind == "half" else text
+def _literal(value, dtype: str, kind: ScalarType, node: Optional[str] = None) -> str:
+    """A number as a TC expression of type ``kind`` (``dtype``: the Tiny IR dtype it stands for;
+    ``node``: whose immediate it is)."""
+    if kind is ScalarType.INT32 and float(value) != int(value):
+        raise DtypeMismatch(node, f"the immediate {value!r} is not an integer, as {dtype} needs")
+    try:
+        return literal(value, kind)
+    except LiteralError as err:
+        raise TinyIRError(node, f"immediate of a {dtype} value: {err}") from None
 
 
 def _unwrap(text: str) -> str:
@@ -480,8 +472,9 @@ def _unwrap(text: str) -> str:
     return text[1:-1] if text.startswith("(") else text
 
 
-def _convert(text: str, kind: str, to: str) -> str:
-    return text if kind == to else f"{to}({_unwrap(text)})"
+def _convert(text: str, kind: ScalarType, to: ScalarType) -> str:
+    """``text`` (of type ``kind``) as a ``to`` value."""
+    return text if kind is to else cast(_unwrap(text), to)
 
 
 def to_tc(graph: Graph, name: str = "tinyir", max_piecewise: int = MAX_PIECEWISE) -> str:

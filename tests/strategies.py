@@ -30,6 +30,7 @@ truncated source, random characters) for the fuzz test.
 """
 from __future__ import annotations
 
+import os
 import string
 from dataclasses import dataclass, field
 from typing import Optional
@@ -38,6 +39,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from tcpy.lang.types import INDEX_TYPE, ScalarType, promote
+
+# The random-strategy tests are derandomized (reruns hit the kernel cache) unless a fresh run asks
+# for new examples: TCPY_FUZZ_SEED=random with the test's example count raised.
+DERANDOMIZE = os.environ.get("TCPY_FUZZ_SEED", "") != "random"
 
 S = ScalarType
 FLOAT_TYPES = (S.FLOAT32, S.FLOAT64, S.FLOAT16)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from strategies import DERANDOMIZE
 import test_contraction as tc
 import tcpy
 from tcpy.loopir import ContractionNest
@@ -119,7 +120,7 @@ def epilogue_cases(draw):
     return case, len(lines)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(drawn=epilogue_cases())
 def test_random_epilogues_match_the_reference(drawn):

@@ -11,7 +11,7 @@ written by then::
     C(i) += C(i) * A(i, k)       (each k would see the sum of the k before it)
 
 isl's dependence analysis decides it: with ``W`` the write and ``R`` a read of the target, both
-maps from the statement's iterations to elements, the statement is in place-unsafe when
+maps from the statement's iterations to elements, the statement cannot run in place when
 ``R . W^-1`` (iterations reading an element -> iterations writing it) holds a pair of distinct
 iterations. Such a statement reads a **snapshot** instead, written by a statement of its own
 right before it (``snapshot.<n>(p...) = C(p...)``, over the whole target; for a ``!`` reduction
@@ -46,15 +46,16 @@ def snapshot_own_reads(program: Program) -> Program:
     target could see what the statement itself writes (see the module docstring)."""
     statements: list[Statement] = []
     shapes, types = dict(program.shapes), dict(program.types)
+    snapshots = 0
     for statement in program.statements:
         if _reads_what_it_writes(statement, program):
-            name = f"{SNAPSHOT_PREFIX}{sum(1 for s in statements if s.stmt.target.startswith(SNAPSHOT_PREFIX))}"
+            name, snapshots = f"{SNAPSHOT_PREFIX}{snapshots}", snapshots + 1
             target = statement.stmt.target
             shapes[name], types[name] = shapes[target], types[target]
             statements.append(_snapshot(statement, name, shapes[target], types[target]))
             statement = dataclasses.replace(statement, stmt=_reading(statement.stmt, name))
         statements.append(statement)
-    if len(statements) == len(program.statements):
+    if not snapshots:
         return program
     return dataclasses.replace(program, statements=tuple(statements), shapes=shapes, types=types)
 

@@ -233,6 +233,12 @@ ERRORS = [
      "MUL of fp16 and fp32: implicit casts are not allowed"),
     (tinyir.DtypeMismatch, "m", [_x([3], "i32"), _u("m", "MUL", ["x", 0.5])],
      "the immediate 0.5 is not an integer, as i32 needs"),
+    (tinyir.TinyIRError, "m", [_x([3]), _u("m", "MUL", ["x", 1e39])],
+     "immediate of a fp32 value: the constant 1e+39 is outside the float32 range"),
+    (tinyir.TinyIRError, "a", [_x([3], "i32"), _u("a", "ADD", ["x", 2**31])],
+     "the constant 2147483648 does not fit int32"),
+    (tinyir.TinyIRError, "p", [_x([3], "fp16"), _u("p", "PAD", ["x"], pad=[[1, 0]], value=1e5)],
+     "the constant 100000.0 is outside the float16 range"),
     (tinyir.TinyIRError, "q", [_x([3]), _u("q", "SQRT", ["x"])], "unknown uop 'SQRT'"),
     (tinyir.TinyIRError, "p", [_x([3]), _u("p", "PAD", ["x"], pad=[[-1, 0]])], "a pad must be an int >= 0, got -1"),
     (tinyir.TinyIRError, "p", [_x([3]), _u("p", "PAD", ["x"], pad=[["lo", 0]])],
@@ -249,6 +255,17 @@ def test_validation_errors(error, node, uops, words):
     assert isinstance(err.value, tcpy.TCError)
     assert err.value.node == node and f"node {node!r}" in str(err.value)
     assert words in str(err.value)
+
+
+def test_immediates_are_exact_at_the_limits_of_their_dtype():
+    uops = [_x([2], "i32"), _u("lo", "ADD", ["x", -2**31]), _u("n", "NEG", ["x"]),
+            _u("hi", "ADD", ["n", 2**31 - 1]),
+            _x([2], "fp16", "h", "H"), _u("third", "MUL", ["h", 1 / 3])]
+    kernel = tinyir.define({"uops": uops}, backend="reference")
+    lo, hi, third = kernel(np.array([0, 7], np.int32), np.array([1, 3], np.float16))
+    np.testing.assert_array_equal(lo, np.array([-2**31, -2**31 + 7], np.int32))
+    np.testing.assert_array_equal(hi, np.array([2**31 - 1, 2**31 - 8], np.int32))
+    np.testing.assert_array_equal(third, np.array([1, 3], np.float16) * np.float16(1 / 3))
 
 
 def test_unbound_symbol_names_itself():

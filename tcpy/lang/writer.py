@@ -20,16 +20,25 @@ class LiteralError(TCError, ValueError):
     """A constant that the requested scalar type cannot hold (the caller adds where it came from)."""
 
 
-def _float32(x: float) -> float:
-    """``x`` rounded to float32 (inf beyond float32's range)."""
-    return struct.unpack("f", struct.pack("f", x))[0]
+def _rounded(x: float, dtype: ScalarType) -> float:
+    """``x`` rounded to nearest even in ``dtype`` (a float type); LiteralError beyond its range."""
+    if dtype is ScalarType.FLOAT64:
+        return x
+    code = "e" if dtype is ScalarType.FLOAT16 else "f"
+    try:
+        rounded = struct.unpack(code, struct.pack(code, x))[0]
+    except OverflowError:  # struct raises for float16 ...
+        rounded = math.inf
+    if math.isinf(rounded):  # ... and gives inf for float32
+        raise LiteralError(f"the constant {x!r} is outside the {dtype.numpy_name} range")
+    return rounded
 
 
 def _float32_text(x: float) -> str:
     """The shortest decimal that reads back as the float32 ``x`` (>= 0), as a TC float literal."""
     for digits in range(1, 10):  # 9 significant digits always identify a float32
         text = f"{x:.{digits}g}"
-        if _float32(float(text)) == x:
+        if _rounded(float(text), ScalarType.FLOAT32) == x:
             break
     return text if any(c in text for c in ".e") else text + ".0"
 
@@ -38,25 +47,50 @@ def _negated(text: str, negative: bool) -> str:
     return f"(-{text})" if negative else text
 
 
+def _float32_pieces(x: float) -> list[float] | None:
+    """Up to three float32 values summing exactly to ``x``, or None (3 x 24 bits hold a double's
+    53 unless ``x`` lies beyond float32's exponent range)."""
+    pieces, rest = [], x
+    for _ in range(3):
+        if rest == 0 and pieces:
+            break
+        try:
+            piece = _rounded(rest, ScalarType.FLOAT32)
+        except LiteralError:
+            return None
+        pieces.append(piece)
+        rest -= piece
+    return pieces if rest == 0 else None
+
+
+def _power_of_two_factors(exponent: int) -> list[float]:
+    """Powers of two, each a normal float32, whose product is ``2**exponent``."""
+    factors = []
+    while exponent:
+        step = max(-126, min(127, exponent))
+        factors.append(2.0 ** step)
+        exponent -= step
+    return factors
+
+
 def _float_literal(value: float, dtype: ScalarType) -> str:
     if math.isnan(value):
         return f"{dtype.tc_name}(0.0 / 0.0)"
     if math.isinf(value):
         return f"{dtype.tc_name}({'-' if value < 0 else ''}1.0 / 0.0)"
-    pieces, rest = [], value
-    for _ in range(3 if dtype is ScalarType.FLOAT64 else 1):  # 3 x 24 bits hold a double's 53
-        piece = _float32(rest)
-        if math.isinf(piece):
-            raise LiteralError(f"the constant {value!r} is outside the range tcpy can write as a literal")
-        pieces.append(piece)
-        rest -= piece
-    text = [_negated(_float32_text(abs(p)), math.copysign(1, p) < 0) for p in pieces]
-    if dtype is ScalarType.FLOAT32:
-        return text[0]
-    if dtype is ScalarType.FLOAT16:
-        return f"half({text[0]})"
-    terms = [f"double({t})" for t, p in zip(text, pieces) if p != 0] or [f"double({text[0]})"]
-    return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+    value = _rounded(value, dtype)
+    if dtype is not ScalarType.FLOAT64:  # a float16 value is also a float32 one
+        text = _negated(_float32_text(abs(value)), math.copysign(1, value) < 0)
+        return text if dtype is ScalarType.FLOAT32 else f"{dtype.tc_name}({text})"
+    pieces = _float32_pieces(value)
+    factors: list[float] = []
+    if pieces is None:  # beyond float32's exponents: a mantissa in [0.5, 1) times powers of two
+        mantissa, exponent = math.frexp(value)
+        pieces, factors = _float32_pieces(mantissa), _power_of_two_factors(exponent)
+    terms = [f"double({_negated(_float32_text(abs(p)), math.copysign(1, p) < 0)})" for p in pieces]
+    text = terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+    # scaling a double by powers of two toward its final value is exact
+    return " * ".join([text] + [f"double({_float32_text(f)})" for f in factors])
 
 
 def int_range(dtype: ScalarType) -> tuple[int, int]:
@@ -89,6 +123,11 @@ def literal(value, dtype: ScalarType) -> str:
         return text if dtype is ScalarType.INT32 else f"{dtype.tc_name}({text})"
     if dtype is ScalarType.INT32:  # -2**31: its magnitude is no int32 literal
         return "(-2147483647 - 1)"
+    if dtype is ScalarType.UINT64:  # four 16-bit pieces, combined in uint64
+        text = f"uint64({value >> 48})"
+        for shift in (32, 16, 0):
+            text = f"({text} * uint64(65536) + uint64({(value >> shift) & 0xFFFF}))"
+        return text
     # high * 2^32 + mid * 2^16 + low, each piece an int32 literal
     top, rest = divmod(value, 2**32)
     mid, bottom = divmod(rest, 2**16)

@@ -504,6 +504,22 @@ def test_eager_builds_each_signature_once():
         eager.gather(x, indices=np.zeros((3, 4), np.int32))
     with pytest.raises(AttributeError, match="tcpy.ops has no operation 'while_loop'"):
         eager.while_loop
+    assert repr(eager).startswith("<tcpy.ops.eager: ") and "operations" in repr(eager)
+
+
+def test_eager_on_empty_arrays_speaks_of_the_array():
+    empty = np.zeros((0, 3), np.float32)
+    np.testing.assert_array_equal(eager.reduce(empty, "max", axes=0), np.full(3, -np.inf, np.float32))
+    assert eager.argmax(empty, axis=1).shape == (0,)
+    with pytest.raises(tcpy.TCOpError) as err:  # the kernel's size name for the empty axis stays hidden
+        eager.pad(empty, [1, 0], [0, 0], [1, 0])
+    assert str(err.value) == ("eager.pad: pad needs the size of axis 0 (interior padding) as a number, and it is 0 "
+                              "(an array of shape (0, 3)); pad cannot run on an empty axis, since TC ranges are "
+                              "never empty")
+    with pytest.raises(tcpy.TCOpError, match=r"argmax: axis 0 must not be empty .*got shape \(0, 3\)"):
+        eager.argmax(empty, axis=0)
+    with pytest.raises(tcpy.TCOpError, match=r"top_k: k must be an int in \[0, 0\]"):
+        eager.top_k(empty, 1, axis=0)
 
 
 # ----------------------------------------------------------------------------- properties

@@ -281,7 +281,7 @@ def operation(*operands: str, literals: Sequence[str] = ()):
                 values = [value if is_number(value) and name in literals else graph.input(spec_of(value, k))
                           for k, value in items]
                 bound.arguments[name.lstrip("*")] = values if name.startswith("*") else values[0]
-            outputs = _run(graph, lambda: impl(*bound.args, **bound.kwargs))
+            outputs = run_in(graph, lambda: impl(*bound.args, **bound.kwargs))
             return _kernel(graph, outputs, options)
 
         return builder
@@ -302,7 +302,8 @@ def _operand_items(arguments, name: str):
     return [(name, arguments[name])]
 
 
-def _run(graph: Graph, body: Callable):
+def run_in(graph: Graph, body: Callable):
+    """``body()`` with ``graph`` as the active graph: operations called in it add to ``graph``."""
     token = _ACTIVE.set(graph)
     try:
         outputs = body()
@@ -316,7 +317,7 @@ def _kernel(graph: Graph, outputs, options: Optional[Options]) -> Kernel:
     for k, value in enumerate(outputs):
         if not isinstance(value, Value) or value.graph is not graph:
             raise TCOpError(f"{graph.name}: output {k} must be a value of the composition, got {type(value).__name__}")
-    return define(_run(graph, lambda: graph.source(outputs)), options=options)
+    return define(run_in(graph, lambda: graph.source(outputs)), options=options)
 
 
 def compose(fn: Callable, *inputs, name: str = "composed", options: Optional[Options] = None) -> Kernel:
@@ -327,7 +328,7 @@ def compose(fn: Callable, *inputs, name: str = "composed", options: Optional[Opt
         raise TCOpError(f"compose: name must be an identifier, got {name!r}")
     graph = Graph(name)
     values = [graph.input(spec_of(spec, f"input {k}")) for k, spec in enumerate(inputs)]
-    return _kernel(graph, _run(graph, lambda: fn(*values)), options)
+    return _kernel(graph, run_in(graph, lambda: fn(*values)), options)
 
 
 # ----------------------------------------------------------------------------- shared helpers

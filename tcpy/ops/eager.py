@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import TCOpError
-from .core import tensor
+from .core import ConcreteSizeNeeded, Graph, run_in, shape_text, spec_of, tensor
 
 # A zero extent is a size name, not the constant 0: TC rejects `where i in 0:0` as an empty range,
 # while a size bound to 0 at call time runs nothing (reductions then give their identity).
@@ -50,6 +50,20 @@ def _count_arrays(value) -> int:
     return sum(map(_count_arrays, value)) if isinstance(value, (list, tuple)) else 0
 
 
+def _check_empty(builder, args: tuple, kwargs: dict) -> None:
+    """Run ``builder``'s checks on arrays with an empty axis, their sizes as they are (the kernel is
+    built with a size name in place of 0): an operation that rejects an empty axis says so in its
+    own words. Nothing is compiled."""
+    graph = Graph("eager_check")
+
+    def as_value(value):
+        if isinstance(value, np.ndarray):
+            return graph.input(spec_of(value, "array"))
+        return [as_value(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    run_in(graph, lambda: builder(*map(as_value, args), **{k: as_value(v) for k, v in kwargs.items()}))
+
+
 @functools.lru_cache(maxsize=512)
 def _kernel(builder, args: tuple, kwargs: tuple):
     return builder(*[_rebuild(a) for a in args], **{k: _rebuild(v) for k, v in kwargs})
@@ -72,11 +86,25 @@ class Eager:
             kwarg_keys = tuple(sorted((k, _key(v, arrays)) for k, v in kwargs.items()))
             if len(arrays) > sum(_count_arrays(a) for a in args):
                 raise TCOpError(f"eager.{name}: pass arrays positionally, in the operation's operand order")
-            return _kernel(builder, arg_keys, kwarg_keys)(*arrays)
+            if any(0 in a.shape for a in arrays):
+                _check_empty(builder, args, kwargs)
+            try:
+                kernel = _kernel(builder, arg_keys, kwarg_keys)
+            except ConcreteSizeNeeded as err:  # only an empty axis is symbolic here (see _EMPTY)
+                empty = next((a.shape for a in arrays if 0 in a.shape), None)
+                if empty is None:
+                    raise
+                raise TCOpError(f"eager.{name}: {err.op} needs the size of {err.what} as a number, and it is 0 "
+                                f"(an array of shape {shape_text(empty)}); {err.op} cannot run on an empty axis, "
+                                f"since TC ranges are never empty") from None
+            return kernel(*arrays)
 
         call.__name__ = name
         call.__doc__ = builder.__doc__
         return call
+
+    def __repr__(self) -> str:
+        return f"<tcpy.ops.eager: {len(self._operations)} operations, {_kernel.cache_info().currsize} kernels built>"
 
     def __dir__(self) -> Sequence[str]:
         return sorted(self._operations)

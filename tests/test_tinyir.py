@@ -268,6 +268,11 @@ def test_immediates_are_exact_at_the_limits_of_their_dtype():
     np.testing.assert_array_equal(third, np.array([1, 3], np.float16) * np.float16(1 / 3))
 
 
+def test_checked_graph_repr_names_inputs_outputs_and_sizes():
+    graph = tinyir.check(gemm("fp32"))
+    assert repr(graph) == "<tinyir.Graph of 10 nodes: inputs ['n0', 'n1'], outputs ['n9'], sizes ['M', 'K', 'N']>"
+
+
 def test_unbound_symbol_names_itself():
     uops = [_x([4]), _u("e", "EXPAND", ["x"], result_shape=["Z", 4])]
     with pytest.raises(tinyir.TinyIRError, match=r"symbol Z has no value.*sizes=\{'Z': \.\.\.\}") as err:

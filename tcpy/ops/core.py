@@ -386,10 +386,12 @@ def check_kind(op: str, value: Value, what: str, kinds: Sequence[str]) -> None:
 
 
 def index_vars(n: int, prefix: str = "i") -> list[str]:
+    """``n`` index variable names: ``i0, i1, ...``."""
     return [f"{prefix}{k}" for k in range(n)]
 
 
 def loops(variables: Sequence[str], extents) -> list[Loop]:
+    """One :class:`Loop` per variable, over the extent at its position."""
     return [Loop(v, e) for v, e in zip(variables, extents)]
 
 

@@ -63,6 +63,10 @@ class Graph:
     size_symbols: tuple[sympy.Symbol, ...]
     names: Mapping[object, str]
 
+    def __repr__(self) -> str:
+        return (f"<tinyir.Graph of {len(self.nodes)} nodes: inputs {list(self.inputs)}, outputs "
+                f"{list(self.outputs)}, sizes {[s.name for s in self.size_symbols]}>")
+
 
 def size_symbol(name: str) -> sympy.Symbol:
     """The sympy symbol of a Tiny IR shape symbol (a positive integer)."""

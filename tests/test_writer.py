@@ -31,9 +31,11 @@ def test_doubles_are_exact_over_their_whole_range(values):
 
 
 def test_extreme_doubles_and_special_values():
-    values = [5e-324, -2.2250738585072014e-308, 1.7976931348623157e308, 1e-300, -1e300, 0.1, -0.0]
+    float32_max = float(np.finfo(np.float32).max)  # its shortest 4-digit spelling is beyond float32
+    values = [5e-324, -2.2250738585072014e-308, 1.7976931348623157e308, 1e-300, -1e300, float32_max, 0.1, -0.0]
     results = _evaluate([writer.literal(v, ScalarType.FLOAT64) for v in values], ScalarType.FLOAT64)
     assert [float(r) for r in results] == values and math.copysign(1, results[-1]) == -1
+    assert _evaluate([writer.literal(-float32_max, ScalarType.FLOAT32)], ScalarType.FLOAT32) == [-float32_max]
     specials = _evaluate([writer.literal(v, ScalarType.FLOAT64) for v in (math.inf, -math.inf, math.nan)],
                          ScalarType.FLOAT64)
     assert specials[0] == math.inf and specials[1] == -math.inf and math.isnan(specials[2])

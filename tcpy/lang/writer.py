@@ -38,7 +38,7 @@ def _float32_text(x: float) -> str:
     """The shortest decimal that reads back as the float32 ``x`` (>= 0), as a TC float literal."""
     for digits in range(1, 10):  # 9 significant digits always identify a float32
         text = f"{x:.{digits}g}"
-        if _rounded(float(text), ScalarType.FLOAT32) == x:
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == x:  # (inf past float32's maximum)
             break
     return text if any(c in text for c in ".e") else text + ".0"
 

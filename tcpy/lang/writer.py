@@ -151,6 +151,15 @@ def cast(text: str, to: ScalarType, frm: ScalarType | None = None) -> str:
     return text if frm is to else f"{to.tc_name}({text})"
 
 
+def fresh_name(base: str, taken: set) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken`` (which it joins)."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
 def read(tensor: str, indices: Sequence[str]) -> str:
     """A read of ``tensor`` at ``indices`` (a rank-0 tensor is read by its name)."""
     return f"{tensor}({', '.join(indices)})" if indices else tensor

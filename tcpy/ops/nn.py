@@ -36,7 +36,7 @@ def layer_norm(x, gamma, beta, epsilon: float = 1e-5, feature_axis: int = -1) ->
     row_shape = [lp.extent for lp in row_loops]
     every = [Loop(f"i{d}" if d != axis else "f", e) for d, e in enumerate(x.shape)]
     value = cast(x.at([f"i{d}" if d != axis else "f" for d in range(x.rank)]), acc, x.dtype)
-    count = f"{acc.tc_name}({dim_text(feature)})"
+    count = cast(dim_text(feature), acc)
     total = graph.define(row_shape, rows, "+=!", value, every, dtype=acc)
     mean = graph.define(row_shape, rows, "=", f"{total.at(rows)} / {count}", row_loops, dtype=acc)
     centred = f"({value} - {mean.at(rows)})"

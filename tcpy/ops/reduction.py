@@ -123,7 +123,7 @@ def _arg(x: Value, kind: str, axis, keepdims: bool, output_dtype, op: str) -> Va
             out_vars.append(f"i{d}"); out_loops.append(Loop(f"i{d}", e)); shape.append(e)
         elif keepdims:
             out_vars.append("z"); out_loops.append(Loop("z", 1)); shape.append(1)
-    text = f"{hit} ? {index_type.tc_name}(k) : {index_type.tc_name}({dim_text(extent)})"
+    text = f"{hit} ? {cast('k', index_type)} : {cast(dim_text(extent), index_type)}"
     return graph.define(shape, out_vars, "min=!", text, out_loops + [Loop("k", extent)], dtype=index_type)
 
 
@@ -222,8 +222,8 @@ def top_k(x, k: int, axis: int = -1, largest: bool = True, indices_dtype="si64")
     out_shape = [e if d != axis else k for d, e in enumerate(x.shape)]
     out_loops = [Loop(f"i{d}" if d != axis else "r", e) for d, e in enumerate(out_shape)]
     # the one element of each rank r < k (ranks are a permutation of 0..extent-1)
-    indices = graph.define(out_shape, pair("r"), "min=!",
-                           f"{rank.at(pair('j'))} == r ? {index_type.tc_name}(j) : {index_type.tc_name}({dim_text(extent)})",
+    index_of_rank = f"{rank.at(pair('j'))} == r ? {cast('j', index_type)} : {cast(dim_text(extent), index_type)}"
+    indices = graph.define(out_shape, pair("r"), "min=!", index_of_rank,
                            out_loops + [Loop("j", extent)], dtype=index_type)
     chosen = pair(indices.at(pair("r")))
     values = graph.define(out_shape, pair("r"), "=", x.at(chosen), out_loops, dtype=x.dtype)

@@ -9,6 +9,7 @@ import math
 from typing import Sequence
 
 from ..errors import TCOpError
+from ..lang.writer import cast
 from .core import (Value, _dim, active_graph, axis_of, check_same, concrete, dim_text, dtype_of, index_vars, ints_of,
                    literal, loops, operation, same_dim, shape_text)
 
@@ -208,4 +209,4 @@ def iota(shape, dtype="si64", axis: int = 0) -> Value:
     to = dtype_of(dtype)
     axis = axis_of(axis, len(shape), "iota")
     out = index_vars(len(shape))
-    return active_graph("iota").define(shape, out, "=", f"{to.tc_name}({out[axis]})", loops(out, shape), dtype=to)
+    return active_graph("iota").define(shape, out, "=", cast(out[axis], to), loops(out, shape), dtype=to)

@@ -20,7 +20,7 @@ import sympy
 from ..lang.builtins import BUILTINS
 from ..lang.parser import KEYWORDS
 from ..lang.types import ScalarType
-from ..lang.writer import LiteralError, cast, def_source, literal, read, statement
+from ..lang.writer import LiteralError, cast, def_source, fresh_name, literal, read, statement
 from .errors import DtypeMismatch, ExcessivePiecewise, TinyIRError
 from .graph import MOVEMENT, Graph, Node, provably_nonnegative, reshape_groups, same, view_axis
 
@@ -54,20 +54,13 @@ class _Lowering:
                 raise TinyIRError(nid, f"tensor_id {tensor!r} is a reserved word of TC; rename it")
             self.tensor_names[nid] = tensor
             self.taken.add(tensor)
-        self.size_names = {s: self.fresh(s.name) for s in graph.size_symbols}
+        self.size_names = {s: fresh_name(s.name, self.taken) for s in graph.size_symbols}
         self.name = name
         self.statements: list[str] = []
         self.stored: dict[str, tuple[str, tuple[int, ...]]] = {}  # node -> (tensor, axes kept)
         self.loop_extents: dict[sympy.Symbol, object] = {}
         self.uses = self.count_uses()
         self.output_names = {self.value_of(o): o for o in graph.outputs}  # value node -> output id
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
 
     # -- which values are tensors --------------------------------------------------------------
 
@@ -125,7 +118,7 @@ class _Lowering:
         output = self.output_names.get(nid)
         keep = tuple(k for k, d in enumerate(node.shape) if output or d != 1)
         name = output or nid
-        tensor = self.fresh(name if name.isidentifier() else "t")
+        tensor = fresh_name(name if name.isidentifier() else "t", self.taken)
         self.loop_extents = {}
         taken = set()
         lhs = {k: self.loop_var(node.shape[k], taken) for k in keep}
@@ -148,7 +141,8 @@ class _Lowering:
             op = _REDUCTIONS[node.params["op"]]
             init = node.params["init"]
             if init is not None:
-                self.emit(tensor, lhs, "=", _literal(init, node.dtype, SCALAR_TYPES[node.dtype], nid), ranges[:len(lhs)])
+                start = _literal(init, node.dtype, SCALAR_TYPES[node.dtype], nid)
+                self.emit(tensor, lhs, "=", start, ranges[:len(lhs)])
                 self.emit(tensor, lhs, op, rhs, ranges)
             else:
                 self.emit(tensor, lhs, op + "!", rhs, ranges)

@@ -663,6 +663,27 @@ def test_bad_attributes_raise_tcoperror(fn, args, kwargs):
         fn(*args, **kwargs)
 
 
+# a tensor, a list or a number where a name or a list of sizes belongs (they raised TypeError or ValueError)
+MISPLACED = [
+    (ops.cast, (tensor((2,)), tensor((2,))), {}, "dtype must be a PTIR dtype"),
+    (ops.reduce, (tensor((2,)), ["sum"], 0), {}, "reduce: kind must be one of sum, max, min, got ['sum']"),
+    (ops.unary, (tensor((2,)), ["exp"]), {}, "got ['exp']"),
+    (ops.compare, (tensor((2,)), tensor((2,)), ["<"]), {}, "got ['<']"),
+    (ops.scatter_reduce, (tensor((3,)), tensor((2,), "si32"), tensor((2,))), {"reduce": ["add"]},
+     "reduce must be one of"),
+    (ops.iota, (1.5,), {}, "iota: shape must be a list of ints, got 1.5"),
+    (ops.reshape, (tensor((2, 3)), tensor((6,))), {}, "reshape: new_shape must be a list of ints, got float32[6]"),
+    (ops.broadcast_to, (tensor((2,)), tensor((2,))), {}, "broadcast_to: shape must be a tuple of sizes"),
+]
+
+
+@pytest.mark.parametrize("fn, args, kwargs, words", MISPLACED, ids=[c[0].__name__ for c in MISPLACED])
+def test_misplaced_arguments_raise_tcoperror(fn, args, kwargs, words):
+    with pytest.raises(tcpy.TCOpError) as err:
+        fn(*args, **kwargs)
+    assert words in str(err.value)
+
+
 @settings(max_examples=8, deadline=None)
 @given(st.data())
 def test_dot_general_property(data):

@@ -54,7 +54,7 @@ def dtype_of(dtype, what: str = "dtype") -> ScalarType:
                         f"{', '.join(_PTIR_DTYPES)} (or a NumPy dtype of the same kind)")
     try:
         name = np.dtype(dtype).name
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: an object whose .dtype is no NumPy dtype
         name = None
     if name in TYPE_NAMES:
         return TYPE_NAMES[name]
@@ -355,12 +355,14 @@ def axes_of(axes, rank: int, op: str, what: str = "axes") -> tuple[int, ...]:
     return normal
 
 
-def ints_of(values, length: int, op: str, what: str, minimum: Optional[int] = 0) -> tuple[int, ...]:
-    """A list of ``length`` ints (each ``>= minimum`` when given)."""
+def ints_of(values, length: Optional[int], op: str, what: str, minimum: Optional[int] = 0) -> tuple[int, ...]:
+    """A list of ``length`` ints (any number of them when ``length`` is None; each ``>= minimum``
+    when given)."""
     if isinstance(values, (int, np.integer)) or not isinstance(values, Sequence) or \
             not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-        raise TCOpError(f"{op}: {what} must be a list of {length} ints, got {values!r}")
-    if len(values) != length:
+        count = "" if length is None else f"{length} "
+        raise TCOpError(f"{op}: {what} must be a list of {count}ints, got {values!r}")
+    if length is not None and len(values) != length:
         raise TCOpError(f"{op}: {what} must have {length} entries (one per axis), got {len(values)}: {list(values)}")
     if minimum is not None and any(v < minimum for v in values):
         raise TCOpError(f"{op}: {what} must be >= {minimum}, got {list(values)}")

@@ -32,7 +32,7 @@ def _elementwise(x: Value, text: str, dtype: ScalarType) -> Value:
 def unary(x, op: str) -> Value:
     """``op`` applied to every element: ``neg``, ``abs`` (any numeric dtype), ``exp``, ``log``,
     ``tanh``, ``erf``, ``rsqrt``, ``reciprocal`` (float dtypes). Same shape and dtype as ``x``."""
-    if op not in _UNARY:
+    if not isinstance(op, str) or op not in _UNARY:
         raise TCOpError(f"unary: op must be one of {', '.join(_UNARY)}, got {op!r}")
     check_kind(f"unary {op}", x, "x", ("float", "int", "uint") if op in _ANY_DTYPE else ("float",))
     read = x.at(index_vars(x.rank))
@@ -51,7 +51,7 @@ def binary(lhs, rhs, op: str) -> Value:
     ``div``, ``maximum``, ``minimum``. One operand may be a number (an inline literal of the
     other's dtype). ``maximum``/``minimum`` propagate NaN; integer division truncates toward zero
     and a division by zero raises :class:`~tcpy.TCRuntimeError`."""
-    if op not in _BINARY:
+    if not isinstance(op, str) or op not in _BINARY:
         raise TCOpError(f"binary: op must be one of {', '.join(_BINARY)}, got {op!r}")
     name = f"binary {op}"
     like = _tensor_of(name, (lhs, rhs), ("lhs", "rhs"))
@@ -68,7 +68,7 @@ def compare(lhs, rhs, op: str) -> Value:
     """Element-wise comparison giving a bool (PTIR ``i1``) tensor. ``op`` is one of ``<``, ``<=``,
     ``==``, ``>=``, ``>``, ``!=`` (or ``lt``, ``le``, ``eq``, ``ge``, ``gt``, ``ne``). IEEE rules:
     every comparison with NaN is false except ``!=``."""
-    symbol = _COMPARE.get(op, op)
+    symbol = _COMPARE.get(op, op) if isinstance(op, str) else None
     if symbol not in _COMPARE.values():
         raise TCOpError(f"compare: op must be one of {', '.join(_COMPARE.values())} "
                         f"(or {', '.join(_COMPARE)}), got {op!r}")

@@ -67,7 +67,7 @@ def scatter_reduce(x, indices, updates, axis: int = 0, reduce: str = "add") -> V
     A comprehension cannot write at a computed position, so each output element reduces over
     the updates that target it: O(x.shape[axis] x updates.size) work instead of O(updates.size).
     """
-    if reduce not in _SCATTER:
+    if not isinstance(reduce, str) or reduce not in _SCATTER:
         raise TCOpError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER)}, got {reduce!r}")
     _indices("scatter_reduce", indices)
     check_same("scatter_reduce", [indices, updates], ["indices", "updates"], dtype=False)

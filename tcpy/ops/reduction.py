@@ -37,7 +37,7 @@ def accumulate(graph: Graph, shape, out_vars: Sequence[str], out_loops: Sequence
 
 
 def _kind(kind: str, x: Value, op: str) -> None:
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise TCOpError(f"{op}: kind must be one of {', '.join(_KINDS)}, got {kind!r}")
     check_kind(f"{op} {kind}", x, "x", ("float", "int", "uint") if kind == "sum" else ("float", "int", "uint", "bool"))
 

@@ -21,7 +21,7 @@ def reshape(x, new_shape) -> Value:
     in_shape = [concrete(d, "reshape", f"x.shape[{k}]") for k, d in enumerate(x.shape)]
     if isinstance(new_shape, int):
         new_shape = (new_shape,)
-    shape = ints_of(new_shape, len(new_shape), "reshape", "new_shape", minimum=-1)
+    shape = ints_of(new_shape, None, "reshape", "new_shape", minimum=-1)
     count = math.prod(in_shape)
     if shape.count(-1) > 1:
         raise TCOpError(f"reshape: new_shape may infer one dimension (-1), got {list(shape)}")
@@ -93,6 +93,8 @@ def broadcast_to(x, shape) -> Value:
     right-aligned, each dim equal or 1 (PTIR's only broadcasting operation)."""
     if isinstance(shape, (int, str)):
         shape = (shape,)
+    if not isinstance(shape, Sequence):
+        raise TCOpError(f"broadcast_to: shape must be a tuple of sizes (ints or size names), got {shape!r}")
     shape = [_dim(d, f"broadcast_to: shape[{k}]") for k, d in enumerate(shape)]
     if len(shape) < x.rank:
         raise TCOpError(f"broadcast_to: the result rank ({len(shape)}) must be at least x's ({x.rank}); "
@@ -205,7 +207,7 @@ def iota(shape, dtype="si64", axis: int = 0) -> Value:
     """A tensor of ``shape`` (concrete sizes) whose values count ``0, 1, ...`` along ``axis``."""
     if isinstance(shape, int):
         shape = (shape,)
-    shape = ints_of(shape, len(shape), "iota", "shape")
+    shape = ints_of(shape, None, "iota", "shape")
     to = dtype_of(dtype)
     axis = axis_of(axis, len(shape), "iota")
     out = index_vars(len(shape))

@@ -537,7 +537,9 @@ TCPY_SIMD_DECLARE(tanh)
  * tcpy_scratch(slot, bytes): a 64-byte aligned buffer of at least `bytes` owned by the calling
  * thread, one per slot (0..TCPY_SCRATCH_SLOTS-1). It only grows and is reused by later calls,
  * so packing buffers cost no allocation once warm. Each kernel library has its own copy; the
- * buffers live as long as the thread. Contents are not preserved when a buffer grows. */
+ * buffers live as long as the thread. Contents are not preserved when a buffer grows. The header
+ * is the same for every target: 64 bytes is a line on every preset and the widest vector (the
+ * generated code carves buffers at multiples of its Target's cache_line from this start). */
 /* slots: 0 packed A, 1 packed B, 2 split-K partials, 3 a fused chain's per-thread block buffers
  * and operands packed per thread, 4 a fused chain's operands packed once for all threads
  * (the calling thread's buffer, shared through a pointer), 5 pack_b's table of B's column

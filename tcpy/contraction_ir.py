@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from .lang.types import ScalarType
@@ -254,6 +254,8 @@ class Plan:
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
     padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
     winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
+    # the Target's cache line in bytes: the renderer prefetches B by lines and aligns spilled tiles to one
+    cache_line: int = field(kw_only=True)
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))

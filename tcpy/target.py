@@ -84,7 +84,8 @@ class Target:
     build for it. ``vector_bytes`` / ``vector_registers``: the SIMD register file.
     ``fma``: fused multiply-add. ``l1d``, ``l2``: per-core data caches in bytes, ``l1d_ways``
     the L1's associativity; ``l3``: the last-level cache one core shares with ``l3_sharing``
-    cores. ``cores``: CPUs this process may run on (the default thread count).
+    cores. ``cores``: CPUs this process may run on (the default thread count). ``cache_line``:
+    bytes of a cache line (the unit packing prefetches and per-thread buffers are aligned to).
     """
 
     name: str
@@ -100,6 +101,7 @@ class Target:
     l3_sharing: int
     cores: int
     l1d_ways: int = 8
+    cache_line: int = 64
 
     # -- construction ------------------------------------------------------------------------
 
@@ -183,7 +185,7 @@ class Target:
         """What the generated code and its build depend on: for cache keys and tuning records."""
         return (f"{self.name}|{self.arch}|{self.archspec_name}|{','.join(sorted(self.features))}|"
                 f"v{self.vector_bytes}x{self.vector_registers}|fma{int(self.fma)}|"
-                f"c{self.l1d}/{self.l1d_ways},{self.l2},{self.l3},{self.l3_sharing}")
+                f"c{self.l1d}/{self.l1d_ways},{self.l2},{self.l3},{self.l3_sharing}|line{self.cache_line}")
 
     def describe(self) -> str:
         """One line for ``explain()`` and the header of generated C."""
@@ -205,7 +207,7 @@ _X86_V3 = _X86_V2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe
 _X86_V4 = _X86_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 
 # name: (arch, archspec name, features, vector bytes, vector registers, fma, l1d, l2, l3 per core);
-# every preset's L1 is 8-way, the field's default
+# every preset's L1 is 8-way and its lines 64 bytes, the fields' defaults
 _PRESETS = {
     "x86-64": ("x86_64", "x86_64", _X86_BASE, 16, 16, False, 32 * KIB, 256 * KIB, 2 * MIB),
     "x86-64-v3": ("x86_64", "x86_64_v3", _X86_V3, 32, 16, True, 32 * KIB, 512 * KIB, 2 * MIB),
@@ -249,8 +251,9 @@ def _host() -> Target:
     caches = _sysfs_caches()
     l1d, l2, (l3, sharing) = (caches.get(1, (fallback[6], 1))[0], caches.get(2, (fallback[7], 1))[0],
                               caches.get(3, (fallback[8], 1)))
+    ways, line = _sysfs_l1d_geometry()
     return Target(micro.name, arch, features, micro.name, vbytes, vregs, fma, l1d, l2, l3,
-                  max(1, sharing), available_cpus(), _sysfs_l1d_ways() or 8)
+                  max(1, sharing), available_cpus(), ways or 8, line or 64)
 
 
 def available_cpus() -> int:
@@ -305,15 +308,23 @@ def _sysfs_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> di
     return found
 
 
-def _sysfs_l1d_ways(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
-    """Associativity of cpu0's level-1 data cache (0 when sysfs does not say)."""
+def _sysfs_l1d_geometry(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> tuple[int, int]:
+    """(associativity, line bytes) of cpu0's level-1 data cache (0 for what sysfs does not say)."""
     for entry in sorted(root.glob("index*")) if root.is_dir() else ():
         try:
             if (entry / "level").read_text().strip() == "1" and (entry / "type").read_text().strip() == "Data":
-                return int((entry / "ways_of_associativity").read_text())
-        except (OSError, ValueError):
-            return 0
-    return 0
+                return _sysfs_int(entry / "ways_of_associativity"), _sysfs_int(entry / "coherency_line_size")
+        except OSError:
+            return 0, 0
+    return 0, 0
+
+
+def _sysfs_int(path: Path) -> int:
+    """The integer in a sysfs file, 0 when it is missing or not one."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def _parse_size(text: str) -> int:

@@ -271,6 +271,36 @@ def test_no_isa_numbers_outside_the_target():
         assert not found, (module.__name__, found)
 
 
+def test_the_cache_line_comes_from_the_target():
+    # a 128-byte line: the spilled tile is aligned to it, B's rows are prefetched a line apart,
+    # and the product is unchanged
+    wide = dataclasses.replace(Target.preset("x86-64-v3"), cache_line=128)
+    src = "def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((37, 50), np.float32), rng.standard_normal((50, 45), np.float32)
+    narrow = tcpy.define(src, options=tcpy.Options(target="x86-64-v3")).c_source(a, b)
+    kernel = tcpy.define(src, options=tcpy.Options(target=wide, num_threads=1))
+    text = kernel.c_source(a, b)
+    assert "aligned(64)" in narrow and "aligned(128)" not in narrow
+    assert "aligned(128)" in text and "aligned(64)" not in text
+    if wide.can_run_here():
+        np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_host_cache_line_read_from_sysfs(tmp_path):
+    from tcpy.target import _sysfs_l1d_geometry
+    for index, (level, kind, line) in enumerate([(1, "Instruction", 32), (1, "Data", 128), (2, "Unified", 64)]):
+        entry = tmp_path / f"index{index}"
+        entry.mkdir()
+        for name, value in (("level", level), ("type", kind), ("coherency_line_size", line),
+                            ("ways_of_associativity", 12)):
+            (entry / name).write_text(f"{value}\n")
+    assert _sysfs_l1d_geometry(tmp_path) == (12, 128)
+    (tmp_path / "index1" / "coherency_line_size").unlink()
+    assert _sysfs_l1d_geometry(tmp_path) == (12, 0)  # missing: the host gets 64
+    assert {Target.preset(name).cache_line for name in PRESETS} == {64}
+
+
 # ----------------------------------------------------------------------------- differential
 
 

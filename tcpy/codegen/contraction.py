@@ -261,7 +261,9 @@ class _Renderer:
     def _spill(self, w: _Writer, depth: int):
         """The accumulators into ``t[mr][nr]``, for the element-wise store of a partial tile."""
         mr, nr, nv, L = self.plan.mr, self.plan.nr, self.plan.nr_vectors, self.plan.lanes
-        w(f"{self.T} t[{mr}][{nr}] __attribute__((aligned(64)));", depth)
+        # on lines of its own, and aligned for the vector stores below
+        align = max(self.plan.cache_line, self.plan.lanes * self.s)
+        w(f"{self.T} t[{mr}][{nr}] __attribute__((aligned({align})));", depth)
         for r in range(mr):
             w(" ".join(f"*({self.p}_v *)&t[{r}][{v * L}] = c{r}_{v};" for v in range(nv)), depth)
 
@@ -637,16 +639,16 @@ class _Renderer:
             w(f"for (int64_t c = 0; c < nc; c++) co[c] = {p}_off_b_n(j0 + c);", 1)
             col = lambda c: f"co[s + {c}]"  # noqa: E731
             step, run = self.con.n[-1].b, self.con.n[-1].extent
-        size = self.con.b.dtype.bits // 8
-        if abs(step) * size >= 64:  # each element of a sliver's row on a line of its own
+        size, line = self.con.b.dtype.bits // 8, self.plan.cache_line
+        if abs(step) * size >= line:  # each element of a sliver's row on a line of its own
             lines = [c * abs(step) * size for c in range(nr)]
         else:  # first to last element of a sliver's row, in bytes
             span = abs(step) * (nr - 1) * size
-            lines = [*range(0, span, 64), span]
+            lines = [*range(0, span, line), span]
         # rows of successive k that share their lines (B transposed: k runs along memory) are
         # asked for once per line, not once per k
         k = self.single("k")
-        every = max(1, 64 // (abs(k.b) * size)) if k is not None and k.b else 1
+        every = max(1, line // (abs(k.b) * size)) if k is not None and k.b else 1
         w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
         w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
         # a whole sliver inside one run of the inner N group is read at that group's stride in B

@@ -765,10 +765,10 @@ class _Emitter:
 
     def _carve(self, base, slot, buffers, depth):
         """Declare ``buffers`` (name, elements, type) in scratch ``slot``, each on a cache line."""
-        offsets, total = [], 0
+        offsets, total, line = [], 0, self.ir.options.target.cache_line
         for name, elements, type_ in buffers:
             offsets.append((name, type_, total))
-            total += -(-elements * (type_.bits // 8) // 64) * 64
+            total += -(-elements * (type_.bits // 8) // line) * line
         self.emit(f"char *{base} = (char *)tcpy_scratch({slot}, {max(total, 1)});", depth)
         for name, type_, offset in offsets:
             self.emit(f"{type_.c_type} *TCPY_RESTRICT {c_name(name)} = ({type_.c_type} *)({base} + {offset});", depth)

@@ -193,6 +193,9 @@ def peak_threads_in_use(reset=False):
 
 
 cdef enum:
+    # Outputs' alignment. The launcher loads libraries built for any Target and does not know
+    # which one: 64 bytes is a line on every preset and the widest vector (AVX-512's
+    # non-temporal stores need it), so it suits every target without asking.
     CACHE_LINE = 64
     ALIGNED_MIN_BYTES = 1 << 20  # below, an output stays in the caches and alignment buys nothing
 

@@ -171,7 +171,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                    "indices, each output's K taps summed in registers (a guard decides a tap for all lanes)",
                    f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): rows of M first (each "
                    "thread's rows of batch lanes contiguous in memory)")
-        return Plan("batch_lanes", 1, lanes, lanes, K, 1, 1, unroll, grid, threads, reasons)
+        return Plan("batch_lanes", 1, lanes, lanes, K, 1, 1, unroll, grid, threads, reasons,
+                    cache_line=target.cache_line)
     if path_set in (None, "direct") and _direct_ok(con):
         # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
         # the K rows of B a run reads stay in L1.
@@ -192,7 +193,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                            "batch indices whose taps are not all finite sum point by point (0 x inf must stay 0)"),)
         # (without the copy a run leaves out the taps whose guard fails: not a guarded factor's 0 x tap)
         if padded_copy or not con.padding_multiplies:
-            return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy)
+            return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy,
+                        cache_line=target.cache_line)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
     if "mr" in overrides or "nr" in overrides:
@@ -298,7 +300,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         reasons.append(f"non-temporal stores: each output tile is written once (K = {K} in one block) and the "
                        f"output ({out_bytes / 2**20:.1f} MiB) exceeds half of the threads' L3 shares")
     return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once,
-                stream_stores)
+                stream_stores, cache_line=target.cache_line)
 
 
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
@@ -337,7 +339,8 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
                f"in half of L2 while the block's tile slivers pass",
                f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): the threads claim blocks "
                "of tile slivers, transform and multiply them")
-    return Plan("winograd", mr, nr, lanes, kc, mc, blocks * nr, unroll, grid, threads, reasons, winograd=form)
+    return Plan("winograd", mr, nr, lanes, kc, mc, blocks * nr, unroll, grid, threads, reasons, winograd=form,
+                cache_line=target.cache_line)
 
 
 DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, a GEMM's reuse wins)

@@ -42,6 +42,9 @@ class _Context:
 
 
 class _Lowering:
+    """The statements of one def for a checked graph: which values are tensors, and the TC
+    expression of every other value at the index it is read at."""
+
     def __init__(self, graph: Graph, name: str, max_piecewise: int):
         self.graph = graph
         self.nodes = graph.nodes
@@ -136,8 +139,8 @@ class _Lowering:
                     index[k] = self.loop_var(x.shape[k], taken)
                     ranges.append((index[k], x.shape[k]))
             widen = x.dtype == "fp16" and node.dtype in ("fp32", "bf16")
-            text, kind = self.value(x.id, index, _Context(widen=widen))
-            rhs = _convert(text, kind, SCALAR_TYPES[node.dtype])
+            text, tc_type = self.value(x.id, index, _Context(widen=widen))
+            rhs = _convert(text, tc_type, SCALAR_TYPES[node.dtype])
             op = _REDUCTIONS[node.params["op"]]
             init = node.params["init"]
             if init is not None:
@@ -148,8 +151,8 @@ class _Lowering:
                 self.emit(tensor, lhs, op + "!", rhs, ranges)
         else:
             index = [lhs.get(k, sympy.Integer(0)) for k in range(len(node.shape))]
-            text, kind = self.value(nid, index, _Context())
-            self.emit(tensor, lhs, "=", _convert(text, kind, SCALAR_TYPES[node.dtype]), ranges)
+            text, tc_type = self.value(nid, index, _Context())
+            self.emit(tensor, lhs, "=", _convert(text, tc_type, SCALAR_TYPES[node.dtype]), ranges)
         self.stored[nid] = (tensor, keep)
 
     def emit(self, tensor, lhs, op, rhs, ranges) -> None:
@@ -186,39 +189,39 @@ class _Lowering:
 
     @staticmethod
     def widened(text, dtype, ctx) -> tuple[str, ScalarType]:
-        kind = SCALAR_TYPES[dtype]
-        if ctx.widen and kind is ScalarType.FLOAT16:
+        tc_type = SCALAR_TYPES[dtype]
+        if ctx.widen and tc_type is ScalarType.FLOAT16:
             return cast(text, ScalarType.FLOAT32), ScalarType.FLOAT32
-        return text, kind
+        return text, tc_type
 
     def compute(self, node: Node, index, ctx: _Context) -> tuple[str, ScalarType]:
         if node.uop in MOVEMENT:
             return self.move(node, index, ctx)
-        kind = ScalarType.FLOAT32 if ctx.widen and node.dtype == "fp16" else SCALAR_TYPES[node.dtype]
+        tc_type = ScalarType.FLOAT32 if ctx.widen and node.dtype == "fp16" else SCALAR_TYPES[node.dtype]
         operands = []
         for s in node.src:
             if isinstance(s, str):
                 src = self.nodes[s]
                 operands.append(self.value(s, _broadcast_index(index, node.shape, src.shape), ctx))
             else:
-                operands.append((_literal(s, node.dtype, kind, node.id), kind))
+                operands.append((_literal(s, node.dtype, tc_type, node.id), tc_type))
         if node.uop == "CAST":
-            (text, src_kind), to = operands[0], SCALAR_TYPES[node.dtype]
-            return _convert(text, src_kind, to), to
+            (text, src_type), to = operands[0], SCALAR_TYPES[node.dtype]
+            return _convert(text, src_type, to), to
         if node.uop == "WHERE":
-            (cond, _), (a, ka), (b, kb) = operands
-            return f"({cond} ? {_convert(a, ka, kind)} : {_convert(b, kb, kind)})", kind
-        args = [_convert(t, k, kind) for t, k in operands]
+            (cond, _), (a, a_type), (b, b_type) = operands
+            return f"({cond} ? {_convert(a, a_type, tc_type)} : {_convert(b, b_type, tc_type)})", tc_type
+        args = [_convert(text, operand_type, tc_type) for text, operand_type in operands]
         if node.uop in _BINARY:
-            return f"({args[0]} {_BINARY[node.uop]} {args[1]})", kind
+            return f"({args[0]} {_BINARY[node.uop]} {args[1]})", tc_type
         if node.uop in ("MAX", "MIN"):
-            return f"{node.uop.lower()}({_unwrap(args[0])}, {_unwrap(args[1])})", kind
+            return f"{node.uop.lower()}({_unwrap(args[0])}, {_unwrap(args[1])})", tc_type
         if node.uop == "NEG":
-            return f"(-{args[0]})", kind
+            return f"(-{args[0]})", tc_type
         if node.uop == "RELU":
-            return f"max({_unwrap(args[0])}, {_literal(0, node.dtype, kind, node.id)})", kind
+            return f"max({_unwrap(args[0])}, {_literal(0, node.dtype, tc_type, node.id)})", tc_type
         # EXP2, RSQRT: TC's builtins compute in float
-        return _convert(f"{node.uop.lower()}({_unwrap(args[0])})", ScalarType.FLOAT32, kind), kind
+        return _convert(f"{node.uop.lower()}({_unwrap(args[0])})", ScalarType.FLOAT32, tc_type), tc_type
 
     def move(self, node: Node, index, ctx: _Context) -> tuple[str, ScalarType]:
         """Read the source of a movement op at the index its result is read at."""
@@ -265,10 +268,10 @@ class _Lowering:
                                               f"pieces (guards and floor divisions), more than the "
                                               f"limit of {self.max_piecewise}")
         sub = _Context(ctx.widen, ctx.guards + len(conds))
-        text, kind = self.value(x.id, inner, sub)
+        text, tc_type = self.value(x.id, inner, sub)
         if not conds:
-            return text, kind
-        return f"({' && '.join(conds)} ? {text} : {_literal(p['value'], x.dtype, kind, node.id)})", kind
+            return text, tc_type
+        return f"({' && '.join(conds)} ? {text} : {_literal(p['value'], x.dtype, tc_type, node.id)})", tc_type
 
     def stored_copy(self, node: Node) -> str:
         """Store ``node`` as a temporary (outside the statement being built); its id."""
@@ -445,13 +448,13 @@ def _broadcast_index(index, shape, src_shape) -> list:
             for k, d in enumerate(src_shape)]
 
 
-def _literal(value, dtype: str, kind: ScalarType, node: Optional[str] = None) -> str:
-    """A number as a TC expression of type ``kind`` (``dtype``: the Tiny IR dtype it stands for;
+def _literal(value, dtype: str, tc_type: ScalarType, node: Optional[str] = None) -> str:
+    """A number as a TC expression of type ``tc_type`` (``dtype``: the Tiny IR dtype it stands for;
     ``node``: whose immediate it is)."""
-    if kind is ScalarType.INT32 and float(value) != int(value):
+    if tc_type is ScalarType.INT32 and float(value) != int(value):
         raise DtypeMismatch(node, f"the immediate {value!r} is not an integer, as {dtype} needs")
     try:
-        return literal(value, kind)
+        return literal(value, tc_type)
     except LiteralError as err:
         raise TinyIRError(node, f"immediate of a {dtype} value: {err}") from None
 
@@ -466,9 +469,9 @@ def _unwrap(text: str) -> str:
     return text[1:-1] if text.startswith("(") else text
 
 
-def _convert(text: str, kind: ScalarType, to: ScalarType) -> str:
-    """``text`` (of type ``kind``) as a ``to`` value."""
-    return text if kind is to else cast(_unwrap(text), to)
+def _convert(text: str, tc_type: ScalarType, to: ScalarType) -> str:
+    """``text`` (of type ``tc_type``) as a ``to`` value."""
+    return text if tc_type is to else cast(_unwrap(text), to)
 
 
 def to_tc(graph: Graph, name: str = "tinyir", max_piecewise: int = MAX_PIECEWISE) -> str:

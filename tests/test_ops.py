@@ -507,6 +507,14 @@ def test_eager_builds_each_signature_once():
     assert repr(eager).startswith("<tcpy.ops.eager: ") and "operations" in repr(eager)
 
 
+def test_eager_tells_apart_attributes_that_compare_equal():
+    x = np.ones(2, np.float32)
+    assert not np.signbit(eager.mul(x, 0.0)).any() and np.signbit(eager.mul(x, -0.0)).all()
+    same(eager.add(np.ones(2, np.int32), 1), np.full(2, 2, np.int32))
+    with pytest.raises(tcpy.TCOpError, match="rhs must be a tensor description"):  # a bool is no number operand
+        eager.add(np.ones(2, np.int32), True)
+
+
 def test_eager_on_empty_arrays_speaks_of_the_array():
     empty = np.zeros((0, 3), np.float32)
     np.testing.assert_array_equal(eager.reduce(empty, "max", axes=0), np.full(3, -np.inf, np.float32))

@@ -32,7 +32,8 @@ def _key(value, arrays: list):
         hash(value)
     except TypeError:
         raise TCOpError(f"eager: attributes must be numbers, strings or lists, got {type(value).__name__}") from None
-    return ("value", value)
+    # the type and repr tell apart what == does not: 1, 1.0 and True; 0.0 and -0.0
+    return ("value", value, type(value), repr(value))
 
 
 def _rebuild(key):

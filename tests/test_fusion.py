@@ -246,8 +246,8 @@ def test_a_long_def_fuses_with_dependence_work_linear_in_its_statements(monkeypa
     # accesses are tested once against the group's, so n statements build 3n access maps
     from tcpy.transform import fusion
     built = []
-    build = fusion._access_map
-    monkeypatch.setattr(fusion, "_access_map", lambda *args: built.append(args) or build(*args))
+    build = fusion.access_map
+    monkeypatch.setattr(fusion, "access_map", lambda *args: built.append(args) or build(*args))
     n = 150
     source = ("def f(float(N) A) -> (O) {\n    O(i) = A(i)\n"
               + "".join(f"    O(i) += A(i) * {k % 5}.0\n" for k in range(1, n)) + "}")

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional
+from typing import Optional
 
 import islpy as isl
 
@@ -65,6 +65,7 @@ from ..lang import ast
 from ..lang.visit import accesses, map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
+from ..ranges.affine import access_map, affine_form
 from ..schedule import choose_schedule
 from ..contraction_ir import Contraction
 from .engines import restamp
@@ -135,7 +136,8 @@ def _fusable_vars(program: Program, statement: Statement, options: Options) -> t
     sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
     if sched.register_tile is not None:
         return ()
-    if any(_affine(e, {}, program) is None for access, _ in accesses(stmt) for e in access.indices):
+    if any(affine_form(e, program.sizes, program.shapes) is None
+           for access, _ in accesses(stmt) for e in access.indices):
         return ()
     return tuple(e.name for e in stmt.lhs if isinstance(e, ast.IndexVar))
 
@@ -471,37 +473,6 @@ def _accesses_rw(stmt: ast.Stmt):
         yield ast.Access(stmt.target, stmt.lhs), False
 
 
-def _affine(expr: ast.Expr, names: Mapping[str, str], program: Program) -> Optional[str]:
-    """isl text of an affine index expression, index variables renamed by ``names`` (None: not
-    affine; with empty ``names`` only affinity is checked)."""
-    if isinstance(expr, ast.IntLit):
-        return str(int(expr.value))
-    if isinstance(expr, ast.IndexVar):
-        return names.get(expr.name, "0")
-    if isinstance(expr, ast.SizeVar):
-        return str(program.sizes[expr.name])
-    if isinstance(expr, ast.DimRef):
-        return str(program.shapes[expr.tensor][expr.dim])
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        inner = _affine(expr.operand, names, program)
-        return None if inner is None else f"(-{inner})"
-    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*", "/", "%"):
-        a, b = _affine(expr.lhs, names, program), _affine(expr.rhs, names, program)
-        if a is None or b is None:
-            return None
-        if expr.op == "*":
-            if not (isinstance(expr.lhs, ast.IntLit) or isinstance(expr.rhs, ast.IntLit)
-                    or isinstance(expr.lhs, ast.SizeVar) or isinstance(expr.rhs, ast.SizeVar)):
-                return None
-            return f"({a} * {b})"
-        if expr.op in ("/", "%"):
-            if not isinstance(expr.rhs, ast.IntLit) or expr.rhs.value <= 0:
-                return None
-            return f"floor(({a}) / {b})" if expr.op == "/" else f"(({a}) mod {b})"
-        return f"({a} {expr.op} {b})"
-    return None
-
-
 def _uses(statements) -> dict[str, list[tuple[int, ast.Access, bool]]]:
     """tensor -> (statement index, access, is_write) of every access to it, in statement order
     (an index built once, so that no question about a tensor scans every statement)."""
@@ -512,18 +483,9 @@ def _uses(statements) -> dict[str, list[tuple[int, ast.Access, bool]]]:
     return uses
 
 
-def _tuple(statement: Statement, shared: tuple[str, ...], label: str) -> tuple[str, dict[str, str], str]:
-    """(``label[x0, ...]`` with the shared variables first, variable -> isl name, domain text)."""
-    vars_ = shared + tuple(v for v in statement.stmt.index_vars if v not in shared)
-    names = {v: f"x{i}" for i, v in enumerate(vars_)}
-    cons = " and ".join(f"{statement.ranges[v][0]} <= {names[v]} < {statement.ranges[v][1]}" for v in vars_)
-    return f"{label}[{', '.join(names[v] for v in vars_)}]", names, cons or "true"
-
-
-def _access_map(statement: Statement, shared, label: str, access: ast.Access, program: Program) -> isl.Map:
-    space, names, domain = _tuple(statement, shared, label)
-    indices = [_affine(e, names, program) for e in access.indices]
-    return isl.Map(f"{{ {space} -> T[{', '.join(indices)}] : {domain} }}")
+def _shared_first(statement: Statement, shared: tuple[str, ...]) -> tuple[str, ...]:
+    """The statement's loops, the shared ones first."""
+    return shared + tuple(v for v in statement.stmt.index_vars if v not in shared)
 
 
 class _GroupDependences:
@@ -557,7 +519,9 @@ class _GroupDependences:
     def admit(self, statement: Statement) -> bool:
         """Add ``statement`` if every dependence between it and the members keeps the shared
         loops equal; False (and nothing added) otherwise."""
-        maps = [(access.tensor, is_write, _access_map(statement, self.shared, "S", access, self.program)
+        loops, program = _shared_first(statement, self.shared), self.program
+        maps = [(access.tensor, is_write,
+                 access_map(access, loops, statement.ranges, program.sizes, program.shapes, "S")
                  .project_out(isl.dim_type.in_, len(self.shared), len(statement.stmt.index_vars) - len(self.shared))
                  .set_tuple_name(isl.dim_type.in_, "S"))
                 for access, is_write in _accesses_rw(statement.stmt)]

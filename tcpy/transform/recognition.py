@@ -53,43 +53,14 @@ from typing import Mapping, Optional
 from ..contraction_ir import DTYPES, ROLES, AffineAccess, Contraction, Group, Guard, PaddedCopy, row_major
 from ..lang import ast
 from ..lang.types import ScalarType
-
-
-def _affine(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[tuple[int, dict[str, int]]]:
-    """``(constant, {var: coefficient})`` of an affine index expression, or None."""
-    if isinstance(expr, ast.IntLit):
-        return int(expr.value), {}
-    if isinstance(expr, ast.IndexVar):
-        return 0, {expr.name: 1}
-    if isinstance(expr, ast.SizeVar):
-        return (int(sizes[expr.name]), {}) if expr.name in sizes else None
-    if isinstance(expr, ast.DimRef):
-        return int(shapes[expr.tensor][expr.dim]), {}
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        inner = _affine(expr.operand, sizes, shapes)
-        return None if inner is None else (-inner[0], {v: -c for v, c in inner[1].items()})
-    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*"):
-        lhs, rhs = _affine(expr.lhs, sizes, shapes), _affine(expr.rhs, sizes, shapes)
-        if lhs is None or rhs is None:
-            return None
-        if expr.op == "*":
-            if lhs[1] and rhs[1]:
-                return None
-            (k, _), (c, coef) = (lhs, rhs) if not lhs[1] else (rhs, lhs)
-            return k * c, {v: k * x for v, x in coef.items()}
-        sign = 1 if expr.op == "+" else -1
-        coef = dict(lhs[1])
-        for v, x in rhs[1].items():
-            coef[v] = coef.get(v, 0) + sign * x
-        return lhs[0] + sign * rhs[0], coef
-    return None
+from ..ranges.affine import linear_form
 
 
 def _in_bounds(access: ast.Access, ranges, sizes, shapes) -> bool:
     """Whether ``access`` reads inside its tensor at every point of the rectangular ``ranges``
     (not only where a guard holds)."""
     for index, extent in zip(access.indices, shapes[access.tensor]):
-        aff = _affine(index, sizes, shapes)
+        aff = linear_form(index, sizes, shapes)
         if aff is None or any(v not in ranges for v in aff[1]):
             return False
         const, coef = aff
@@ -109,7 +80,7 @@ def _access(tensor: str, indices, dtype, ranges, sizes, shapes) -> Optional[Affi
     row = row_major(shape)
     offset, strides = 0, {}
     for d, index in enumerate(indices):
-        aff = _affine(index, sizes, shapes)
+        aff = linear_form(index, sizes, shapes)
         if aff is None:
             return None
         const, coef = aff
@@ -189,7 +160,7 @@ def _guards(cond: ast.Expr, ranges, sizes, shapes) -> Optional[list[Guard]]:
         return None if lhs is None or rhs is None else lhs + rhs
     if not isinstance(cond, ast.Binary) or cond.op not in (*_COMPARISONS, "=="):
         return None
-    lhs, rhs = _affine(cond.lhs, sizes, shapes), _affine(cond.rhs, sizes, shapes)
+    lhs, rhs = linear_form(cond.lhs, sizes, shapes), linear_form(cond.rhs, sizes, shapes)
     if lhs is None or rhs is None or any(v not in ranges for v in (*lhs[1], *rhs[1])):
         return None
     out = []
@@ -322,7 +293,7 @@ def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, siz
     batch = set(roles["batch"])
     indices = []  # per dimension: (constant with variables counted from 0, {var: coefficient})
     for index in read.indices:
-        const, coef = _affine(index, sizes, shapes)
+        const, coef = linear_form(index, sizes, shapes)
         coef = {v: x for v, x in coef.items() if x}
         indices.append((const + sum(x * ranges[v][0] for v, x in coef.items()), coef))
     copied = [d for d, (_, coef) in enumerate(indices) if not set(coef) & batch]

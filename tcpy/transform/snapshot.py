@@ -34,7 +34,7 @@ from ..lang import ast
 from ..lang.types import INDEX_TYPE, ScalarType
 from ..lang.visit import map_expr
 from ..loopir import Program, Statement
-from .fusion import _access_map, _affine
+from ..ranges.affine import access_map
 
 SNAPSHOT_PREFIX = "snapshot."  # (a "." keeps generated names apart from TC identifiers)
 
@@ -73,11 +73,16 @@ def _reads_what_it_writes(statement: Statement, program: Program) -> bool:
         return False
     if stmt.init and stmt.reduction_vars:
         return True
-    if any(_affine(e, {}, program) is None for read in reads for e in read.indices):
+
+    def elements(access: ast.Access) -> Optional[isl.Map]:
+        return access_map(access, stmt.index_vars, statement.ranges, program.sizes, program.shapes, "S")
+
+    read_maps = [elements(read) for read in reads]
+    if any(read_map is None for read_map in read_maps):
         return True
-    write = _access_map(statement, (), "S", ast.Access(stmt.target, stmt.lhs), program)
-    for read in reads:
-        readers_to_writers = _access_map(statement, (), "S", read, program).apply_range(write.reverse())
+    write = elements(ast.Access(stmt.target, stmt.lhs))
+    for read_map in read_maps:
+        readers_to_writers = read_map.apply_range(write.reverse())
         if not readers_to_writers.subtract(isl.Map.identity(readers_to_writers.get_space())).is_empty():
             return True
     return False

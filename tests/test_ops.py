@@ -528,6 +528,12 @@ def test_eager_on_empty_arrays_speaks_of_the_array():
         eager.argmax(empty, axis=0)
     with pytest.raises(tcpy.TCOpError, match=r"top_k: k must be an int in \[0, 0\]"):
         eager.top_k(empty, 1, axis=0)
+    with pytest.raises(tcpy.TCOpError) as err:  # an empty result from the attributes
+        eager.slice(np.ones((2, 3), np.float32), [0, 0], [0, 2])
+    assert str(err.value) == ("eager.slice: the attributes give an axis of size 0 ('i0 in 0:0' for a value of shape "
+                              "(0, 2)), which tcpy kernels cannot build: TC ranges are never empty")
+    with pytest.raises(tcpy.TCOpError, match=r"ptir_reduce: the kernel would loop over 'k0 in 0:0' .* size name"):
+        ops.reduce(tensor((0, 3)), "sum", 0)  # (it was TC's range error about the generated source)
 
 
 # ----------------------------------------------------------------------------- properties

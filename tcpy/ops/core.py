@@ -132,6 +132,16 @@ def same_dim(a: Dim, b: Dim) -> bool:
     return sympy.simplify(sympy.Integer(a) - b if isinstance(a, int) else a - b) == 0
 
 
+class ConstantEmptyAxis(TCOpError):
+    """A kernel that would loop over an axis of constant size 0 (``err.loop``), which TC ranges cannot be."""
+
+    def __init__(self, graph_name: str, loop: str):
+        self.loop = loop
+        super().__init__(f"{graph_name}: the kernel would loop over {loop}, and TC ranges are never empty; an "
+                         f"operand's empty axis can be a size name bound to 0 at call time "
+                         f"(tcpy.ops.tensor(('N', 3))), an empty result of constant size cannot be built")
+
+
 class ConcreteSizeNeeded(TCOpError):
     """An operation needs a number where its operand has a symbolic size (``err.op``, ``err.what``)."""
 
@@ -198,6 +208,7 @@ class Graph:
         self.params: list[Value] = []
         self.lines: list[str] = []
         self._count = 0
+        self.empty_loop: Optional[str] = None  # the first loop over a constant 0, which TC cannot range over
 
     def input(self, spec: TensorSpec) -> Value:
         """A new parameter of the def."""
@@ -216,6 +227,9 @@ class Graph:
         if target is None:
             self._count += 1
             target = Value(self, f"v{self._count}", TensorSpec(tuple(shape), dtype))
+        empty = next((loop.var for loop in loops if isinstance(loop.extent, int) and loop.extent == 0), None)
+        if empty is not None and self.empty_loop is None:
+            self.empty_loop = f"'{empty} in 0:0' for a value of shape {shape_text(target.shape)}"
         ranges = [(loop.var, dim_text(loop.extent)) for loop in loops]
         self.lines.append(writer.statement(target.at(out_vars), op, rhs, ranges, lets))
         return target
@@ -317,6 +331,8 @@ def _kernel(graph: Graph, outputs, options: Optional[Options]) -> Kernel:
     for k, value in enumerate(outputs):
         if not isinstance(value, Value) or value.graph is not graph:
             raise TCOpError(f"{graph.name}: output {k} must be a value of the composition, got {type(value).__name__}")
+    if graph.empty_loop is not None:
+        raise ConstantEmptyAxis(graph.name, graph.empty_loop)
     return define(run_in(graph, lambda: graph.source(outputs)), options=options)
 
 

@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import TCOpError
-from .core import ConcreteSizeNeeded, Graph, run_in, shape_text, spec_of, tensor
+from .core import ConcreteSizeNeeded, ConstantEmptyAxis, Graph, run_in, shape_text, spec_of, tensor
 
 # A zero extent is a size name, not the constant 0: TC rejects `where i in 0:0` as an empty range,
 # while a size bound to 0 at call time runs nothing (reductions then give their identity).
@@ -98,6 +98,9 @@ class Eager:
                 raise TCOpError(f"eager.{name}: {err.op} needs the size of {err.what} as a number, and it is 0 "
                                 f"(an array of shape {shape_text(empty)}); {err.op} cannot run on an empty axis, "
                                 f"since TC ranges are never empty") from None
+            except ConstantEmptyAxis as err:  # the arrays' empty axes are size names: the attributes gave it
+                raise TCOpError(f"eager.{name}: the attributes give an axis of size 0 ({err.loop}), which "
+                                f"tcpy kernels cannot build: TC ranges are never empty") from None
             return kernel(*arrays)
 
         call.__name__ = name

@@ -129,3 +129,11 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     graph = import_graph(pkg)
     assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
     assert "pkg/sub/b.py:2" in describe(find_cycle(graph), graph)
+
+
+def test_the_language_layer_imports_neither_numpy_nor_islpy():
+    """tcpy/lang stays light: its modules (the TC writer included) import no numeric library."""
+    found = [f"{path.name}:{line} imports {module}" for name, path in module_files(PACKAGE_DIR).items()
+             if name.startswith("tcpy.lang") for line, module, level, _ in _imports(path)
+             if not level and module.split(".")[0] in ("numpy", "islpy")]
+    assert found == []

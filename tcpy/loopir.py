@@ -309,8 +309,37 @@ class Program:
 # ----------------------------------------------------------------------------- loop nests
 
 
+class _Leaf:
+    """A node with no nodes inside it."""
+
+    __slots__ = ()
+
+    def children(self) -> tuple[tuple["Node", ...], ...]:
+        """The sequences of nodes inside this node, in order (see :func:`map_nodes`)."""
+        return ()
+
+    def with_children(self, children: tuple[tuple["Node", ...], ...]) -> "Node":
+        """This node with ``children`` (shaped as :meth:`children` gives them) inside it."""
+        return self
+
+
+class _HasBody:
+    """A node whose only nodes are its ``body``."""
+
+    __slots__ = ()
+
+    def children(self) -> tuple[tuple["Node", ...], ...]:
+        """The sequences of nodes inside this node, in order (see :func:`map_nodes`)."""
+        return (self.body,)
+
+    def with_children(self, children: tuple[tuple["Node", ...], ...]) -> "Node":
+        """This node with ``children`` (shaped as :meth:`children` gives them) inside it."""
+        (body,) = children
+        return dataclasses.replace(self, body=body)
+
+
 @dataclass(frozen=True, slots=True)
-class Loop:
+class Loop(_HasBody):
     """``for (var = lo; cond; var += step)``; ``parallel`` is the OpenMP collapse depth (0: none),
     ``chunks`` the iterations of the collapsed loops (no more threads than that are started)."""
 
@@ -334,12 +363,21 @@ class Guard:
     then: tuple["Node", ...]
     other: tuple["Node", ...] = ()
 
+    def children(self) -> tuple[tuple["Node", ...], ...]:
+        """The sequences of nodes inside this node, in order (see :func:`map_nodes`)."""
+        return (self.then, self.other)
+
+    def with_children(self, children: tuple[tuple["Node", ...], ...]) -> "Guard":
+        """This node with ``children`` (shaped as :meth:`children` gives them) inside it."""
+        then, other = children
+        return Guard(self.cond, then, other)
+
 
 Point_ = tuple[tuple[str, IExpr], ...]  # index variable -> its value at a point
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
+class Block(_HasBody):
     """``body`` with per-iteration buffers declared before it: (tensor, shape, type, zeroed),
     and ``views``: (tensor, block buffer, element offset) names for a row of a block buffer."""
 
@@ -349,7 +387,7 @@ class Block:
 
 
 @dataclass(frozen=True, slots=True)
-class Point:
+class Point(_Leaf):
     """One instance of statement ``stmt`` at ``point``."""
 
     stmt: int
@@ -358,7 +396,7 @@ class Point:
 
 
 @dataclass(frozen=True, slots=True)
-class Accumulate:
+class Accumulate(_HasBody):
     """A register accumulator around the reduction loops of a statement.
 
     Starts at the identity, runs ``body``, then stores into the target at the output point
@@ -416,9 +454,18 @@ class RegisterTile:
     fast: tuple["Node", ...]
     slow: tuple["Node", ...]
 
+    def children(self) -> tuple[tuple["Node", ...], ...]:
+        """The sequences of nodes inside this node, in order (see :func:`map_nodes`)."""
+        return (self.fast, self.slow)
+
+    def with_children(self, children: tuple[tuple["Node", ...], ...]) -> "RegisterTile":
+        """This node with ``children`` (shaped as :meth:`children` gives them) inside it."""
+        fast, slow = children
+        return dataclasses.replace(self, fast=fast, slow=slow)
+
 
 @dataclass(frozen=True, slots=True)
-class TileUpdate:
+class TileUpdate(_Leaf):
     """``tile[r][c] = tile[r][c] op rhs`` over the whole register tile, at ``point`` (all
     variables but the tile's row and column). ``rhs`` is the statement's value, reading a
     panel copy where the tile has one; ``lets`` binds the variables it adds."""
@@ -430,7 +477,7 @@ class TileUpdate:
 
 
 @dataclass(frozen=True)
-class ContractionNest:
+class ContractionNest(_Leaf):
     """A statement the contraction engine runs (:mod:`tcpy.contraction_ir`): its roles
     and affine accesses, and the plan (path, micro-tile, cache blocks, thread grid)."""
 
@@ -489,6 +536,16 @@ class BlockChain:
     deferred: Optional[tuple[str, int, str]] = None
     online: Optional["KeyBlocks"] = None
 
+    def children(self) -> tuple[tuple["Node", ...], ...]:
+        """The sequences of nodes inside this node, in order (see :func:`map_nodes`): the rows'
+        body, then an online chain's (:meth:`KeyBlocks.bodies`)."""
+        return (self.body,) + (self.online.bodies() if self.online is not None else ())
+
+    def with_children(self, children: tuple[tuple["Node", ...], ...]) -> "BlockChain":
+        """This node with ``children`` (shaped as :meth:`children` gives them) inside it."""
+        online = self.online.with_bodies(children[1:]) if self.online is not None else None
+        return dataclasses.replace(self, body=children[0], online=online)
+
 
 @dataclass(frozen=True)
 class KeyBlocks:
@@ -512,6 +569,20 @@ class KeyBlocks:
     whole: tuple["BlockProduct", tuple["Node", ...], "BlockProduct", tuple[str, int, str]]
     panels: tuple[int, ...] = ()  # elements of one block's packed b, per prepacked product
 
+    def bodies(self) -> tuple[tuple["Node", ...], ...]:
+        """The rows' bodies of the shorter last block of columns (if any) and of ``whole``."""
+        return ((self.last[1],) if self.last is not None else ()) + (self.whole[1],)
+
+    def with_bodies(self, bodies: tuple[tuple["Node", ...], ...]) -> "KeyBlocks":
+        """These key blocks with ``bodies`` (shaped as :meth:`bodies` gives them)."""
+        last = None
+        if self.last is not None:
+            head, _, tail = self.last
+            last, bodies = (head, bodies[0], tail), bodies[1:]
+        (whole_body,) = bodies
+        head, _, tail, buffers = self.whole
+        return dataclasses.replace(self, last=last, whole=(head, whole_body, tail, buffers))
+
 
 class OnlineKind(str, enum.Enum):
     """What an :class:`OnlineStep` folds; compares equal to its name."""
@@ -524,7 +595,7 @@ class OnlineKind(str, enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class OnlineStep:
+class OnlineStep(_Leaf):
     """Inside a row of an :class:`Online` chain's block of columns: ``kind`` "max" folds the
     block's maximum (in ``local``) into the running one (``running``), leaves the new maximum
     in ``local`` and the factor ``rescale`` (the exponential statement ``stmt``'s expression of
@@ -577,18 +648,14 @@ class KernelIR:
 
 def map_nodes(nodes: tuple[Node, ...], fn: Callable[[Node], Optional[Node]]) -> tuple[Node, ...]:
     """Rebuild ``nodes`` top-down: ``fn(node)`` returns a replacement, or None to keep the node
-    and recurse into its bodies."""
+    and recurse into its children (every node type says which it has: ``children()``)."""
     out = []
     for node in nodes:
         new = fn(node)
-        if new is not None:
-            out.append(new)
-        elif isinstance(node, (Loop, Accumulate, Block)):
-            out.append(dataclasses.replace(node, body=map_nodes(node.body, fn)))
-        elif isinstance(node, Guard):
-            out.append(Guard(node.cond, map_nodes(node.then, fn), map_nodes(node.other, fn)))
-        else:
-            out.append(node)
+        if new is None:
+            children = node.children()
+            new = node.with_children(tuple(map_nodes(c, fn) for c in children)) if children else node
+        out.append(new)
     return tuple(out)
 
 

@@ -1,6 +1,9 @@
 """Schedules and loop IR per target, with no C compiler: register tiles fit the register file,
 golden loop-IR dumps, and builds for other ISA levels."""
+import collections
+import dataclasses
 import shutil
+import typing
 import subprocess
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import tcpy
 from tcpy import demo
 from tcpy.api import SEMANTIC_FLAGS
 from tcpy.runtime.build import build_library
-from tcpy.loopir import NestKind, RegisterTile, TileUpdate
+from tcpy.loopir import Const, Guard, Node, NestKind, Point, RegisterTile, TileUpdate, map_nodes
 from tcpy.schedule import register_tile_shapes
 from tcpy.target import PRESETS, Target
 
@@ -141,3 +144,26 @@ def test_tcpy_target_environment_variable(monkeypatch):
     assert tcpy.Options().target.name == "x86-64-v3"
     monkeypatch.setenv("TCPY_TARGET", "host")
     assert tcpy.Options().target == Target.host()
+
+
+def test_one_walk_reaches_every_node_type():
+    # map_nodes goes through every node's children(): into an online attention chain's rows
+    # (and its shorter last block of keys and whole rows), into register tiles, both branches of
+    # a guard (isl's guards are rare in TC's rectangular domains: one is built here)
+    from test_chain import tiny_caches
+    v3 = Target.preset("x86-64-v3")
+    attention = tcpy.define(demo.ATTENTION, options=tcpy.Options(num_threads=2, target=tiny_caches(v3)))
+    gemm = "def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+    loops = tcpy.define(gemm, options=tcpy.Options(target=v3, num_threads=2, contraction=False))
+    engine = tcpy.define(gemm, options=tcpy.Options(target=v3, num_threads=2))
+    bodies = [nest.body for nest in attention.specialize((1, 2, 13, 16), (1, 2, 70, 16), (1, 2, 70, 16), 0.25).ir.nests]
+    bodies += [nest.body for kernel in (loops, engine) for nest in kernel.specialize((37, 50), (50, 45)).ir.nests]
+    nodes = (Guard(Const(1), sum(bodies[:len(bodies) // 2], ()), sum(bodies[len(bodies) // 2:], ())),)
+    counted = collections.Counter()
+    assert map_nodes(nodes, lambda node: counted.update([type(node)])) == nodes
+    assert set(counted) == set(typing.get_args(Node))
+    # a rewrite rebuilds every kind of parent: each point, wherever it is, is replaced
+    renumbered = map_nodes(nodes, lambda node: dataclasses.replace(node, stmt=-1) if isinstance(node, Point) else None)
+    points = collections.Counter()
+    map_nodes(renumbered, lambda node: points.update([node.stmt]) if isinstance(node, Point) else None)
+    assert points == {-1: counted[Point]}

@@ -513,6 +513,8 @@ def test_eager_tells_apart_attributes_that_compare_equal():
     same(eager.add(np.ones(2, np.int32), 1), np.full(2, 2, np.int32))
     with pytest.raises(tcpy.TCOpError, match="rhs must be a tensor description"):  # a bool is no number operand
         eager.add(np.ones(2, np.int32), True)
+    with pytest.raises(tcpy.TCOpError, match=r"the constant np.float32\(0.5\) is not an integer, as int32 needs"):
+        eager.add(np.ones(2, np.int32), np.float32(0.5))  # (it was truncated to 0)
 
 
 def test_eager_on_empty_arrays_speaks_of_the_array():

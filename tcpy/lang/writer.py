@@ -112,7 +112,7 @@ def literal(value, dtype: ScalarType) -> str:
         return f"bool({int(bool(value))})"
     if dtype.is_float:
         return _float_literal(float(value), dtype)
-    if isinstance(value, float) and not value.is_integer():
+    if not isinstance(value, int) and not float(value).is_integer():  # (NumPy's float32 is no float)
         raise LiteralError(f"the constant {value!r} is not an integer, as {dtype.numpy_name} needs")
     value = int(value)
     low, high = int_range(dtype)

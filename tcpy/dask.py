@@ -49,7 +49,8 @@ from .lang import ast
 from .lang.types import accumulator_type
 from .options import Options
 from .reference import ReferenceKernel
-from .ranges.convert import Converter, NotAffine
+from .ranges.affine import NotAffine
+from .ranges.convert import Converter
 from .target import Target
 
 __all__ = ["apply", "plan", "explain", "Plan", "DimensionPlan"]
@@ -166,12 +167,13 @@ class _SizedConverter(Converter):
         super().__init__((), dims, {})
         self.sizes, self.shapes, self.shift = sizes, shapes, shift or {}
 
-    def affine(self, e, index=True):
-        if isinstance(e, ast.SizeVar):
-            return self.const(self.sizes[e.name])
-        if isinstance(e, ast.DimRef) and e.tensor in self.shapes:
-            return self.const(self.shapes[e.tensor][e.dim])
-        return super().affine(e, index)
+    def size(self, name):
+        return self.const(self.sizes[name])
+
+    def extent(self, node):
+        if node.tensor in self.shapes:
+            return self.const(self.shapes[node.tensor][node.dim])
+        return super().extent(node)
 
     def var(self, name):
         pa = super().var(name)

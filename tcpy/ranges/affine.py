@@ -1,9 +1,11 @@
-"""Index expressions at concrete sizes as affine forms, and accesses as isl maps.
+"""Index expressions as affine functions: one structural analysis, two value domains.
 
-One analysis for every pass that asks what an index expression is once the sizes are known:
-contraction recognition reads strides and offsets from the linear forms, fusion and the
-snapshot pass build exact dependences from the access maps. (Range inference, on symbolic
-sizes, has its own converter in :mod:`.convert`.)
+:func:`fold_index` walks an index expression once for every pass that asks whether it is
+(quasi-)affine; an :class:`IndexAlgebra` says what its leaves and operations are. Range
+inference folds into isl functions of symbolic sizes (:class:`~tcpy.ranges.convert.Converter`);
+at concrete sizes :func:`affine_form` folds into :class:`AffineForm` values, from which
+contraction recognition reads strides and guards (:func:`linear_form`) and fusion and the
+snapshot pass build exact dependences (:func:`access_map`).
 """
 from __future__ import annotations
 
@@ -62,39 +64,123 @@ def _scale(form: AffineForm, k: int) -> AffineForm:
     return AffineForm(k * form.constant, tuple((term, k * x) for term, x in form.coefficients))
 
 
+class NotAffine(Exception):
+    """An index expression the algebra cannot represent; ``data`` when it reads a tensor."""
+
+    def __init__(self, node: ast.Expr, data: bool):
+        super().__init__(str(node))
+        self.node = node
+        self.data = data
+
+
+class IndexAlgebra:
+    """The values an index expression folds into: leaves, sums, products by a constant and
+    floor divisions by a constant. A method returns None where its value is not representable."""
+
+    def const(self, value: int): ...
+    def variable(self, name: str): ...
+    def size(self, name: str): ...
+    def extent(self, node: ast.DimRef): ...
+    def neg(self, a): ...
+    def add(self, a, b): ...
+    def sub(self, a, b): ...
+    def product(self, a, b): ...
+    def divisor(self, b, index: bool) -> Optional[int]: ...
+    def floor_div(self, a, divisor: int): ...
+    def scale(self, a, k: int): ...
+
+    def other(self, e: ast.Expr, index: bool):
+        """Any other node (casts, calls, ternaries, reads): not affine unless the algebra says so."""
+        raise NotAffine(e, False)
+
+
+def fold_index(e: ast.Expr, algebra: IndexAlgebra, index: bool = True):
+    """The value of ``e`` in ``algebra``; raises :class:`NotAffine`.
+
+    ``/`` and ``%`` round toward negative infinity inside index expressions (``index``); in
+    value expressions C truncates, which the algebra's ``divisor`` may refuse."""
+    if isinstance(e, ast.IntLit):
+        value = algebra.const(e.value)
+    elif isinstance(e, ast.IndexVar):
+        value = algebra.variable(e.name)
+    elif isinstance(e, ast.SizeVar):
+        value = algebra.size(e.name)
+    elif isinstance(e, ast.DimRef):
+        value = algebra.extent(e)
+    elif isinstance(e, ast.Unary) and e.op == "-":
+        return algebra.neg(fold_index(e.operand, algebra, index))
+    elif isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/", "%"):
+        a, b = fold_index(e.lhs, algebra, index), fold_index(e.rhs, algebra, index)
+        if e.op == "+":
+            return algebra.add(a, b)
+        if e.op == "-":
+            return algebra.sub(a, b)
+        if e.op == "*":
+            value = algebra.product(a, b)
+        else:
+            divisor = algebra.divisor(b, index)
+            if divisor is None:
+                raise NotAffine(e, False)
+            quotient = algebra.floor_div(a, divisor)
+            return quotient if e.op == "/" else algebra.sub(a, algebra.scale(quotient, divisor))
+    else:
+        return algebra.other(e, index)
+    if value is None:
+        raise NotAffine(e, False)
+    return value
+
+
+class _Forms(IndexAlgebra):
+    """:class:`AffineForm` values at concrete sizes and shapes."""
+
+    def __init__(self, sizes: Mapping[str, int], shapes):
+        self.sizes, self.shapes = sizes, shapes
+
+    def const(self, value):
+        return AffineForm(int(value))
+
+    def variable(self, name):
+        return AffineForm(0, ((name, 1),))
+
+    def size(self, name):
+        return AffineForm(int(self.sizes[name])) if name in self.sizes else None
+
+    def extent(self, node):
+        return AffineForm(int(self.shapes[node.tensor][node.dim]))
+
+    def neg(self, a):
+        return _scale(a, -1)
+
+    def add(self, a, b):
+        return _combine(a, b, 1)
+
+    def sub(self, a, b):
+        return _combine(a, b, -1)
+
+    def product(self, a, b):
+        if a.coefficients and b.coefficients:
+            return None
+        constant, form = (a, b) if not a.coefficients else (b, a)
+        return _scale(form, constant.constant)
+
+    def divisor(self, b, index):
+        return None if b.coefficients or b.constant <= 0 else b.constant
+
+    def floor_div(self, a, divisor):
+        return AffineForm(0, ((FloorDiv(a, divisor), 1),))
+
+    def scale(self, a, k):
+        return _scale(a, k)
+
+
 def affine_form(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[AffineForm]:
     """The form of an index expression at concrete ``sizes`` and ``shapes``, or None when it is
     not quasi-affine in the index variables (a product of variables, a tensor read, a call, a
     division by anything but a positive constant, a size not in ``sizes``)."""
-    if isinstance(expr, ast.IntLit):
-        return AffineForm(int(expr.value))
-    if isinstance(expr, ast.IndexVar):
-        return AffineForm(0, ((expr.name, 1),))
-    if isinstance(expr, ast.SizeVar):
-        return AffineForm(int(sizes[expr.name])) if expr.name in sizes else None
-    if isinstance(expr, ast.DimRef):
-        return AffineForm(int(shapes[expr.tensor][expr.dim]))
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        inner = affine_form(expr.operand, sizes, shapes)
-        return None if inner is None else _scale(inner, -1)
-    if not (isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*", "/", "%")):
+    try:
+        return fold_index(expr, _Forms(sizes, shapes))
+    except NotAffine:
         return None
-    lhs, rhs = affine_form(expr.lhs, sizes, shapes), affine_form(expr.rhs, sizes, shapes)
-    if lhs is None or rhs is None:
-        return None
-    if expr.op in ("+", "-"):
-        return _combine(lhs, rhs, 1 if expr.op == "+" else -1)
-    if expr.op == "*":
-        if lhs.coefficients and rhs.coefficients:
-            return None
-        constant, form = (lhs, rhs) if not lhs.coefficients else (rhs, lhs)
-        return _scale(form, constant.constant)
-    if rhs.coefficients or rhs.constant <= 0:
-        return None
-    quotient = AffineForm(0, ((FloorDiv(lhs, rhs.constant), 1),))
-    if expr.op == "/":
-        return quotient
-    return _combine(lhs, _scale(quotient, rhs.constant), -1)  # floor modulo, as in subscripts
 
 
 def linear_form(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[tuple[int, dict[str, int]]]:

@@ -12,22 +12,14 @@ import islpy as isl
 
 from ..lang import ast
 from ..lang.visit import reads_tensor
+from .affine import IndexAlgebra, NotAffine, fold_index
 from .isl_helpers import CTX, PARAM, SET, lift_params, param_space
-
-
-class NotAffine(Exception):
-    """An index expression isl cannot represent; ``data`` when it reads a tensor."""
-
-    def __init__(self, node: ast.Expr, data: bool):
-        super().__init__(str(node))
-        self.node = node
-        self.data = data
 
 
 _COMPARE = {"<": "lt_set", "<=": "le_set", ">": "gt_set", ">=": "ge_set", "==": "eq_set", "!=": "ne_set"}
 
 
-class Converter:
+class Converter(IndexAlgebra):
     """Turns size and index expressions into isl piecewise affine functions on one space."""
 
     def __init__(self, params, dims, extents):
@@ -56,23 +48,48 @@ class Converter:
         ``/`` and ``%`` round toward negative infinity inside index expressions only; in value
         expressions (ternary conditions) C truncates, which isl cannot express: not affine.
         """
-        if isinstance(e, ast.IntLit):
-            return self.const(e.value)
-        if isinstance(e, ast.IndexVar):
-            if e.name not in self.dims:
-                raise NotAffine(e, False)
-            return self.var(e.name)
-        if isinstance(e, ast.SizeVar):
-            return isl.PwAff.from_aff(isl.Aff.var_on_domain(self.ls, PARAM, self.params.index(e.name)))
-        if isinstance(e, ast.DimRef):
-            dims = self.extents.get(e.tensor)
-            if dims is None or not 0 <= e.dim < len(dims):
-                raise NotAffine(e, False)
-            return self.lift(dims[e.dim])
+        return fold_index(e, self, index)
+
+    # the isl functions of the index algebra (fold_index calls them)
+
+    def variable(self, name: str) -> Optional[isl.PwAff]:
+        return self.var(name) if name in self.dims else None
+
+    def size(self, name: str) -> isl.PwAff:
+        return isl.PwAff.from_aff(isl.Aff.var_on_domain(self.ls, PARAM, self.params.index(name)))
+
+    def extent(self, node: ast.DimRef) -> Optional[isl.PwAff]:
+        dims = self.extents.get(node.tensor)
+        if dims is None or not 0 <= node.dim < len(dims):
+            return None
+        return self.lift(dims[node.dim])
+
+    def neg(self, a: isl.PwAff) -> isl.PwAff:
+        return a.neg()
+
+    def add(self, a: isl.PwAff, b: isl.PwAff) -> isl.PwAff:
+        return a.add(b)
+
+    def sub(self, a: isl.PwAff, b: isl.PwAff) -> isl.PwAff:
+        return a.sub(b)
+
+    def product(self, a: isl.PwAff, b: isl.PwAff) -> Optional[isl.PwAff]:
+        return a.mul(b) if a.is_cst() or b.is_cst() else None
+
+    def divisor(self, b: isl.PwAff, index: bool) -> Optional[int]:
+        divisor = self._constant(b)
+        return None if divisor in (None, 0) or not index else divisor
+
+    def floor_div(self, a: isl.PwAff, divisor: int) -> isl.PwAff:
+        return a.scale_down_val(isl.Val.int_from_si(CTX, divisor)).floor()
+
+    def scale(self, a: isl.PwAff, k: int) -> isl.PwAff:
+        return a.scale_val(isl.Val.int_from_si(CTX, k))
+
+    def other(self, e: ast.Expr, index: bool) -> isl.PwAff:
+        """Integral casts, ``min``/``max`` of two and ternaries with affine conditions."""
         if isinstance(e, ast.Cast) and e.to.is_integral:
             return self.affine(e.operand, index)
-        if isinstance(e, ast.Unary) and e.op == "-":
-            return self.affine(e.operand, index).neg()
         if isinstance(e, ast.Call) and e.func in ("min", "max") and len(e.args) == 2:
             a, b = self.affine(e.args[0], index), self.affine(e.args[1], index)
             return a.min(b) if e.func == "min" else a.max(b)
@@ -80,26 +97,7 @@ class Converter:
             cond = self.condition(e.cond)
             then, other = self.affine(e.then, index), self.affine(e.other, index)
             return then.intersect_domain(cond).union_add(other.intersect_domain(self.universe().subtract(cond)))
-        if isinstance(e, ast.Binary) and e.op in "+-*/%":
-            a, b = self.affine(e.lhs, index), self.affine(e.rhs, index)
-            if e.op == "+":
-                return a.add(b)
-            if e.op == "-":
-                return a.sub(b)
-            if e.op == "*":
-                if not (a.is_cst() or b.is_cst()):
-                    raise NotAffine(e, False)
-                return a.mul(b)
-            divisor = self._constant(b)
-            if divisor in (None, 0) or not index:
-                raise NotAffine(e, False)
-            quotient = a.scale_down_val(isl.Val.int_from_si(CTX, divisor)).floor()
-            if e.op == "/":
-                return quotient
-            return a.sub(quotient.scale_val(isl.Val.int_from_si(CTX, divisor)))  # floor modulo
-        if reads_tensor(e):
-            raise NotAffine(e, True)
-        raise NotAffine(e, False)
+        raise NotAffine(e, reads_tensor(e))
 
     @staticmethod
     def _constant(pa: isl.PwAff) -> Optional[int]:

@@ -49,7 +49,8 @@ import sympy
 from ..errors import TCPreconditionError, TCRangeError, TCShapeError, TCWarning
 from ..lang import ast
 from ..lang.visit import index_vars, inline_lets
-from .convert import Converter, NotAffine, guarded_accesses
+from .affine import NotAffine
+from .convert import Converter, guarded_accesses
 from .index_values import check_index_results
 from .isl_helpers import CTX, PARAM, keep_dim, param_space, simplest, try_bound, value_at
 from .report import violation_message

@@ -934,11 +934,10 @@ class _Emitter:
 
 
 def _loop_depth(nodes):
-    """How deeply loops nest under ``nodes`` (through guards, blocks and register tiles)."""
+    """How deeply loops nest under ``nodes`` (through every node that holds others)."""
     depth = 0
     for node in nodes:
-        below = max((_loop_depth(getattr(node, attr, None) or ()) for attr in ("body", "then", "other", "fast", "slow")),
-                    default=0)
+        below = max((_loop_depth(children) for children in node.children()), default=0)
         depth = max(depth, below + isinstance(node, Loop))
     return depth
 

@@ -190,6 +190,18 @@ def linear_form(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[tu
     return None if form is None else form.linear()
 
 
+def linear_bounds(constant: int, coefficients: Mapping[str, int], ranges) -> tuple[int, int]:
+    """The smallest and largest value of ``constant + sum(coefficient * var)`` over the
+    rectangular ``ranges`` (var -> half-open ``(lo, hi)``, not empty): each variable at its own
+    extreme."""
+    low = high = constant
+    for var, x in coefficients.items():
+        first, last = x * ranges[var][0], x * (ranges[var][1] - 1)
+        low += min(first, last)
+        high += max(first, last)
+    return low, high
+
+
 def access_map(access: ast.Access, loops: Sequence[str], ranges, sizes: Mapping[str, int], shapes,
                label: str) -> Optional[isl.Map]:
     """``{ label[loops] -> T[element] }`` over the rectangular ``ranges`` of the ``loops`` (in

@@ -19,6 +19,7 @@ from typing import Mapping, Optional
 from ..errors import TCPreconditionError
 from ..lang import ast
 from ..lang.visit import index_value_uses
+from .affine import linear_bounds
 
 INT32_RANGE = (-2**31, 2**31 - 1)
 INT64_RANGE = (-2**63, 2**63 - 1)
@@ -81,12 +82,7 @@ def _bounds(e: ast.Expr, box, def_, sizes, shapes) -> _Bounds:
 
 
 def _affine_bounds(const: int, coeffs: dict, box) -> _Bounds:
-    lo = hi = const
-    for var, c in coeffs.items():
-        first, last = box[var][0], box[var][1] - 1
-        lo += min(c * first, c * last)
-        hi += max(c * first, c * last)
-    return _Bounds(lo, hi, (const, coeffs))
+    return _Bounds(*linear_bounds(const, coeffs, box), (const, coeffs))
 
 
 def _constant(b: _Bounds) -> Optional[int]:

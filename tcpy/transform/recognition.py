@@ -53,7 +53,7 @@ from typing import Mapping, Optional
 from ..contraction_ir import DTYPES, ROLES, AffineAccess, Contraction, Group, Guard, PaddedCopy, row_major
 from ..lang import ast
 from ..lang.types import ScalarType
-from ..ranges.affine import linear_form
+from ..ranges.affine import linear_bounds, linear_form
 
 
 def _in_bounds(access: ast.Access, ranges, sizes, shapes) -> bool:
@@ -63,9 +63,7 @@ def _in_bounds(access: ast.Access, ranges, sizes, shapes) -> bool:
         aff = linear_form(index, sizes, shapes)
         if aff is None or any(v not in ranges for v in aff[1]):
             return False
-        const, coef = aff
-        low = const + sum(min(x * ranges[v][0], x * (ranges[v][1] - 1)) for v, x in coef.items())
-        high = const + sum(max(x * ranges[v][0], x * (ranges[v][1] - 1)) for v, x in coef.items())
+        low, high = linear_bounds(*aff, ranges)
         if low < 0 or high >= extent:
             return False
     return True

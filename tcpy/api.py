@@ -189,6 +189,7 @@ class Kernel(Launcher):
                                 lines.append(f"    {product.describe()}{packed}")
                 elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
+                    lines.extend(f"    why: {reason}" for reason in nest.schedule.reasons)
                 elif nest.body and isinstance(nest.body[0], ContractionNest):
                     node = nest.body[0]
                     lines.append(f"  {spec.ir.stmts[nest.stmt]}: {node.describe()}")

@@ -178,12 +178,23 @@ class Engine:
 
 
 @dataclass(frozen=True)
+class Loops:
+    """A loop nest runs a statement: the schedule of its compute nest and, for a reduction
+    over reduction variables, of the nests over its outputs (the identity's, and a split
+    reduction's combine), decided once by :mod:`tcpy.transform.engines`."""
+
+    compute: "StmtSchedule"
+    outputs: Optional["StmtSchedule"] = None
+
+
+@dataclass(frozen=True)
 class Statement:
     """One statement to lower: let-inlined, with its concrete ranges ``{var: (lo, hi)}``.
 
     ``origin`` is its index in the def's statements, -1 for a copy a pass added. ``engine``:
-    the contraction engine runs it (None: a loop nest), stamped by
-    :func:`tcpy.transform.engines.decide_engines`.
+    the contraction engine runs it; ``loops``: else, the schedules of its loop nests; both
+    stamped by :func:`tcpy.transform.engines.decide_engines` (and again by a pass that
+    rewrites the statement).
     """
 
     stmt: ast.Stmt
@@ -191,6 +202,7 @@ class Statement:
     origin: int
     panel: Optional[Panel] = None
     engine: Optional[Engine] = None
+    loops: Optional[Loops] = None
 
     def extents(self) -> dict[str, int]:
         return {v: max(0, hi - lo) for v, (lo, hi) in self.ranges.items() if v in self.stmt.index_vars}
@@ -245,6 +257,10 @@ class Online:
     maximum: int
     exponential: int
     total: int
+    # the loops of the maximum, exponential and total statements on one block of columns, and
+    # on the last, shorter block (when ``columns`` does not divide the range)
+    block_loops: tuple["Loops", ...] = ()
+    last_block_loops: tuple["Loops", ...] = ()
 
 
 @dataclass(frozen=True)

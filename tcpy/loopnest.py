@@ -29,7 +29,7 @@ from .loopir import (
     Point, Program, Scratch, Statement, Var, first_point, from_isl,
 )
 from .options import Options
-from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, choose_schedule, volume
+from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, volume
 from .transform.recognition import block_contraction
 from .transform.engines import plan_block
 from .transform.snapshot import snapshot_own_reads
@@ -182,12 +182,6 @@ def _identity_needed(stmt: ast.Stmt) -> bool:
     return stmt.reduction is not None and bool(stmt.reduction_vars)
 
 
-def schedule_of(program: Program, statement: Statement, options: Options) -> StmtSchedule:
-    """The schedule :func:`lower` gives ``statement``."""
-    return choose_schedule(statement.stmt, statement.extents(), program.shapes,
-                           program.types[statement.stmt.target], options)
-
-
 def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ranges,
           fixed: Mapping[str, str]) -> tuple[Node, ...]:
     name = f"S{index}"
@@ -210,11 +204,11 @@ def lower(program: Program, options: Options) -> KernelIR:
         if index in groups:
             nests.append(_fused_nest(program, groups[index], options))
         elif index not in fused:
-            nests.extend(_statement_nests(program, index, options, {}, scratch))
+            nests.extend(_statement_nests(program, index, {}, scratch))
     return KernelIR(program, tuple(nests), options, tuple(scratch))
 
 
-def _statement_nests(program: Program, index: int, options: Options, fixed: Mapping[str, str],
+def _statement_nests(program: Program, index: int, fixed: Mapping[str, str],
                      scratch: list[Scratch]) -> list[Nest]:
     """The nests of one statement (init, compute, combine); ``fixed`` variables are loops of a
     fused group around them. Split reductions add their partials to ``scratch``."""
@@ -224,7 +218,7 @@ def _statement_nests(program: Program, index: int, options: Options, fixed: Mapp
     if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
         epilogue = next((e for e in program.epilogues if e.producer == index), None)
         return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, engine.contraction, engine.plan, epilogue),))]
-    sched = schedule_of(program, statement, options)
+    sched, outputs_sched = statement.loops.compute, statement.loops.outputs
     if not _identity_needed(stmt):
         # `=`, or a reduction operator with no reduction variable, which TC treats as `=`
         # when it has `!` and as an in-place update otherwise.
@@ -234,10 +228,6 @@ def _statement_nests(program: Program, index: int, options: Options, fixed: Mapp
                      sched)]
     nests = []
     out_vars = stmt.output_vars
-    init_stmt = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
-                         output_vars=out_vars)
-    outputs_sched = choose_schedule(init_stmt, statement.extents(), program.shapes,
-                                    program.types[stmt.target], options)
     if stmt.init and not sched.register_reduction:
         nests.append(Nest(index, NestKind.INIT,
                           _nest(index, stmt, outputs_sched, Mode.INIT, out_vars, ranges, fixed), outputs_sched))
@@ -273,7 +263,7 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
     if group.chain:
         return Nest(group.statements[0], NestKind.COMPUTE, (_chain(program, group, options, loop_vars, parallel),),
                     None, group)
-    nodes = _group_rows(program, group, options, loop_vars, blocked)
+    nodes = _group_rows(program, group, loop_vars, blocked)
     for depth in reversed(range(len(group.shared))):
         v = group.shared[depth]
         lo, hi = first.ranges[v]
@@ -283,14 +273,13 @@ def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
     return Nest(group.statements[0], NestKind.COMPUTE, nodes, None, group)
 
 
-def _group_rows(program: Program, group: FusedGroup, options: Options, loop_vars: Mapping[str, str],
+def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
                 blocked: Mapping[str, tuple[str, int]], columns: int = 0) -> tuple[Node, ...]:
     """A fused group's statements at one point of the shared loops (a chain's: those between
     its products, on views of the ``blocked`` buffers (tensor -> (buffer, row elements))), inside
     a block declaring its per-iteration buffers. ``columns`` > 0: an online chain's statements
     on one block of that many columns, with the steps folding each block into the running
     maximum and sum (:class:`tcpy.loopir.OnlineStep`)."""
-    inner_options = dataclasses.replace(options, parallel=False)
     chain = group.chain
     rows = group.statements[1:-1] if chain else group.statements
     if chain and chain.deferred:
@@ -299,9 +288,10 @@ def _group_rows(program: Program, group: FusedGroup, options: Options, loop_vars
     if columns:
         online = chain.online
         statements = list(program.statements)
-        for i in (online.maximum, online.exponential, online.total):
+        stamps = online.block_loops if columns == online.columns else online.last_block_loops
+        for i, loops in zip((online.maximum, online.exponential, online.total), stamps):
             ranges = {**statements[i].ranges, online.column_var: (0, columns)}
-            statements[i] = dataclasses.replace(statements[i], ranges=ranges)
+            statements[i] = dataclasses.replace(statements[i], ranges=ranges, loops=loops)
         program = dataclasses.replace(program, statements=tuple(statements))
         row = BinOp("-", Var(loop_vars[chain.block_var]), Var(BLOCK_START))
         scores = program.statements[online.maximum].stmt.rhs.tensor  # (its row's local name)
@@ -319,7 +309,7 @@ def _group_rows(program: Program, group: FusedGroup, options: Options, loop_vars
                                          program.statements[online.total].stmt.target, *ONLINE_RUNNING[1:])
     body: list[Node] = []
     for index in rows:
-        for nest in _statement_nests(program, index, inner_options, loop_vars, []):
+        for nest in _statement_nests(program, index, loop_vars, []):
             body.extend(nest.body)
         if index in steps:
             body.append(steps[index])
@@ -359,7 +349,7 @@ def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Map
     scratch = [(buffer, chain.rows * row, program.types[tensor]) for tensor, buffer, row in chain.blocked]
     columns = chain.online.columns if chain.online else 0
     products, packed = _block_products(program, group, options, loop_vars, chain.rows, blocked, reuse, columns)
-    body = _group_rows(program, group, options, loop_vars, blocked, columns)
+    body = _group_rows(program, group, loop_vars, blocked, columns)
     deferred = online = None
     if chain.deferred is not None:
         deferred = (*blocked[chain.deferred.numerator], blocked[chain.deferred.divisor][0])
@@ -426,7 +416,7 @@ def _key_blocks(program: Program, group: FusedGroup, options: Options, loop_vars
     if (hi - lo) % online.columns:
         rest = (hi - lo) % online.columns
         products, last_packed = _block_products(program, group, options, loop_vars, chain.rows, blocked, reuse, rest)
-        last = (products[0], _group_rows(program, group, options, loop_vars, blocked, rest), products[1])
+        last = (products[0], _group_rows(program, group, loop_vars, blocked, rest), products[1])
         sizes = [size + more for size, (_, more, _) in zip(sizes, last_packed)]
     packed = [(name, size, dtype) for (name, _, dtype), size in zip(packed, sizes)]
     whole = {tensor: (f"{WHOLE_PREFIX}{k}", hi - lo if row > 1 else row)
@@ -435,7 +425,7 @@ def _key_blocks(program: Program, group: FusedGroup, options: Options, loop_vars
     numerator, _, divisor = deferred
     tensors = {buffer: tensor for tensor, (buffer, _) in blocked.items()}
     whole_deferred = (whole[tensors[numerator]][0], hi - lo, whole[tensors[divisor]][0])
-    whole_rows = (products[0], _group_rows(program, group, options, loop_vars, whole), products[1], whole_deferred)
+    whole_rows = (products[0], _group_rows(program, group, loop_vars, whole), products[1], whole_deferred)
     dtype = program.types[tensors[numerator]]
     buffers = [(name, chain.rows, dtype) for name in ONLINE_RUNNING]
     buffers += [(ONLINE_FLAGS, chain.rows, ScalarType.INT32)]

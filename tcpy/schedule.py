@@ -70,7 +70,8 @@ class StmtSchedule:
     ``order`` is the point-loop order (outermost first); ``tiles`` the tiled variables in
     tile-loop order with their sizes; ``parallel_dims`` how many leading schedule dimensions
     may run in parallel (0: serial); ``register_reduction`` whether reduction variables are
-    innermost and accumulate in a register.
+    innermost and accumulate in a register. Decided once per statement by
+    :mod:`tcpy.transform.engines` (stamped as :attr:`tcpy.loopir.Statement.loops`).
     """
 
     order: tuple[str, ...]
@@ -87,6 +88,7 @@ class StmtSchedule:
     # (variable, part size, parts): the reduction runs in parts, one per parallel iteration,
     # into partial results combined in order afterwards
     split: Optional[tuple[str, int, int]] = None
+    reasons: tuple[str, ...] = ()  # why: order, accumulation, tiles, parallel loops
 
     def dims(self) -> tuple[tuple[str, Level], ...]:
         """Schedule dimensions as (variable, level), outermost first."""
@@ -171,9 +173,13 @@ def choose_schedule(
         return (-strided[v], contiguous[v], extents.get(v, 1), v in reduction)
 
     order = sorted(stmt.index_vars, key=heuristic_key)
+    reasons = []
     if options.loop_order:
         listed = [v for v in options.loop_order if v in order]
         order = listed + [v for v in order if v not in listed]
+        reasons.append(f"loop order {', '.join(listed)} first, as Options.loop_order asks")
+    elif order:
+        reasons.append("loops from the most strided variable (outermost) to the most contiguous (innermost)")
 
     has_reduction = bool(reduction) and stmt.reduction is not None
     register = False
@@ -186,10 +192,17 @@ def choose_schedule(
             register = True
     if register:
         order = [v for v in order if v not in reduction] + [v for v in order if v in reduction]
+        reasons.append("reduction innermost, in a register: " + (
+            "a 16-bit type accumulates in float32" if target_type.bits == 16
+            else "the innermost loop is a reduction variable"))
 
     register_tile = None
     if has_reduction and not register and options.register_tile and len(order) >= 2:
         register_tile = _register_tile(stmt, order, extents, target_type, options.target)
+        if register_tile:
+            reasons.append(f"register tile {register_tile[0]}:{register_tile[1]} x {register_tile[2]}:"
+                           f"{register_tile[3]}: the shape that fits the vector registers and leaves the fewest "
+                           "outputs to partial blocks")
 
     tiles: list[tuple[str, int]] = []
     blocks: dict[str, int] = {}
@@ -212,6 +225,9 @@ def choose_schedule(
                     size = max(blocks[v], size // blocks[v] * blocks[v])
                 if size and extents.get(v, 1) > size:
                     tiles.append((v, size))
+        if tiles:
+            reasons.append("cache tiles from a footprint model of the target's L1 and L2 (BLIS's)"
+                           + (", sizes set by Options.tile_sizes kept" if options.tile_sizes else ""))
     else:
         for v in order:
             if register and v in reduction:
@@ -219,6 +235,8 @@ def choose_schedule(
             size = options.tile_sizes.get(v)
             if size and extents.get(v, 1) > size:
                 tiles.append((v, size))
+        if tiles:
+            reasons.append("tiles as Options.tile_sizes asks")
 
     sched = StmtSchedule(
         order=tuple(order),
@@ -232,8 +250,18 @@ def choose_schedule(
     )
     work = volume(extents.get(v, 1) for v in order)
     if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
-        return sched
-    return _plan_parallel(sched, extents, blocks, options, target_type)
+        serial = ("parallel=False (or a fused group's shared loops around it are the parallel ones)"
+                  if not options.parallel else "one thread" if options.threads <= 1
+                  else f"{work} iterations, below {PARALLEL_MIN_WORK}")
+        return dataclasses.replace(sched, reasons=(*reasons, f"serial: {serial}"))
+    sched = _plan_parallel(sched, extents, blocks, options, target_type)
+    if sched.split:
+        reasons.append("reduction split in parts run in parallel: its outputs give too few chunks for the threads")
+    elif sched.parallel_dims:
+        reasons.append(f"leading output loops parallel, aiming at {CHUNKS_PER_THREAD} chunks per thread")
+    else:
+        reasons.append("serial: fewer than 2 chunks of outputs")
+    return dataclasses.replace(sched, reasons=tuple(reasons))
 
 
 def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int]) -> tuple[int, int]:

@@ -11,34 +11,41 @@ from tcpy.loopir import BlockChain, ContractionNest, NestKind
 from tcpy.target import Target
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "tcpy"
-# The planner's entry points: recognising a contraction and planning it.
-PLANNER = {"recognize", "plan", "contraction_of", "engine_of"}
-# The deciding pass, and the planner itself (its functions call each other).
-ALLOWED = {PACKAGE_DIR / "transform" / name for name in ("engines.py", "contraction.py", "recognition.py")}
+DECIDING_PASS = PACKAGE_DIR / "transform" / "engines.py"
+# The planner's entry points (recognising a contraction and planning it), and the modules that
+# may call them: the deciding pass and the planner itself (its functions call each other).
+ENGINE_PLANNER = {"recognize", "plan", "contraction_of", "engine_of"}
+ALLOWED = {DECIDING_PASS, *(PACKAGE_DIR / "transform" / name for name in ("contraction.py", "recognition.py"))}
+# The loop scheduler: only the deciding pass calls it.
+LOOP_SCHEDULER = {"choose_schedule"}
 
 
-def _calls(path: Path):
+def _calls(path: Path, names):
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-            if name in PLANNER:
+            if name in names:
                 yield name, node.lineno
 
 
-def test_only_the_deciding_pass_calls_the_planner():
+def test_only_the_deciding_pass_calls_the_planner_and_the_scheduler():
     modules = [*sorted((PACKAGE_DIR / "transform").glob("*.py")), *sorted((PACKAGE_DIR / "codegen").glob("*.py")),
-               PACKAGE_DIR / "loopnest.py"]
+               PACKAGE_DIR / "loopnest.py", PACKAGE_DIR / "api.py", PACKAGE_DIR / "tuning.py"]
     assert len(modules) > 8
     found = [f"{path.relative_to(PACKAGE_DIR.parent)}:{line} calls {name}"
-             for path in modules if path not in ALLOWED for name, line in _calls(path)]
+             for path in modules if path not in ALLOWED for name, line in _calls(path, ENGINE_PLANNER)]
+    found += [f"{path.relative_to(PACKAGE_DIR.parent)}:{line} calls {name}"
+              for path in modules if path != DECIDING_PASS for name, line in _calls(path, LOOP_SCHEDULER)]
     assert found == []
 
 
 def test_a_planner_call_would_be_found(tmp_path):
     module = tmp_path / "pass_.py"
     module.write_text("from .contraction import plan\n\ndef f(con, t):\n    return plan(con, t, 1)\n")
-    assert list(_calls(module)) == [("plan", 4)]
+    assert list(_calls(module, ENGINE_PLANNER)) == [("plan", 4)]
+    module.write_text("from .. import schedule\n\ndef f(s, e, t, o):\n    return schedule.choose_schedule(s, e, {}, t, o)\n")
+    assert list(_calls(module, LOOP_SCHEDULER)) == [("choose_schedule", 4)]
 
 
 def test_every_statement_is_stamped_and_the_nests_follow_the_stamps():
@@ -52,6 +59,42 @@ def test_every_statement_is_stamped_and_the_nests_follow_the_stamps():
     for index in stamped:
         (node,) = [node for n in ir.nests if n.stmt == index for node in n.body]
         assert node.plan is ir.program.statements[index].engine.plan  # read, not planned again
+
+
+LOOPS_ONLY = """
+def f(float(M, K) A, float(K, N) B, float(N) bias) -> (C, D) {
+    C(m, n) +=! A(m, k) * B(k, n)
+    D(m, n) = C(m, n) + bias(n)
+}
+"""
+
+
+def test_loop_statements_are_stamped_with_their_schedules_and_the_nests_follow_them():
+    options = tcpy.Options(target="x86-64-v3", num_threads=2, contraction=False, fuse=False)
+    kernel = tcpy.define(LOOPS_ONLY, options=options)
+    ir = kernel.specialize((256, 128), (128, 256), (256,)).ir
+    statements = ir.program.statements
+    assert all((s.engine is None) != (s.loops is None) for s in statements)
+    compute = {n.stmt: n.schedule for n in ir.nests if n.kind is NestKind.COMPUTE}
+    assert set(compute) == set(range(len(statements)))
+    for index, schedule in compute.items():
+        assert schedule == statements[index].loops.compute  # read, not scheduled again
+    product = statements[-2].loops.compute  # (C, after the copy the packing pass added)
+    assert product.register_tile is not None and product.parallel_dims > 0
+    explained = str(kernel.explain((256, 128), (128, 256), (256,)))
+    assert "register tile" in explained
+    assert "why: leading output loops parallel" in explained
+
+
+def test_a_fused_group_stamps_its_statements_again_for_the_shared_loops():
+    options = tcpy.Options(target="x86-64-v3", num_threads=2)
+    source = (Path(__file__).parent / "golden" / "good" / "softmax_temporaries.tc").read_text()
+    ir = tcpy.define(source, options=options).specialize((512, 512)).ir
+    (group,) = ir.program.groups
+    for index in group.statements:
+        schedule = ir.program.statements[index].loops.compute
+        assert schedule.parallel_dims == 0  # the shared loops around them are the parallel ones
+        assert any("fused group" in reason for reason in schedule.reasons)
 
 
 # ----------------------------------------------------------------------------- plan overrides

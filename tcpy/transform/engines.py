@@ -1,14 +1,17 @@
 """How each statement runs, decided once (Program -> Program).
 
 :func:`decide_engines` recognises every statement the contraction engine can take and plans it
-(:func:`tcpy.transform.recognition.recognize`, :func:`tcpy.transform.contraction.plan`), and
-stamps the decision on the statement (:attr:`tcpy.loopir.Statement.engine`: an
-:class:`~tcpy.loopir.Engine`, or None for a loop nest). Every later pass and the lowering read
-the stamp instead of deciding again, so a statement is an engine statement in all of them or in
-none. A pass that rewrites a statement's accesses re-stamps it with :func:`restamp`.
+(:func:`tcpy.transform.recognition.recognize`, :func:`tcpy.transform.contraction.plan`), gives
+every other statement its loop schedules (:func:`tcpy.schedule.choose_schedule`), and stamps
+the decision on the statement (:attr:`tcpy.loopir.Statement.engine`: an
+:class:`~tcpy.loopir.Engine`, or else :attr:`~tcpy.loopir.Statement.loops`). Every later pass,
+the lowering and the renderer read the stamp instead of deciding again, so a statement is an
+engine statement in all of them or in none, with one schedule. A pass that rewrites a
+statement re-stamps it with :func:`restamp` (or, when only its loops change, such as the
+statements under a fused group's shared loops, :func:`stamp_loops`).
 
-This module is the only caller of the planner outside the engine's own modules (a test checks
-it): the chain's blocks are planned here too (:func:`plan_block`).
+This module is the only caller of the planner and of the loop scheduler outside their own
+modules (a test checks it): the chain's blocks are planned here too (:func:`plan_block`).
 """
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ import dataclasses
 from typing import Optional
 
 from ..lang import ast
-from ..loopir import Engine, Program, Statement
+from ..loopir import Engine, Loops, Program, Statement
 from ..options import Options
 from ..contraction_ir import Contraction, Plan
+from ..schedule import StmtSchedule, choose_schedule
 from .contraction import plan
 from .recognition import recognize
 
@@ -30,8 +34,32 @@ def decide_engines(program: Program, options: Options) -> Program:
 
 
 def restamp(statement: Statement, program: Program, options: Options) -> Statement:
-    """``statement`` with its engine decided again (after a pass rewrote it)."""
-    return dataclasses.replace(statement, engine=engine_of(statement.stmt, statement.ranges, program, options))
+    """``statement`` with its engine (or else its loops) decided again (after a pass rewrote it)."""
+    engine = engine_of(statement.stmt, statement.ranges, program, options)
+    if engine is not None:
+        return dataclasses.replace(statement, engine=engine, loops=None)
+    return stamp_loops(dataclasses.replace(statement, engine=None), program.shapes, program.types, options)
+
+
+def stamp_loops(statement: Statement, shapes, types, options: Options) -> Statement:
+    """``statement`` (a loop statement) with its loop schedules decided again, for tensors of
+    these ``shapes`` and ``types`` (a pass weighing a rewrite stamps the statement it would
+    make)."""
+    stmt = statement.stmt
+    outputs = None
+    if stmt.reduction is not None and stmt.reduction_vars:
+        # the nests over the outputs (identity, combine) are scheduled as a copy of the output
+        init = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
+                        output_vars=stmt.output_vars)
+        outputs = _schedule(init, statement.extents(), shapes, types, options)
+    compute = _schedule(stmt, statement.extents(), shapes, types, options)
+    return dataclasses.replace(statement, loops=Loops(compute, outputs))
+
+
+def _schedule(stmt: ast.Stmt, extents, shapes, types, options: Options) -> StmtSchedule:
+    """The loop schedule of ``stmt`` over these ``extents``, reading tensors of these ``shapes``
+    and ``types``."""
+    return choose_schedule(stmt, extents, shapes, types[stmt.target], options)
 
 
 def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Optional[Engine]:

@@ -66,9 +66,8 @@ from ..lang.visit import accesses, map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..ranges.affine import access_map, affine_form
-from ..schedule import choose_schedule
 from ..contraction_ir import Contraction
-from .engines import restamp
+from .engines import restamp, stamp_loops
 from .recognition import block_contraction
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
@@ -89,7 +88,7 @@ def fuse_statements(program: Program, options: Options) -> Program:
     statements = program.statements
     uses = _uses(statements)
     in_epilogues = {i for e in program.epilogues for i in e.members}
-    fusable = [() if i in in_epilogues else _fusable_vars(program, s, options) for i, s in enumerate(statements)]
+    fusable = [() if i in in_epilogues else _fusable_vars(program, s) for i, s in enumerate(statements)]
     groups: list[FusedGroup] = []
     start = 0
     while start < len(statements):
@@ -119,10 +118,39 @@ def fuse_statements(program: Program, options: Options) -> Program:
         if deferral is not None:  # the last product reads the numerator in place of the quotient
             statements[group.statements[-1]] = restamp(_reading_numerator(statements[group.statements[-1]], deferral),
                                                        program, options)
-    return _shrink_temporaries(dataclasses.replace(program, statements=tuple(statements), groups=tuple(groups)))
+    return _stamp_members(_shrink_temporaries(dataclasses.replace(program, statements=tuple(statements),
+                                                                  groups=tuple(groups))), options)
 
 
-def _fusable_vars(program: Program, statement: Statement, options: Options) -> tuple[str, ...]:
+def _stamp_members(program: Program, options: Options) -> Program:
+    """``program`` with its groups' loop statements stamped again: they run under the shared
+    loops (the parallel ones), on the shrunk temporaries; an online chain's, on one block of
+    columns too."""
+    inner = dataclasses.replace(options, parallel=False)
+    statements = list(program.statements)
+    groups = []
+    for group in program.groups:
+        for i in group.statements:
+            if statements[i].engine is None:
+                statements[i] = stamp_loops(statements[i], program.shapes, program.types, inner)
+        online = group.chain.online if group.chain else None
+        if online is not None:
+            lo, hi = statements[online.maximum].ranges[online.column_var]
+
+            def on_block(columns):
+                return tuple(stamp_loops(dataclasses.replace(statements[i], ranges={
+                    **statements[i].ranges, online.column_var: (0, columns)}), program.shapes, program.types,
+                    inner).loops for i in (online.maximum, online.exponential, online.total))
+
+            rest = (hi - lo) % online.columns
+            online = dataclasses.replace(online, block_loops=on_block(online.columns),
+                                         last_block_loops=on_block(rest) if rest else ())
+            group = dataclasses.replace(group, chain=dataclasses.replace(group.chain, online=online))
+        groups.append(group)
+    return dataclasses.replace(program, statements=tuple(statements), groups=tuple(groups))
+
+
+def _fusable_vars(program: Program, statement: Statement) -> tuple[str, ...]:
     """The statement's left-hand variables that could be shared loops (empty: not fusable).
 
     Contractions, register-tiled nests (GEMM-like) and the copies passes add keep their own
@@ -133,8 +161,7 @@ def _fusable_vars(program: Program, statement: Statement, options: Options) -> t
         return ()
     if statement.engine is not None:
         return ()  # the contraction engine blocks it itself
-    sched = choose_schedule(stmt, statement.extents(), program.shapes, program.types[stmt.target], options)
-    if sched.register_tile is not None:
+    if statement.loops.compute.register_tile is not None:
         return ()
     if any(affine_form(e, program.sizes, program.shapes) is None
            for access, _ in accesses(stmt) for e in access.indices):

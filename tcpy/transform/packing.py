@@ -22,8 +22,7 @@ from ..lang import ast
 from ..lang.visit import map_expr
 from ..loopir import PANEL_BLOCK, PANEL_LANE, Panel, Program, Statement
 from ..options import Options
-from ..schedule import choose_schedule
-from .engines import restamp
+from .engines import restamp, stamp_loops
 
 PANEL_MIN_COLUMNS = 512  # narrower operands stay in cache as they are
 COPY_PREFIX = "pack."  # (a "." keeps generated names apart from TC identifiers)
@@ -44,7 +43,7 @@ def pack_operands(program: Program, options: Options) -> Program:
                     copy, statement, shape = made
                     shapes[copy.stmt.target] = shape
                     types[copy.stmt.target] = types[_copied_tensor(copy)]
-                    statements.append(copy)
+                    statements.append(stamp_loops(copy, shapes, types, options))
                     copies += 1
                     rewritten.append(len(statements))
         statements.append(statement)
@@ -57,10 +56,6 @@ def pack_operands(program: Program, options: Options) -> Program:
 def _copied_tensor(copy: Statement) -> str:
     assert isinstance(copy.stmt.rhs, ast.Access)
     return copy.stmt.rhs.tensor
-
-
-def _schedule(stmt: ast.Stmt, extents, shapes, types, options):
-    return choose_schedule(stmt, extents, shapes, types[stmt.target], options)
 
 
 def _plain_reads(stmt: ast.Stmt):
@@ -83,9 +78,8 @@ def _transposed_copy(statement: Statement, shapes, types, options: Options, name
     stmt = statement.stmt
     if stmt.reduction is None or not stmt.reduction_vars or not stmt.output_vars:
         return None
-    extents = statement.extents()
     target_type = types[stmt.target]
-    sched = _schedule(stmt, extents, shapes, types, options)
+    sched = statement.loops.compute
     if not sched.register_reduction or target_type.bits == 16:
         return None
     inner, col = sched.order[-1], stmt.output_vars[-1]
@@ -107,11 +101,13 @@ def _transposed_copy(statement: Statement, shapes, types, options: Options, name
         copy_read = ast.Access(name, tuple(node.indices[p] for p in perm), type=node.type)
         rewritten = dataclasses.replace(stmt, rhs=map_expr(stmt.rhs, lambda e: copy_read if e == node else e))
         copy_shape = tuple(shape[p] for p in perm)
-        if _schedule(rewritten, extents, {**shapes, name: copy_shape}, types, options).register_tile is None:
+        reading = stamp_loops(dataclasses.replace(statement, stmt=rewritten), {**shapes, name: copy_shape}, types,
+                              options)
+        if reading.loops.compute.register_tile is None:
             return None
         copy = _copy_statement(name, tuple(copy_vars[p] for p in perm), source, stmt.span,
                                {v.name: (0, n) for v, n in zip(copy_vars, shape)})
-        return copy, dataclasses.replace(statement, stmt=rewritten), copy_shape
+        return copy, reading, copy_shape
     return None
 
 
@@ -120,7 +116,7 @@ def _panel_copy(statement: Statement, shapes, types, options: Options, name: str
     stmt = statement.stmt
     if stmt.reduction is None or not stmt.reduction_vars:
         return None
-    sched = _schedule(stmt, statement.extents(), shapes, types, options)
+    sched = statement.loops.compute
     if sched.register_reduction or sched.register_tile is None:
         return None
     _, _, col, cols = sched.register_tile

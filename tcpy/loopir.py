@@ -718,6 +718,8 @@ def dump_program(program: Program) -> str:
         lines.append(f"S{index} ({origin}): {statement.stmt}")
         if statement.engine is not None:
             lines.append(f"  engine: {statement.engine.contraction.describe()}; {statement.engine.plan.describe()}")
+        if statement.loops is not None:
+            lines.append(f"  loops: {statement.loops.compute.describe()}")
         if statement.panel is not None:
             lines.append(f"  reads {statement.panel.tensor} from panels {statement.panel.copy} "
                          f"of {statement.panel.cols} columns")

@@ -194,6 +194,7 @@ def test_the_ir_after_each_pass_can_be_read():
     engines = kernel.loop_ir(*ATTENTION_SHAPES, after="engines")
     assert engines.startswith("program attention sizes")
     assert engines.count("  engine: ") == 2 and "fused" not in engines  # the two products, not fused yet
+    assert engines.count("  loops: ") == 4  # the softmax's statements, with their schedules
     fused = kernel.loop_ir(*ATTENTION_SHAPES, after="fusion")
     assert "fused S0-S5 over b, h, l" in fused
     assert kernel.loop_ir(*ATTENTION_SHAPES, after="register_tiles") == kernel.loop_ir(*ATTENTION_SHAPES)

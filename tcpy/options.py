@@ -45,7 +45,7 @@ class Options:
     plan: fields of the contraction engine's plan instead of its cost model's choice, for
         every statement the engine runs: ``path`` (``"packed"``, ``"small"``, ``"stream"``,
         ``"direct"``, ``"batch_lanes"``), ``mr`` and ``nr`` (the micro-tile's rows and
-        columns), ``kc``, ``mc``, ``nc`` (cache blocks), ``grid`` (cells over batch, M, N, K, claimed by the threads)
+        columns), ``kc``, ``mc``, ``nc`` (cache blocks), ``grid`` (threads over batch, M, N, K)
         and, for a fused chain, ``rows`` (its row block). Values a statement cannot run with
         raise :class:`~tcpy.TCOptionError` when it is specialised.
     target: the machine to build for: a :class:`~tcpy.Target`, a preset name (``"x86-64-v3"``)
@@ -144,7 +144,7 @@ def _plan_overrides(plan) -> dict:
         elif name == "grid":
             if (not isinstance(value, (tuple, list)) or len(value) != 4
                     or not all(_int_in(v, 1, MAX_THREADS) for v in value)):
-                _bad("plan['grid']", f"4 ints from 1 to {MAX_THREADS}: cells over (batch, M, N, K)", value)
+                _bad("plan['grid']", f"4 ints from 1 to {MAX_THREADS}: threads over (batch, M, N, K)", value)
             value = tuple(value)
         elif name in PLAN_SIZES:
             if not _int_in(value, 1, MAX_TILE):

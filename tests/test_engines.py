@@ -153,9 +153,9 @@ def test_a_chain_row_block_can_be_set():
     ({"nr": 12}, "Options.plan['nr'] must be a multiple of 8 for this contraction, got 12"),
     ({"mr": 9}, "Options.plan['mr'] must be a micro-tile of at most 8 rows"),
     ({"kc": 66}, "Options.plan['kc'] must be a multiple of 4 for this contraction, got 66"),
-    ({"grid": (1, 3, 3, 1)}, "Options.plan['grid'] must be (batch, M, N, K) cells, at most 8 in all for 2 thread(s)"),
-    ({"grid": (2, 1, 1, 1)}, "Options.plan['grid'] must be (batch, M, N, K) cells, at most 8 in all for 2 thread(s) "
-                             "and at most (1, 16, 25, 1) for this contraction on the packed path, got (2, 1, 1, 1)"),
+    ({"grid": (1, 2, 2, 1)}, "Options.plan['grid'] must be (batch, M, N, K) cells of at most 2 thread(s)"),
+    ({"grid": (2, 1, 1, 1)}, "Options.plan['grid'] must be (batch, M, N, K) cells of at most 2 thread(s) in all and "
+                             "at most (1, 16, 25, 1) for this contraction on the packed path, got (2, 1, 1, 1)"),
     ({"path": "direct"}, "Options.plan['path'] must be a path this contraction can run (packed, small, stream), "
                          "got 'direct'"),
     ({"rows": 7}, "Options.plan['rows'] must be a multiple of the chain's micro-tile rows"),

@@ -9,7 +9,6 @@ import tcpy
 from tcpy import demo
 from tcpy.loopir import ContractionNest, Loop, NestKind
 from tcpy.schedule import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK
-from tcpy.transform.contraction import LOAD_CELLS_PER_THREAD
 
 THREADS = (2, 16, 64, 256)
 ENGINE_PARALLEL_WORK = 1 << 22  # multiply-adds: ~50 us on one core, far above a team's start
@@ -40,11 +39,9 @@ def output_work_units(sched, statement) -> int:
 
 
 def check_engine_plans(kernel, threads, *shapes):
-    """Contractions run on a BLIS-style grid of equal cells, claimed by the threads: at least as
-    many cells as threads (within 15%: cells divide the work evenly) unless the micro-tiles run
-    out, or fewer cells when the slowest gets at most 15% more micro-tiles than an even split
-    would give it; at most LOAD_CELLS_PER_THREAD cells per thread (more cells than threads let
-    the others take a descheduled thread's share)."""
+    """Contractions run on a BLIS-style grid of equal cells, one per thread: as many cells as
+    threads (within 15%: cells divide the work evenly) unless the micro-tiles run out, or fewer
+    cells when the slowest gets at most 15% more micro-tiles than an even split would give it."""
     ir = kernel.specialize(*shapes).ir
     for nest in ir.nests:
         for node in nest.body:
@@ -58,7 +55,7 @@ def check_engine_plans(kernel, threads, *shapes):
                     assert plan.grid == (1, 1, min(threads, slivers), 1), plan.describe()
                     continue
                 cells = math.prod(plan.grid)
-                assert cells <= threads * LOAD_CELLS_PER_THREAD, f"{plan.describe()}: too many cells"
+                assert cells <= threads, f"{plan.describe()}: more cells than threads"
                 if plan.grid[3] == 1:
                     assert cells <= tiles, f"{plan.describe()}: more cells than micro-tiles"
                 work = extent(roles.batch) * extent(roles.m) * extent(roles.n) * extent(roles.k)
@@ -113,17 +110,15 @@ def test_attention_chunks(threads, b, h, s):
 @pytest.mark.parametrize("batch, channels, hw", [(1, 256, 56), (8, 256, 56), (1, 32, 112), (2, 3, 224)])
 def test_depthwise_cells_keep_whole_images(threads, batch, channels, hw):
     """The direct path (its batch: the channels) splits the channels before the rows when they
-    divide among the threads: each batch index a cell starts costs its tap tables, so a grid of
-    one cell a thread gives every thread whole channels. A grid of more cells than threads (for
-    a busy machine: the others take a descheduled thread's cells) may split rows further.
-    Channels that do not divide leave the choice to the compute balance."""
+    divide among the threads: each batch index a cell starts costs its tap tables, so a cell keeps
+    whole images. Channels that do not divide leave the choice to the compute balance."""
     case = demo.resnet_conv_case(batch, channels, channels, hw, 3, 1, depthwise=True)
     kernel = tcpy.define(case.source, options=tcpy.Options(num_threads=threads))
     (node,) = [n for nest in kernel.specialize((batch, channels, hw, hw), (channels, 3, 3)).ir.nests
                for n in nest.body if isinstance(n, ContractionNest)]
     assert node.plan.path == "direct"
     if channels % threads == 0:
-        assert node.plan.grid[0] >= threads or math.prod(node.plan.grid) > threads, node.plan.describe()
+        assert node.plan.grid == (threads, 1, 1, 1), node.plan.describe()
     check_engine_plans(kernel, threads, (batch, channels, hw, hw), (channels, 3, 3))
 
 

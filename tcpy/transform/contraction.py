@@ -119,16 +119,14 @@ def _path_runs(path: str, con: Contraction) -> bool:
 
 def _grid_of(con, path, mr, nr, kc, mc, nc, lanes, threads, overrides, cost) -> tuple[int, int, int, int]:
     """The least-cost thread grid (:func:`_grid`), or the one ``overrides`` set: at most
-    LOAD_CELLS_PER_THREAD cells per thread (one for one thread), none empty, K split only on the
-    packed path."""
+    ``threads`` cells, none empty, K split only on the packed path."""
     if "grid" not in overrides:
         return _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost)
     grid = tuple(overrides["grid"])
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
-    most = threads * LOAD_CELLS_PER_THREAD if threads > 1 else 1
-    if math.prod(grid) > most or any(g > limit for g, limit in zip(grid, limits)):
-        _bad_plan("grid", f"(batch, M, N, K) cells, at most {most} in all for {threads} thread(s) and at most "
+    if math.prod(grid) > threads or any(g > limit for g, limit in zip(grid, limits)):
+        _bad_plan("grid", f"(batch, M, N, K) cells of at most {threads} thread(s) in all and at most "
                   f"{limits} for this contraction on the {path} path", grid)
     return grid
 
@@ -413,18 +411,10 @@ def _small_layout_ok(con: Contraction) -> bool:
     return single and unit and bool(con.k)
 
 
-# A thread whose core another program shares runs at about half speed. With several threads,
-# a grid is judged by the mean of its time on a quiet machine and with one such thread: cells
-# are claimed dynamically, so more cells than threads let the others take over the slow one's
-# share, for the price of more packing. Grids of up to this many cells per thread are weighed.
-LOAD_CELLS_PER_THREAD = 4
-
-
 def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int, grid, threads: int,
               cost: CostModel = DEFAULT_COST_MODEL) -> float:
     """Estimated cycles of the slowest thread for a thread grid (the cost model of :func:`plan`,
-    the target's ``cost``): with several threads, the mean of a quiet machine and one thread at
-    half speed."""
+    the target's ``cost``)."""
     batch, M, N, K = con.sizes
     tb, tm, tn, tk = grid
     cells = tb * tm * tn * tk
@@ -443,19 +433,14 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
         pack = bp * cost.direct_batch
     combine = (batch * M * N * tk / threads * cost.combine) if tk > 1 else 0.0
     spawn = cost.spawn if cells > 1 else 0.0
-    quiet = rounds * (compute + pack) + combine + spawn
-    if threads <= 1:
-        return quiet
-    # the slow thread's cell takes two; the others claim cells at p - 1/2 cells per cell time
-    loaded = max(2, -(-2 * cells // (2 * threads - 1))) * (compute + pack) + combine + spawn
-    return (quiet + loaded) / 2
+    return rounds * (compute + pack) + combine + spawn
 
 
 def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost) -> tuple[int, int, int, int]:
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
     best = None
-    for grid in _grids(limits, threads * LOAD_CELLS_PER_THREAD if threads > 1 else 1):
+    for grid in _grids(limits, threads):
         estimate = cell_cost(con, path, mr, nr, nc, lanes, grid, threads, cost)
         # ties: no split K, then more cells (the same slowest cell, less work for the others and
         # for a descheduled thread), then split N before M (each thread packs its own B)
@@ -465,8 +450,8 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost) -> tuple[int, int
     return best[1]
 
 
-def _grids(limits, cells):
-    """Every (tb, tm, tn, tk) within ``limits`` with at most ``cells`` cells."""
+def _grids(limits, threads):
+    """Every (tb, tm, tn, tk) within ``limits`` with at most ``threads`` cells."""
     def rec(i, left):
         if i == len(limits):
             yield ()
@@ -474,4 +459,4 @@ def _grids(limits, cells):
         for t in range(1, min(limits[i], left) + 1):
             for rest in rec(i + 1, left // t):
                 yield (t,) + rest
-    return rec(0, max(1, cells))
+    return rec(0, max(1, threads))

@@ -542,9 +542,7 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef int64_t err[4]
     cdef int rc, threads = entry.num_threads if entry.num_threads > 0 else _num_threads
     if threads == 0:
-        threads = openmp.omp_get_max_threads()
-        if threads > _max_threads:
-            threads = _openmp_threads()
+        threads = _openmp_threads()
     cdef tcpy_stop_ptr stop
     cdef kernel_fn fn = entry.fn
     cdef Py_ssize_t i

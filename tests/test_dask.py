@@ -19,6 +19,7 @@ import tcpy.dask as tcd  # noqa: E402
 from tcpy.binding import numpy_dtype  # noqa: E402
 
 from strategies import programs  # noqa: E402
+from test_reference import SOFTMAX  # noqa: E402
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 rng = np.random.default_rng(0)
@@ -75,14 +76,6 @@ def test_elementwise_blockwise(cm, cn):
 
 # ----------------------------------------------------------------------------- softmax
 
-SOFTMAX = """
-def softmax(float(N, D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    e(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    Y(n, d) = e(n, d) / s(n)
-}
-"""
 
 
 @SETTINGS

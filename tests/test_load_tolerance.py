@@ -20,16 +20,9 @@ from tcpy.target import available_cpus
 
 from test_chain import RUNNABLE
 from test_conv import PADDED
+from test_reference import SOFTMAX
 
 PRESETS = [name for name in RUNNABLE if name != "host"]
-SOFTMAX = """
-def softmax(float(M,N) X) -> (Y) {
-    Mx(m) max=! X(m, n)
-    E(m, n) = exp(X(m, n) - Mx(m))
-    S(m) +=! E(m, n)
-    Y(m, n) = E(m, n) / S(m)
-}
-"""
 ROW_SUMS = "def rows(float(M,K) A) -> (y) { y(m) +=! A(m, k) }"
 
 

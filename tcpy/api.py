@@ -29,6 +29,7 @@ from .loopnest import build_program, lower
 from .runtime.build import build_library, check_loadable, debug_level, load_symbol
 from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
+from .schedule import volume
 from .target import PRESETS, Target
 from .transform import attach_epilogues, decide_engines, fuse_statements, pack_operands, register_tiles
 
@@ -264,8 +265,7 @@ class Kernel(Launcher):
 
 def _points(program) -> int:
     """Iterations of all statements together: a measure of a kernel's work."""
-    return sum(math.prod(max(hi - lo, 0) for lo, hi in statement.ranges.values())
-               for statement in program.statements)
+    return sum(volume(hi - lo for lo, hi in statement.ranges.values()) for statement in program.statements)
 
 
 def _check_runnable(target: Target) -> None:

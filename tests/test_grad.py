@@ -298,6 +298,7 @@ def test_what_has_no_derivative_names_the_statement(src, message):
     (("I",), "input 'I' of def 'f' is int32: only floating-point inputs have gradients"),
     (("X", "X"), "wrt names input 'X' twice"),
     (3, "wrt must be an input name or a tuple of them, got 3"),
+    ((), "wrt names no input of def 'f' to differentiate"),
 ])
 def test_bad_wrt(wrt, message):
     kernel = tcpy.define("def f(double(N) X, int32(N) I) -> (O) { O(i) = X(I(i)) }")

@@ -673,10 +673,60 @@ BAD_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("fn, args, kwargs", BAD_CALLS, ids=[f"{i}-{c[0].__name__}" for i, c in enumerate(BAD_CALLS)])
-def test_bad_attributes_raise_tcoperror(fn, args, kwargs):
-    with pytest.raises(tcpy.TCOpError):
+# how each message of BAD_CALLS begins: what was expected (and, further on, what was found)
+BAD_CALL_MESSAGES = [
+    'a shape must be a tuple of sizes (ints or si',
+    'dtype must be a PTIR dtype (i1, si8, si16, s',
+    'dtype must be a PTIR dtype (i1, si8, si16, s',
+    'dtype must be a PTIR dtype (i1, si8, si16, s',
+    "reduce: axes must be an int, got 'a'",
+    'reduce: axes must be an int, got 0.5',
+    'accum_dtype must be a PTIR dtype (i1, si8, s',
+    'transpose: perm must be a permutation of [0,',
+    'transpose: perm entry must be in [-2, 2) for',
+    'reshape: new_shape must be a list of ints, g',
+    'reshape: new_shape must be >= -1, got [2, -2',
+    'reshape: new_shape may infer one dimension (',
+    'broadcast_to: the result rank (1) must be at',
+    'slice: starts must be a list of 1 ints, got ',
+    'slice: starts must be >= 0, got [-1]',
+    'xs must be a non-empty list of tensors, got ',
+    'xs must be a non-empty list of tensors, got ',
+    'concat: xs[1] must have the dtype of xs[0] (',
+    'pad: low must be a list of 1 ints, got None',
+    "pad: pad_value must be a number, got 'x'",
+    'the constant 0.5 is not an integer, as int32',
+    'tile: repeats must have 1 entries (one per a',
+    "iota: shape must be a list of ints, got 'a'",
+    'iota: axis must be in [-2, 2) for a rank-2 o',
+    'take: x must have rank >= 1, got rank 0',
+    "gather: indices must have x's rank 2, got sh",
+    'scatter_reduce: reduce must be one of add, m',
+    'dynamic_update_slice: update must have a con',
+    'dot_general: contracting must be a pair (lhs',
+    'dot_general: batch axes must pair up, got 1 ',
+    'layer_norm: epsilon must be a number >= 0, g',
+    'layer_norm: x must have a float dtype, got i',
+    "attention: scale must be a number, got 'x'",
+    'attention: scale must be given when the dept',
+    'softmax: axis must be in [-1, 1) for a rank-',
+    'reduce_window: window must be >= 1, got [0]',
+    'reduce_window: strides must be >= 1, got [0]',
+    'extract_patches: x must be [N, spatial..., C',
+    'top_k: indices_dtype must be si32 or si64, g',
+    'segment_reduce: num_segments must be an int ',
+    "unary: got an unexpected keyword argument 'b",
+    'composed: output 0 must be a value of the co',
+    "compose: name must be an identifier, got 'no",
+]
+
+
+@pytest.mark.parametrize("fn, args, kwargs, message", [(*c, m) for c, m in zip(BAD_CALLS, BAD_CALL_MESSAGES, strict=True)],
+                         ids=[f"{i}-{c[0].__name__}" for i, c in enumerate(BAD_CALLS)])
+def test_bad_attributes_raise_tcoperror(fn, args, kwargs, message):
+    with pytest.raises(tcpy.TCOpError) as raised:
         fn(*args, **kwargs)
+    assert str(raised.value).startswith(message)
 
 
 # a tensor, a list or a number where a name or a list of sizes belongs (they raised TypeError or ValueError)

@@ -31,6 +31,7 @@ from ..errors import TCArgumentError, TCSemanticError
 from ..lang import ast
 from ..lang.builtins import BUILTINS, MIN_MAX
 from ..lang.visit import index_vars, inline_lets, map_expr
+from ..lang.writer import fresh_name
 from ..ranges import DefRanges, format_expr
 from .derivatives import NotDifferentiable, add, conj, depends, div, mul, neg, partials, ternary, ZERO
 
@@ -173,11 +174,7 @@ class _Reverse:
     # -- names and texts
 
     def fresh(self, base: str) -> str:
-        name, n = base, 1
-        while name in self.taken:
-            name, n = f"{base}_{n}", n + 1
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     def dim_text(self, tensor: str, d: int) -> str:
         if tensor in self.params:

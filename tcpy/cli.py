@@ -1,13 +1,6 @@
 """The ``tcpy`` command line: check, explain and emit TC files, manage the kernel cache, run the demo.
 
-Examples::
-
-    tcpy check kernels.tc
-    tcpy explain kernels.tc --name matmul --sizes M=64,N=32,K=16
-    tcpy emit kernels.tc --name matmul --sizes M=64,N=32,K=16 -o matmul.c
-    tcpy tune kernels.tc --name matmul --sizes M=512,N=512,K=512
-    tcpy cache info
-    tcpy demo
+Examples are in ``tcpy --help`` (:data:`EPILOG`).
 
 ``python -m tcpy ...`` is the same program. Exit status: 0 on success, 1 when the program is
 rejected (the error is printed like a compiler's), 2 for a bad command line (a file that cannot

@@ -104,51 +104,35 @@ class FloatLit(Expr):
 
 
 @dataclass(frozen=True, slots=True)
-class Name(Expr):
+class _NamedExpr(Expr):
+    """An expression that is a name; the subclasses say what it names (equal only within a kind)."""
+
+    name: str
+    span: Span = _span()
+    type: Optional[ScalarType] = _type()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Name(_NamedExpr):
     """An identifier as the parser sees it, before sema resolves what it names."""
 
-    name: str
-    span: Span = _span()
-    type: Optional[ScalarType] = _type()
-
-    def __str__(self) -> str:
-        return self.name
-
 
 @dataclass(frozen=True, slots=True)
-class IndexVar(Expr):
+class IndexVar(_NamedExpr):
     """A loop index variable of a statement (output or reduction)."""
 
-    name: str
-    span: Span = _span()
-    type: Optional[ScalarType] = _type()
-
-    def __str__(self) -> str:
-        return self.name
-
 
 @dataclass(frozen=True, slots=True)
-class SizeVar(Expr):
+class SizeVar(_NamedExpr):
     """A size variable from the signature, e.g. ``M`` in ``float(M, K) A``."""
 
-    name: str
-    span: Span = _span()
-    type: Optional[ScalarType] = _type()
-
-    def __str__(self) -> str:
-        return self.name
-
 
 @dataclass(frozen=True, slots=True)
-class LetVar(Expr):
+class LetVar(_NamedExpr):
     """A name bound by a ``where x = expr`` clause."""
-
-    name: str
-    span: Span = _span()
-    type: Optional[ScalarType] = _type()
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Load-tolerant parallelism: work items claimed dynamically, results that do not depend on which
-thread ran what or on how many threads ran, concurrent calls that share the CPUs, and the
-OpenMP wait policy tcpy loads by default."""
+thread ran what or on how many threads ran, concurrent calls that share the CPUs, no more
+threads than the CPUs other processes leave free, and the OpenMP wait policy tcpy loads by
+default."""
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 import tcpy
 from tcpy import demo
+from tcpy.runtime.cpu_load import FreeCpus, read_proc_stat
 from tcpy.runtime.launch import peak_threads_in_use
 from tcpy.target import available_cpus
 
@@ -166,3 +168,111 @@ def test_concurrent_calls_share_the_cpus():
         w.join()
     assert not errors, errors[0]
     assert 1 <= peak_threads_in_use() <= available_cpus()
+
+
+def _stat_text(cpus):
+    """A /proc/stat with the given (busy, idle) ticks per CPU (busy as user time)."""
+    total = [sum(b for b, _ in cpus), sum(i for _, i in cpus)]
+    lines = [f"cpu  {total[0]} 0 0 {total[1]} 0 0 0 0 0 0"]
+    lines += [f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0" for n, (b, i) in enumerate(cpus)]
+    return "\n".join(lines + ["intr 1 2 3", "procs_running 2"]) + "\n"
+
+
+def test_proc_stat_is_read_per_cpu(tmp_path):
+    path = tmp_path / "stat"
+    path.write_text(_stat_text([(10, 90), (55, 45)]).replace("cpu1 55 0 0 45 0", "cpu1 50 5 0 40 5"))
+    assert read_proc_stat(str(path)) == {0: (10, 100), 1: (55, 100)}  # iowait is idle, nice busy
+    assert read_proc_stat(str(tmp_path / "missing")) is None
+    path.write_text("cpu0 1 2 x 4\n")
+    assert read_proc_stat(str(path)) is None
+
+
+class _FakeMachine:
+    """/proc/stat and this process's CPU time, advanced by hand: each tick() gives every CPU
+    `window` ticks, `others` (per CPU) of them busy with other processes, and this process
+    `own` CPU-ticks in all, spread over the CPUs."""
+
+    def __init__(self, n_cpus, hz=100):
+        self.busy, self.total, self.own_ticks, self.hz = [0] * n_cpus, [0] * n_cpus, 0, hz
+
+    def tick(self, others, own=0, window=10):
+        n = len(self.busy)
+        for cpu in range(n):
+            self.busy[cpu] += others[cpu] + own // n
+            self.total[cpu] += window
+        self.own_ticks += own
+
+    def read(self):
+        return {cpu: (b, t) for cpu, (b, t) in enumerate(zip(self.busy, self.total))}
+
+    def own_seconds(self):
+        return self.own_ticks / self.hz
+
+
+def test_free_cpus_are_those_other_processes_leave():
+    machine = _FakeMachine(4)
+    load = FreeCpus(None, read_stat=machine.read, own_seconds=machine.own_seconds, hz=machine.hz)
+    assert load.sample() is None  # the baseline
+    machine.tick([0, 0, 0, 0], own=40)  # only this process, on every CPU
+    assert load.sample() == 4
+    machine.tick([10, 0, 0, 0], own=28)  # a spinner on one CPU, this process on the others
+    assert load.sample() == 3
+    machine.tick([10, 10, 3, 0], own=8)  # two spinners and a bit: 2.3 CPUs taken
+    assert load.sample() == 2
+    machine.tick([10, 10, 10, 10])  # every CPU busy elsewhere: still one thread
+    assert load.sample() == 1
+    machine.tick([0, 0, 0, 0], window=2)  # too short a window to say anything...
+    assert load.sample() is None
+    machine.tick([0, 0, 0, 0], window=8)  # ... until it has grown
+    assert load.sample() == 4
+
+
+def test_free_cpus_count_only_the_allowed_cpus():
+    machine = _FakeMachine(4)
+    load = FreeCpus(frozenset({2, 3}), read_stat=machine.read, own_seconds=machine.own_seconds, hz=machine.hz)
+    load.sample()
+    machine.tick([10, 10, 0, 0])  # busy CPUs this process may not use
+    assert load.sample() == 2
+    machine.tick([0, 0, 10, 0])
+    assert load.sample() == 1
+    assert FreeCpus(None, read_stat=lambda: None).sample() is None  # no /proc/stat: no estimate
+
+
+_WATCHED_CALLS = textwrap.dedent("""
+    import subprocess, sys, time, numpy as np, tcpy
+    from tcpy import demo
+    from tcpy.runtime.launch import peak_threads_in_use
+    threads = int(sys.argv[1])
+    kernel = tcpy.define(demo.GEMM, options=tcpy.Options(num_threads=threads))
+    A = np.ones((256, 256), np.float32)
+    kernel(A, A)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        start = time.monotonic()
+        while time.monotonic() - start < 0.5:  # samples that see the spinner
+            kernel(A, A)
+        peak_threads_in_use(reset=True)
+        for _ in range(5):
+            kernel(A, A)
+        print(peak_threads_in_use())
+    finally:
+        spinner.kill()
+""")
+
+
+@pytest.mark.skipif(not 2 <= available_cpus() <= 64 or read_proc_stat() is None,
+                    reason="needs /proc/stat and 2 to 64 CPUs")
+@pytest.mark.parametrize("watch", ["1", "0"])
+def test_a_busy_cpu_is_left_to_its_process(watch):
+    """With a process spinning on one CPU, a kernel that asks for every CPU runs with fewer
+    threads; with TCPY_WATCH_LOAD=0 it takes every CPU."""
+    cpus = available_cpus()
+    env = {**os.environ, "TCPY_WATCH_LOAD": watch}
+    done = subprocess.run([sys.executable, "-c", _WATCHED_CALLS, str(cpus)], env=env, check=True,
+                          capture_output=True, text=True, timeout=300)
+    peak = int(done.stdout.split()[-1])
+    if watch == "1":
+        assert 1 <= peak < cpus
+    else:
+        assert peak == cpus

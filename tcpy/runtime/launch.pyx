@@ -20,8 +20,9 @@ take OpenMP's ``omp_get_max_threads()``, which follows ``OMP_NUM_THREADS`` and t
 Thread count of a call, first that applies: the entry's own (``Options(num_threads=)``),
 :func:`set_num_threads`, then OpenMP's (this module links the same libgomp as the kernels, so
 ``threadpoolctl.threadpool_limits`` reaches them). A call runs with at most the CPUs the process
-can get that other running calls (from other Python threads) have not taken, and at least one:
-concurrent calls share the cores instead of oversubscribing them. Kernels claim their work
+can get that other processes leave free (:mod:`.cpu_load`, sampled by parallel calls) and other
+running calls (from other Python threads) have not taken, and at least one: concurrent calls
+share the cores instead of oversubscribing them. Kernels claim their work
 items dynamically, so fewer threads than planned give the same results.
 """
 import os
@@ -38,11 +39,13 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 cimport openmp
 
 from ..errors import TCArgumentError, TCOverflowError, TCRuntimeError, TCWarning
 from ..options import MAX_THREADS
 from ..target import available_cpus
+from .cpu_load import SAMPLE_INTERVAL_S, FreeCpus, allowed_cpus, watching_enabled
 
 cnp.import_array()
 
@@ -73,7 +76,14 @@ cdef extern from *:
     static pthread_mutex_t tcpy_cpu_lock = PTHREAD_MUTEX_INITIALIZER;
     static pthread_cond_t tcpy_cpu_freed = PTHREAD_COND_INITIALIZER;
     static int tcpy_cpus = 1, tcpy_cpus_held = 0, tcpy_cpus_most = 0;
-    static void tcpy_cpus_init(int cpus) { tcpy_cpus = cpus > 0 ? cpus : 1; }
+    /* The CPUs calls may hold: those the process can get, or fewer while other processes keep
+     * some busy. Calls holding more than a smaller count keep them until they return. */
+    static void tcpy_cpus_set(int cpus) {
+        pthread_mutex_lock(&tcpy_cpu_lock);
+        tcpy_cpus = cpus > 0 ? cpus : 1;
+        pthread_cond_broadcast(&tcpy_cpu_freed);
+        pthread_mutex_unlock(&tcpy_cpu_lock);
+    }
     /* Threads for a call that wants `wanted` (0 when `stop` was set while it waited: Ctrl-C is
      * polled every 0.1 s). */
     static int tcpy_take_cpus(int wanted, const volatile int *stop) {
@@ -130,7 +140,7 @@ cdef extern from *:
     """
     ctypedef const int *tcpy_stop_ptr
     tcpy_stop_ptr tcpy_stop_flag(int watch) nogil
-    void tcpy_cpus_init(int cpus)
+    void tcpy_cpus_set(int cpus)
     int tcpy_take_cpus(int wanted, tcpy_stop_ptr stop) nogil
     void tcpy_give_cpus(int n) nogil
     int tcpy_cpus_peak(int reset)
@@ -145,7 +155,13 @@ cdef enum:
 
 cdef int _num_threads = 0  # set_num_threads(); 0: OpenMP decides
 cdef int _cpus = available_cpus()
-tcpy_cpus_init(_cpus)
+tcpy_cpus_set(_cpus)
+# Other processes' load, sampled by parallel calls (quick calls never look): calls hold at most
+# the CPUs it leaves free. None when there is only one CPU or TCPY_WATCH_LOAD=0.
+cdef object _load = FreeCpus(allowed_cpus()) if _cpus > 1 and watching_enabled() else None
+cdef double _next_load_sample = 0.0
+if _load is not None:
+    _load.sample()  # the baseline: the first parallel call after SAMPLE_INTERVAL_S has a window
 cdef bint _warned_openmp = False
 cdef int _max_threads = MAX_THREADS  # (a C int: compared on every call)
 
@@ -536,6 +552,21 @@ cdef str _count(Py_ssize_t n):
     return "an array (or a 1-tuple)" if n == 1 else f"a tuple of {n} arrays"
 
 
+cdef _watch_load():
+    """Resize the CPUs calls may hold to what other processes leave free, at most every
+    SAMPLE_INTERVAL_S."""
+    global _next_load_sample
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    cdef double t = now.tv_sec + 1e-9 * now.tv_nsec
+    if t < _next_load_sample:
+        return
+    _next_load_sample = t + SAMPLE_INTERVAL_S
+    free = _load.sample()
+    if free is not None:
+        tcpy_cpus_set(min(<int>free, _cpus))
+
+
 cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
     cdef void *stack[STACK_BUFFERS]
     cdef void **buffers = stack
@@ -557,6 +588,8 @@ cdef _call(LaunchEntry entry, list arrays, Py_ssize_t n_buf):
         if entry.quick:  # (microseconds on the calling thread: no CPUs taken)
             rc = fn(buffers, threads if threads < _cpus else _cpus, err, tcpy_stop_flag(0))
         else:
+            if _load is not None:
+                _watch_load()
             # Ctrl-C reaches a kernel only in the main thread, where Python handles signals
             stop = tcpy_stop_flag(PyThread_get_thread_ident() == _main_thread)
             with nogil:

@@ -31,7 +31,7 @@ from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
 from .schedule import volume
 from .target import PRESETS, Target
-from .transform import attach_epilogues, decide_engines, fuse_statements, pack_operands, register_tiles
+from .transform import attach_epilogues, decide_engines, fuse_statements, pack_operands, plan_chains, register_tiles
 
 BACKENDS = ("compiled", "reference")
 
@@ -43,6 +43,7 @@ PASSES = (
     ("packing", pack_operands),  # operand copies for the loop nests' register tiles
     ("epilogues", attach_epilogues),  # element-wise consumers into a contraction's store
     ("fusion", fuse_statements),  # shared loops, chains over blocks of rows
+    ("chains", plan_chains),  # how fused groups and chains run: parallel, blocks, prepacks, products' plans
     ("lower", lower),  # loop nests from isl schedules
     ("register_tiles", lambda ir, options: register_tiles(ir)),
 )

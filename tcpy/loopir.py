@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .options import Options
     from .schedule import StmtSchedule
     from .contraction_ir import Contraction, Plan
+    from .transform.recognition import Base
 
 
 class Mode(enum.Enum):
@@ -220,6 +221,7 @@ class FusedGroup:
     locals: tuple[tuple[str, str], ...] = ()
     zeroed: tuple[str, ...] = ()
     chain: Optional["Chain"] = None
+    parallel: bool = False  # the shared loops run in parallel (stamped by tcpy.transform.chains)
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,52 @@ class Chain:
     reasons: tuple[str, ...] = ()
     deferred: Optional["Deferral"] = None
     online: Optional["Online"] = None
+    plan: Optional["ChainPlan"] = None  # how it runs: stamped by tcpy.transform.chains
+
+
+class Prepack(enum.Enum):
+    """Where a chain's products find their b operand (see :class:`ChainPlan`)."""
+
+    NONE = "none"  # each block's cell packs (or reads) b itself
+    PER_THREAD = "per thread"  # packed once per batch by each thread, into its own buffer
+    SHARED = "shared"  # packed once per batch by one thread for all (fewer batches than threads)
+
+
+@dataclass(frozen=True)
+class ChainProduct:
+    """One of a chain's products on a block of rows (and of columns): ``contraction`` is the
+    block's (:func:`tcpy.transform.recognition.block_contraction`), planned for one thread;
+    its operands a, b, c start at ``bases``; ``prepacked`` names the buffer holding its b
+    packed once per batch (None: the plan packs or reads b itself)."""
+
+    stmt: int
+    contraction: "Contraction"
+    plan: "Plan"
+    bases: tuple["Base", ...]
+    prepacked: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    """How a :class:`Chain` runs, decided once by :mod:`tcpy.transform.chains`: its loop over
+    the batches and blocks of rows has ``chunks`` iterations to share (when its group is
+    parallel); ``prepack``
+    says where its products' b is packed, into the ``packed`` buffers (name, elements, type;
+    an online chain's hold every block of columns', ``panels`` elements a block, per buffer);
+    ``products`` are its two products on a block, ``last_products`` an online chain's on its
+    shorter last block of columns (None: the columns divide the range) and ``whole_products``
+    its products on one whole row, for the rows computed again as the statements say, in the
+    ``whole`` buffers (tensor, buffer, row elements). ``reasons`` say why."""
+
+    chunks: int
+    prepack: Prepack
+    products: tuple[ChainProduct, ChainProduct]
+    last_products: Optional[tuple[ChainProduct, ChainProduct]] = None
+    whole_products: Optional[tuple[ChainProduct, ChainProduct]] = None
+    whole: tuple[tuple[str, str, int], ...] = ()
+    packed: tuple[tuple[str, int, ScalarType], ...] = ()
+    panels: tuple[int, ...] = ()
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -760,6 +808,8 @@ def describe_group(program: Program, group: FusedGroup) -> str:
                        "product's micro-kernel, so it spans the block")
             text += f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): {use} (per thread)"
         text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
+        if chain.plan is not None:
+            text += "".join(f"\n    why: {reason}" for reason in chain.plan.reasons)
     return text
 
 

@@ -22,23 +22,15 @@ import islpy as isl
 
 from .lang import ast
 from .lang.types import ScalarType, accumulator_type
-from .lang.visit import inline_lets, map_expr
+from .lang.visit import inline_lets
 from .loopir import (
-    BLOCK_ROWS, BLOCK_START, KEY_START, OLD_MAXIMUM, Accumulate, BinOp, Block, BlockChain, BlockProduct, Const,
-    ContractionNest, FusedGroup, Guard, IExpr, KernelIR, KeyBlocks, Loop, Mode, Nest, NestKind, Node, OnlineKind, OnlineStep,
-    Point, Program, Scratch, Statement, Var, first_point, from_isl,
+    BLOCK_START, Accumulate, BinOp, Block, Const, ContractionNest, FusedGroup, Guard, KernelIR, Loop, Mode, Nest,
+    NestKind, Node, OnlineStep, Point, Program, Scratch, Statement, Var, first_point, from_isl,
 )
+from .lower_chains import lower_chain
 from .options import Options
-from .schedule import PARALLEL_MIN_WORK, Level, StmtSchedule, volume
-from .transform.recognition import block_contraction
-from .transform.engines import plan_block
+from .schedule import Level, StmtSchedule, volume
 from .transform.snapshot import snapshot_own_reads
-
-# An online chain's per-thread buffers: each row's running maximum, sum and rescaling factor,
-# its flag (computed again whole), and one whole row of each block buffer for those rows.
-ONLINE_RUNNING = ("online.max", "online.sum", "online.factor")
-ONLINE_FLAGS = "online.redo"
-WHOLE_PREFIX = "whole."
 
 
 def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
@@ -202,7 +194,7 @@ def lower(program: Program, options: Options) -> KernelIR:
     fused.update(i for e in program.epilogues for i in e.members)  # run in their contraction's store
     for index in range(len(program.statements)):
         if index in groups:
-            nests.append(_fused_nest(program, groups[index], options))
+            nests.append(_fused_nest(program, groups[index]))
         elif index not in fused:
             nests.extend(_statement_nests(program, index, {}, scratch))
     return KernelIR(program, tuple(nests), options, tuple(scratch))
@@ -248,65 +240,36 @@ def _statement_nests(program: Program, index: int, fixed: Mapping[str, str],
     return nests
 
 
-def _fused_nest(program: Program, group: FusedGroup, options: Options) -> Nest:
-    """One nest for a fused group: loops over the shared variables (parallel when there is
-    enough work), around each statement's own nests and the group's per-iteration buffers."""
+def _fused_nest(program: Program, group: FusedGroup) -> Nest:
+    """One nest for a fused group: loops over the shared variables (parallel as the group's
+    stamp says), around each statement's own nests and the group's per-iteration buffers; a
+    chain's as its plan says (:mod:`tcpy.lower_chains`)."""
     first = program.statements[group.statements[0]]
     loop_vars = {v: f"g{k}" for k, v in enumerate(group.shared)}
-    blocked = {tensor: (buffer, row) for tensor, buffer, row in group.chain.blocked} if group.chain else {}
-    extents = [first.ranges[v][1] - first.ranges[v][0] for v in group.shared]
-    chunks = 1
-    for e in extents:
-        chunks *= max(e, 0)
-    work = sum(volume(program.statements[i].extents().values()) for i in group.statements)
-    parallel = options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK and chunks >= 2
     if group.chain:
-        return Nest(group.statements[0], NestKind.COMPUTE, (_chain(program, group, options, loop_vars, parallel),),
+        return Nest(group.statements[0], NestKind.COMPUTE, (lower_chain(program, group, loop_vars, _group_rows),),
                     None, group)
-    nodes = _group_rows(program, group, loop_vars, blocked)
+    iterations = volume(max(first.ranges[v][1] - first.ranges[v][0], 0) for v in group.shared)
+    nodes = _group_rows(program, group, loop_vars, {}, {})
     for depth in reversed(range(len(group.shared))):
         v = group.shared[depth]
         lo, hi = first.ranges[v]
-        collapse = len(group.shared) if parallel and depth == 0 else 0
+        collapse = len(group.shared) if group.parallel and depth == 0 else 0
         nodes = (Loop(loop_vars[v], Const(lo), BinOp("<", Var(loop_vars[v]), Const(hi)), 1, nodes,
-                      parallel=collapse, chunks=chunks if collapse else 0),)
+                      parallel=collapse, chunks=iterations if collapse else 0),)
     return Nest(group.statements[0], NestKind.COMPUTE, nodes, None, group)
 
 
 def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
-                blocked: Mapping[str, tuple[str, int]], columns: int = 0) -> tuple[Node, ...]:
+                blocked: Mapping[str, tuple[str, int]], steps: Mapping[int, OnlineStep]) -> tuple[Node, ...]:
     """A fused group's statements at one point of the shared loops (a chain's: those between
     its products, on views of the ``blocked`` buffers (tensor -> (buffer, row elements))), inside
-    a block declaring its per-iteration buffers. ``columns`` > 0: an online chain's statements
-    on one block of that many columns, with the steps folding each block into the running
-    maximum and sum (:class:`tcpy.loopir.OnlineStep`)."""
+    a block declaring its per-iteration buffers; each statement in ``steps`` followed by its
+    step (an online chain's, :class:`tcpy.loopir.OnlineStep`)."""
     chain = group.chain
     rows = group.statements[1:-1] if chain else group.statements
     if chain and chain.deferred:
         rows = tuple(i for i in rows if i != chain.deferred.statement)  # (divides the product's rows)
-    steps = {}
-    if columns:
-        online = chain.online
-        statements = list(program.statements)
-        stamps = online.block_loops if columns == online.columns else online.last_block_loops
-        for i, loops in zip((online.maximum, online.exponential, online.total), stamps):
-            ranges = {**statements[i].ranges, online.column_var: (0, columns)}
-            statements[i] = dataclasses.replace(statements[i], ranges=ranges, loops=loops)
-        program = dataclasses.replace(program, statements=tuple(statements))
-        row = BinOp("-", Var(loop_vars[chain.block_var]), Var(BLOCK_START))
-        scores = program.statements[online.maximum].stmt.rhs.tensor  # (its row's local name)
-        old = ast.Access(OLD_MAXIMUM, (), type=program.types[scores])
-
-        def at_old(e):
-            return old if isinstance(e, ast.Access) and e.tensor == scores else None
-
-        rescale = map_expr(program.statements[online.exponential].stmt.rhs, at_old)
-        point = tuple((v, Var(loop_vars[v])) for v in group.shared)
-        steps[online.maximum] = OnlineStep(OnlineKind.MAX, online.exponential, point, row,
-                                           program.statements[online.maximum].stmt.target,
-                                           *ONLINE_RUNNING[0::2], rescale)
-        steps[online.total] = OnlineStep(OnlineKind.SUM, online.total, point, row,
-                                         program.statements[online.total].stmt.target, *ONLINE_RUNNING[1:])
     body: list[Node] = []
     for index in rows:
         for nest in _statement_nests(program, index, loop_vars, []):
@@ -322,116 +285,6 @@ def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     if not body:
         return ()  # (a chain of two products: nothing runs between them)
     return (Block(buffers, tuple(body), views),) if buffers or views else tuple(body)
-
-
-def _chain(program: Program, group: FusedGroup, options: Options, loop_vars: Mapping[str, str],
-           parallel: bool) -> BlockChain:
-    """The loops of a fused chain (see :class:`tcpy.loopir.BlockChain`): its products run on
-    blocks of rows, their second operand packed once per batch when a thread reuses it; an
-    online chain's also on blocks of columns (:class:`tcpy.loopir.KeyBlocks`)."""
-    chain = group.chain
-    ranges = program.statements[group.statements[0]].ranges
-    loops = tuple((loop_vars[v], *ranges[v]) for v in group.shared[:-1])
-    lo, hi = ranges[chain.block_var]
-    loops += ((BLOCK_START, lo, hi),)
-    blocks = -(-(hi - lo) // chain.rows)
-    batches = volume(hi_ - lo_ for _, lo_, hi_ in loops[:-1])
-    threads = options.threads if parallel else 1
-    # b depends on the batch loops only: packed once per batch when a thread runs several of
-    # its blocks in a row (static schedule: consecutive iterations), else by the cell per block;
-    # with fewer batches than threads, once for all threads (one copy, not one per thread).
-    # An online chain's products run on blocks of columns: their cells pack b themselves.
-    # An online chain packs b of every block of columns, one after the other.
-    shared = parallel and batches < threads and blocks >= 2
-    reuse = shared or (blocks >= 2 and batches * blocks >= 2 * threads)
-    chunks = blocks if shared else batches * blocks
-    blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
-    scratch = [(buffer, chain.rows * row, program.types[tensor]) for tensor, buffer, row in chain.blocked]
-    columns = chain.online.columns if chain.online else 0
-    products, packed = _block_products(program, group, options, loop_vars, chain.rows, blocked, reuse, columns)
-    body = _group_rows(program, group, loop_vars, blocked, columns)
-    deferred = online = None
-    if chain.deferred is not None:
-        deferred = (*blocked[chain.deferred.numerator], blocked[chain.deferred.divisor][0])
-    if chain.online is not None:
-        online, more, packed = _key_blocks(program, group, options, loop_vars, deferred, reuse, packed)
-        scratch += more
-    if not shared:
-        scratch, packed = scratch + packed, []
-    return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), products[0],
-                      body, products[1], parallel, chunks, deferred, online)
-
-
-def _block_products(program: Program, group: FusedGroup, options: Options, loop_vars: Mapping[str, str],
-                    rows: int, blocked: Mapping[str, tuple[str, int]], reuse: bool, columns: int = 0
-                    ) -> tuple[list[BlockProduct], list[tuple[str, int, ScalarType]]]:
-    """A chain's two products on a block of ``rows`` rows (and of ``columns`` columns, if > 0),
-    the ``blocked`` tensors in their block buffers; with ``reuse``, b packed once per batch (the
-    buffers to hold it come second)."""
-    chain = group.chain
-    fixed = group.shared[:-1]
-    buffers = {tensor: buffer for tensor, (buffer, _) in blocked.items()}
-    block_columns = (chain.online.column_var, columns, chain.online.columns) if columns else None
-    packed, products = [], []
-    for k, index in enumerate((group.statements[0], group.statements[-1])):
-        statement = program.statements[index]
-        con = statement.engine.contraction
-        block, bases = block_contraction(con, statement.stmt, statement.ranges, fixed, chain.block_var, rows,
-                                         buffers, program, block_columns)
-        if columns and k == 1:
-            block = dataclasses.replace(block, init=False)  # sums over the blocks of columns (rows start at 0)
-        block_plan = plan_block(block, options, b_packed_once=reuse)
-        prepacked = None
-        if reuse:
-            prepacked = f"prepack.{k}"
-            npad = -(-block.size("n") // block_plan.nr) * block_plan.nr
-            packed.append((prepacked, block.size("k") * npad, block.dtype))
-        exprs = []
-        for base in bases:
-            offset: IExpr = Const(base.offset)
-            for v, stride in base.strides:
-                at = Var(BLOCK_START if v == chain.block_var else KEY_START if columns and v == block_columns[0]
-                         else loop_vars[v])
-                offset = BinOp("+", offset, BinOp("*", Const(stride), BinOp("-", at, Const(statement.ranges[v][0]))))
-            exprs.append((base.tensor, offset))
-        products.append(BlockProduct(index, block, block_plan, tuple(exprs), Var(BLOCK_ROWS), prepacked))
-    return products, packed
-
-
-def _key_blocks(program: Program, group: FusedGroup, options: Options, loop_vars: Mapping[str, str],
-                deferred: tuple[str, int, str], reuse: bool, packed: list[tuple[str, int, ScalarType]]
-                ) -> tuple[KeyBlocks, list[tuple[str, int, ScalarType]], list[tuple[str, int, ScalarType]]]:
-    """The blocks of columns of an online chain; the per-thread buffers they add (the running
-    maximum, sum and factor and the flags of each row of a block, and one whole row of each
-    block buffer for the rows computed again as the statements say); and the buffers of b
-    packed once per batch, ``packed`` (one block's) grown to hold every block's."""
-    chain = group.chain
-    online = chain.online
-    lo, hi = program.statements[online.maximum].ranges[online.column_var]
-    blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
-    last = None
-    whole_blocks = (hi - lo) // online.columns
-    panels = tuple(size for _, size, _ in packed)
-    sizes = [size * whole_blocks for size in panels]
-    if (hi - lo) % online.columns:
-        rest = (hi - lo) % online.columns
-        products, last_packed = _block_products(program, group, options, loop_vars, chain.rows, blocked, reuse, rest)
-        last = (products[0], _group_rows(program, group, loop_vars, blocked, rest), products[1])
-        sizes = [size + more for size, (_, more, _) in zip(sizes, last_packed)]
-    packed = [(name, size, dtype) for (name, _, dtype), size in zip(packed, sizes)]
-    whole = {tensor: (f"{WHOLE_PREFIX}{k}", hi - lo if row > 1 else row)
-             for k, (tensor, (_, row)) in enumerate(blocked.items())}
-    products, _ = _block_products(program, group, options, loop_vars, 1, whole, False)
-    numerator, _, divisor = deferred
-    tensors = {buffer: tensor for tensor, (buffer, _) in blocked.items()}
-    whole_deferred = (whole[tensors[numerator]][0], hi - lo, whole[tensors[divisor]][0])
-    whole_rows = (products[0], _group_rows(program, group, loop_vars, whole), products[1], whole_deferred)
-    dtype = program.types[tensors[numerator]]
-    buffers = [(name, chain.rows, dtype) for name in ONLINE_RUNNING]
-    buffers += [(ONLINE_FLAGS, chain.rows, ScalarType.INT32)]
-    buffers += [(buffer, row, program.types[tensor]) for tensor, (buffer, row) in whole.items()]
-    return (KeyBlocks(KEY_START, lo, hi, online.columns, last, ONLINE_RUNNING, ONLINE_FLAGS, whole_rows, panels),
-            buffers, packed)
 
 
 def _empty_reduction(index, stmt, sched, ranges, fixed) -> tuple[Node, ...]:

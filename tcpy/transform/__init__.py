@@ -13,15 +13,18 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
 * :mod:`.fusion` — consecutive statements that share outer output loops run under them, legal
   by isl dependence analysis; their private temporaries shrink to per-thread buffers; a
   contraction -> rows -> contraction chain (attention) runs over blocks of rows (Program -> Program).
+* :mod:`.chains` — how each fused group and chain runs (parallel loops, chunks, where b is
+  packed, the products' plans on a block), decided once and stamped on it (Program -> Program).
 * :mod:`.epilogue` — element-wise consumers of a contraction's output run in the engine's
   store (Program -> Program).
 * :mod:`.register_tile` — blocks of outputs kept in registers across reductions
   (KernelIR -> KernelIR).
 """
+from .chains import plan_chains
 from .engines import decide_engines
 from .epilogue import attach_epilogues
 from .fusion import fuse_statements
 from .packing import pack_operands
 from .register_tile import register_tiles
 
-__all__ = ["attach_epilogues", "decide_engines", "fuse_statements", "pack_operands", "register_tiles"]
+__all__ = ["attach_epilogues", "decide_engines", "fuse_statements", "pack_operands", "plan_chains", "register_tiles"]

@@ -1,0 +1,133 @@
+"""Lower a fused chain to its loop IR (:class:`tcpy.loopir.BlockChain`), as its plan says.
+
+Everything here reads the chain's :class:`tcpy.loopir.ChainPlan` (stamped by
+:mod:`tcpy.transform.chains`): the loops over the batches and blocks of rows, the per-thread
+and shared buffers, the products on a block with their bases in the loops' variables, and an
+online chain's blocks of columns (:class:`tcpy.loopir.KeyBlocks`) with the steps folding each
+block into the rows' running maximum and sum (:class:`tcpy.loopir.OnlineStep`). The rows
+between the products are lowered by the caller's ``group_rows`` (:mod:`tcpy.loopnest`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Optional
+
+from .lang import ast
+from .lang.types import ScalarType
+from .lang.visit import map_expr
+from .loopir import (
+    BLOCK_ROWS, BLOCK_START, KEY_START, OLD_MAXIMUM, BinOp, BlockChain, BlockProduct, ChainProduct, Const,
+    FusedGroup, IExpr, KeyBlocks, Node, OnlineKind, OnlineStep, Prepack, Program, Var,
+)
+
+# An online chain's per-thread buffers: each row's running maximum, sum and rescaling factor,
+# and its flag (computed again whole).
+ONLINE_RUNNING = ("online.max", "online.sum", "online.factor")
+ONLINE_FLAGS = "online.redo"
+
+# group_rows(program, group, loop_vars, blocked, steps): the nodes of the statements between a
+# chain's products at one point of its loops, on views of the ``blocked`` buffers (tensor ->
+# (buffer, row elements)), each statement in ``steps`` followed by its step.
+GroupRows = Callable[[Program, FusedGroup, Mapping[str, str], Mapping[str, tuple[str, int]],
+                      Mapping[int, OnlineStep]], tuple[Node, ...]]
+
+
+def lower_chain(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
+                group_rows: GroupRows) -> BlockChain:
+    """The loops of a fused chain (see :class:`tcpy.loopir.BlockChain`), ``loop_vars`` naming
+    the shared loops."""
+    chain, plan = group.chain, group.chain.plan
+    ranges = program.statements[group.statements[0]].ranges
+    loops = tuple((loop_vars[v], *ranges[v]) for v in group.shared[:-1])
+    loops += ((BLOCK_START, *ranges[chain.block_var]),)
+    blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
+    scratch = [(buffer, chain.rows * row, program.types[tensor]) for tensor, buffer, row in chain.blocked]
+    head, tail = _block_products(program, group, loop_vars, plan.products, bool(chain.online))
+    if chain.online is None:
+        body = group_rows(program, group, loop_vars, blocked, {})
+    else:
+        body = _online_rows(program, group, loop_vars, blocked, chain.online.columns, group_rows)
+    deferred = online = None
+    if chain.deferred is not None:
+        deferred = (*blocked[chain.deferred.numerator], blocked[chain.deferred.divisor][0])
+    if chain.online is not None:
+        online = _key_blocks(program, group, loop_vars, group_rows)
+        scratch += [(name, chain.rows, program.types[chain.deferred.numerator]) for name in ONLINE_RUNNING]
+        scratch += [(ONLINE_FLAGS, chain.rows, ScalarType.INT32)]
+        scratch += [(buffer, row, program.types[tensor]) for tensor, buffer, row in plan.whole]
+    packed = list(plan.packed)
+    if plan.prepack is not Prepack.SHARED:
+        scratch, packed = scratch + packed, []
+    return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), head, body,
+                      tail, group.parallel, plan.chunks, deferred, online)
+
+
+def _block_products(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
+                    products: tuple[ChainProduct, ChainProduct], on_columns: bool) -> list[BlockProduct]:
+    """The chain's ``products`` with their operands' bases in the loops' variables (the block's
+    first row, and with ``on_columns`` the block's first column)."""
+    chain = group.chain
+    column = chain.online.column_var if on_columns else None
+    out = []
+    for product in products:
+        ranges = program.statements[product.stmt].ranges
+        exprs = []
+        for base in product.bases:
+            offset: IExpr = Const(base.offset)
+            for v, stride in base.strides:
+                at = Var(BLOCK_START if v == chain.block_var else KEY_START if v == column else loop_vars[v])
+                offset = BinOp("+", offset, BinOp("*", Const(stride), BinOp("-", at, Const(ranges[v][0]))))
+            exprs.append((base.tensor, offset))
+        out.append(BlockProduct(product.stmt, product.contraction, product.plan, tuple(exprs), Var(BLOCK_ROWS),
+                                product.prepacked))
+    return out
+
+
+def _online_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
+                 blocked: Mapping[str, tuple[str, int]], columns: int, group_rows: GroupRows) -> tuple[Node, ...]:
+    """An online chain's rows on one block of ``columns`` columns, with the steps folding the
+    block into the running maximum and sum."""
+    chain = group.chain
+    online = chain.online
+    statements = list(program.statements)
+    stamps = online.block_loops if columns == online.columns else online.last_block_loops
+    for i, loops in zip((online.maximum, online.exponential, online.total), stamps):
+        ranges = {**statements[i].ranges, online.column_var: (0, columns)}
+        statements[i] = dataclasses.replace(statements[i], ranges=ranges, loops=loops)
+    program = dataclasses.replace(program, statements=tuple(statements))
+    row = BinOp("-", Var(loop_vars[chain.block_var]), Var(BLOCK_START))
+    scores = program.statements[online.maximum].stmt.rhs.tensor  # (its row's local name)
+    old = ast.Access(OLD_MAXIMUM, (), type=program.types[scores])
+
+    def at_old(e):
+        return old if isinstance(e, ast.Access) and e.tensor == scores else None
+
+    rescale = map_expr(program.statements[online.exponential].stmt.rhs, at_old)
+    point = tuple((v, Var(loop_vars[v])) for v in group.shared)
+    steps = {
+        online.maximum: OnlineStep(OnlineKind.MAX, online.exponential, point, row,
+                                   program.statements[online.maximum].stmt.target, *ONLINE_RUNNING[0::2], rescale),
+        online.total: OnlineStep(OnlineKind.SUM, online.total, point, row,
+                                 program.statements[online.total].stmt.target, *ONLINE_RUNNING[1:]),
+    }
+    return group_rows(program, group, loop_vars, blocked, steps)
+
+
+def _key_blocks(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
+                group_rows: GroupRows) -> KeyBlocks:
+    """The blocks of columns of an online chain, its last shorter block's products and rows,
+    and the chain on one whole row (in the plan's ``whole`` buffers)."""
+    chain, plan = group.chain, group.chain.plan
+    online = chain.online
+    lo, hi = program.statements[online.maximum].ranges[online.column_var]
+    blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
+    last: Optional[tuple] = None
+    if plan.last_products is not None:
+        head, tail = _block_products(program, group, loop_vars, plan.last_products, True)
+        last = (head, _online_rows(program, group, loop_vars, blocked, (hi - lo) % online.columns, group_rows),
+                tail)
+    whole = {tensor: (buffer, row) for tensor, buffer, row in plan.whole}
+    head, tail = _block_products(program, group, loop_vars, plan.whole_products, False)
+    whole_deferred = (whole[chain.deferred.numerator][0], hi - lo, whole[chain.deferred.divisor][0])
+    whole_rows = (head, group_rows(program, group, loop_vars, whole, {}), tail, whole_deferred)
+    return KeyBlocks(KEY_START, lo, hi, online.columns, last, ONLINE_RUNNING, ONLINE_FLAGS, whole_rows, plan.panels)

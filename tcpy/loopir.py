@@ -227,14 +227,16 @@ class FusedGroup:
 @dataclass(frozen=True)
 class Chain:
     """A fused group that starts and ends with a contraction (scores, softmax, times V; or two
-    products back to back): the last shared variable ``block_var`` runs in blocks of ``rows``;
-    the first and last statements run on a block of rows through the contraction engine's
-    micro-kernel, the ones between (if any) row by row. ``blocked`` pairs each temporary the products share with the rows in between with
-    its per-thread block buffer (``rows`` rows of ``row`` elements); ``reasons`` say why."""
+    products back to back), legal by :mod:`tcpy.transform.fusion`: the last shared variable
+    ``block_var`` runs in blocks of rows; the first and last statements run on a block of rows
+    through the contraction engine's micro-kernel, the ones between (if any) row by row.
+    ``blocked`` pairs each temporary the products share with the rows in between with its
+    per-thread block buffer and the elements of one of its whole rows; ``deferred`` and
+    ``online`` are the forms the rows allow; ``reasons`` say why. How it runs (rows per block,
+    online or not, parallel loops, packed operands) is its ``plan``."""
 
     block_var: str
-    rows: int
-    blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, row elements)
+    blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, elements of a whole row)
     reasons: tuple[str, ...] = ()
     deferred: Optional["Deferral"] = None
     online: Optional["Online"] = None
@@ -265,16 +267,22 @@ class ChainProduct:
 
 @dataclass(frozen=True)
 class ChainPlan:
-    """How a :class:`Chain` runs, decided once by :mod:`tcpy.transform.chains`: its loop over
-    the batches and blocks of rows has ``chunks`` iterations to share (when its group is
-    parallel); ``prepack``
-    says where its products' b is packed, into the ``packed`` buffers (name, elements, type;
-    an online chain's hold every block of columns', ``panels`` elements a block, per buffer);
-    ``products`` are its two products on a block, ``last_products`` an online chain's on its
-    shorter last block of columns (None: the columns divide the range) and ``whole_products``
-    its products on one whole row, for the rows computed again as the statements say, in the
-    ``whole`` buffers (tensor, buffer, row elements). ``reasons`` say why."""
+    """How a :class:`Chain` runs, decided once by :mod:`tcpy.transform.chains`: blocks of
+    ``rows`` rows, and with ``columns`` > 0 its :class:`Online` form on blocks of that many
+    columns (``block_loops``: the loops of its maximum, exponential and total statements on one
+    block of columns, ``last_block_loops`` on the shorter last one when ``columns`` does not
+    divide the range); ``blocked`` is the chain's with the elements of a row in a block. The
+    loop over the batches and blocks of rows has ``chunks`` iterations to share (when its group
+    is parallel); ``prepack`` says where its products' b is packed, into the ``packed`` buffers
+    (name, elements, type; an online chain's hold every block of columns', ``panels`` elements
+    a block, per buffer). ``products`` are its two products on a block, ``last_products`` an
+    online chain's on its shorter last block of columns, ``whole_products`` on one whole row,
+    for the rows computed again as the statements say, in the ``whole`` buffers (tensor,
+    buffer, row elements). ``reasons`` say why."""
 
+    rows: int
+    columns: int
+    blocked: tuple[tuple[str, str, int], ...]
     chunks: int
     prepack: Prepack
     products: tuple[ChainProduct, ChainProduct]
@@ -283,32 +291,29 @@ class ChainPlan:
     whole: tuple[tuple[str, str, int], ...] = ()
     packed: tuple[tuple[str, int, ScalarType], ...] = ()
     panels: tuple[int, ...] = ()
+    block_loops: tuple["Loops", ...] = ()
+    last_block_loops: tuple["Loops", ...] = ()
     reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Online:
-    """The online-softmax form of a chain whose rows do not fit in cache (flash attention):
-    the column variable ``column_var`` (the first product's output columns, the last
-    product's reduction) also runs in blocks of ``columns``. Per block of columns, the
-    ``maximum`` statement (``M(r) max=! S(r, c)``) gives the block's maximum, folded into a
-    running one; the ``exponential`` statement (``E(r, c) = exp(f(S(r, c) - M(r)))``) uses the
-    running maximum; the ``total`` statement (``Z(r) +=! E(r, c)``) gives the block's sum. When
-    the maximum grows from ``m`` to ``m'``, what was summed so far (the running sum and the last
+    """The online-softmax form of a chain (flash attention), for rows that do not fit in
+    cache: the column variable ``column_var`` (the first product's output columns, the last
+    product's reduction) can run in blocks too. Per block of columns, the ``maximum``
+    statement (``M(r) max=! S(r, c)``) gives the block's maximum, folded into a running one;
+    the ``exponential`` statement (``E(r, c) = exp(f(S(r, c) - M(r)))``) uses the running
+    maximum; the ``total`` statement (``Z(r) +=! E(r, c)``) gives the block's sum. When the
+    maximum grows from ``m`` to ``m'``, what was summed so far (the running sum and the last
     product's partial rows) is multiplied by ``exp(f(m - m'))``, the exponential statement's
     own expression. The deferred quotient divides the rows at the end. Rows where that could
     differ from the statements by more than rounding (a maximum or sum not finite, a sum below
     1, a result not finite) are computed again whole, as the statements say."""
 
     column_var: str
-    columns: int
     maximum: int
     exponential: int
     total: int
-    # the loops of the maximum, exponential and total statements on one block of columns, and
-    # on the last, shorter block (when ``columns`` does not divide the range)
-    block_loops: tuple["Loops", ...] = ()
-    last_block_loops: tuple["Loops", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -797,19 +802,23 @@ def describe_group(program: Program, group: FusedGroup) -> str:
         if parts:
             text += ("\n    why: each per-thread buffer is produced and consumed within one row (its "
                      "dependences keep the shared loops equal)")
-        for tensor, buffer, row in chain.blocked:
-            size = chain.rows * row * program.types[tensor].bits // 8
-            if chain.online and chain.deferred and tensor == chain.deferred.divisor:
+        plan = chain.plan
+        online = plan is not None and plan.columns > 0
+        for tensor, buffer, row in plan.blocked if plan is not None else chain.blocked:
+            if online and chain.deferred and tensor == chain.deferred.divisor:
                 use = "one value per row: a block of columns' sum, folded into the row's running sum"
             elif chain.deferred and tensor == chain.deferred.divisor:
                 use = "one value per row, that divides the last product's rows"
             else:
-                use = (f"one block of {'rows and columns' if chain.online else 'rows'}, written or read by a "
+                use = (f"one block of {'rows and columns' if online else 'rows'}, written or read by a "
                        "product's micro-kernel, so it spans the block")
-            text += f"\n    {tensor} -> {buffer}[{chain.rows}, {row}] ({size} bytes): {use} (per thread)"
-        text += "".join(f"\n    why: {reason}" for reason in chain.reasons)
-        if chain.plan is not None:
-            text += "".join(f"\n    why: {reason}" for reason in chain.plan.reasons)
+            if plan is None:  # (before the chain pass)
+                text += f"\n    {tensor} -> {buffer}[rows, {row}]: {use} (per thread)"
+                continue
+            size = plan.rows * row * program.types[tensor].bits // 8
+            text += f"\n    {tensor} -> {buffer}[{plan.rows}, {row}] ({size} bytes): {use} (per thread)"
+        reasons = chain.reasons + (plan.reasons if plan is not None else ())
+        text += "".join(f"\n    why: {reason}" for reason in reasons)
     return text
 
 

@@ -40,25 +40,25 @@ def lower_chain(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     ranges = program.statements[group.statements[0]].ranges
     loops = tuple((loop_vars[v], *ranges[v]) for v in group.shared[:-1])
     loops += ((BLOCK_START, *ranges[chain.block_var]),)
-    blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
-    scratch = [(buffer, chain.rows * row, program.types[tensor]) for tensor, buffer, row in chain.blocked]
-    head, tail = _block_products(program, group, loop_vars, plan.products, bool(chain.online))
-    if chain.online is None:
+    blocked = {tensor: (buffer, row) for tensor, buffer, row in plan.blocked}
+    scratch = [(buffer, plan.rows * row, program.types[tensor]) for tensor, buffer, row in plan.blocked]
+    head, tail = _block_products(program, group, loop_vars, plan.products, plan.columns > 0)
+    if not plan.columns:
         body = group_rows(program, group, loop_vars, blocked, {})
     else:
-        body = _online_rows(program, group, loop_vars, blocked, chain.online.columns, group_rows)
+        body = _online_rows(program, group, loop_vars, blocked, plan.columns, group_rows)
     deferred = online = None
     if chain.deferred is not None:
         deferred = (*blocked[chain.deferred.numerator], blocked[chain.deferred.divisor][0])
-    if chain.online is not None:
+    if plan.columns:
         online = _key_blocks(program, group, loop_vars, group_rows)
-        scratch += [(name, chain.rows, program.types[chain.deferred.numerator]) for name in ONLINE_RUNNING]
-        scratch += [(ONLINE_FLAGS, chain.rows, ScalarType.INT32)]
+        scratch += [(name, plan.rows, program.types[chain.deferred.numerator]) for name in ONLINE_RUNNING]
+        scratch += [(ONLINE_FLAGS, plan.rows, ScalarType.INT32)]
         scratch += [(buffer, row, program.types[tensor]) for tensor, buffer, row in plan.whole]
     packed = list(plan.packed)
     if plan.prepack is not Prepack.SHARED:
         scratch, packed = scratch + packed, []
-    return BlockChain(loops, chain.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), head, body,
+    return BlockChain(loops, plan.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), head, body,
                       tail, group.parallel, plan.chunks, deferred, online)
 
 
@@ -87,10 +87,10 @@ def _online_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, st
                  blocked: Mapping[str, tuple[str, int]], columns: int, group_rows: GroupRows) -> tuple[Node, ...]:
     """An online chain's rows on one block of ``columns`` columns, with the steps folding the
     block into the running maximum and sum."""
-    chain = group.chain
+    chain, plan = group.chain, group.chain.plan
     online = chain.online
     statements = list(program.statements)
-    stamps = online.block_loops if columns == online.columns else online.last_block_loops
+    stamps = plan.block_loops if columns == plan.columns else plan.last_block_loops
     for i, loops in zip((online.maximum, online.exponential, online.total), stamps):
         ranges = {**statements[i].ranges, online.column_var: (0, columns)}
         statements[i] = dataclasses.replace(statements[i], ranges=ranges, loops=loops)
@@ -120,14 +120,14 @@ def _key_blocks(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     chain, plan = group.chain, group.chain.plan
     online = chain.online
     lo, hi = program.statements[online.maximum].ranges[online.column_var]
-    blocked = {tensor: (buffer, row) for tensor, buffer, row in chain.blocked}
+    blocked = {tensor: (buffer, row) for tensor, buffer, row in plan.blocked}
     last: Optional[tuple] = None
     if plan.last_products is not None:
         head, tail = _block_products(program, group, loop_vars, plan.last_products, True)
-        last = (head, _online_rows(program, group, loop_vars, blocked, (hi - lo) % online.columns, group_rows),
+        last = (head, _online_rows(program, group, loop_vars, blocked, (hi - lo) % plan.columns, group_rows),
                 tail)
     whole = {tensor: (buffer, row) for tensor, buffer, row in plan.whole}
     head, tail = _block_products(program, group, loop_vars, plan.whole_products, False)
     whole_deferred = (whole[chain.deferred.numerator][0], hi - lo, whole[chain.deferred.divisor][0])
     whole_rows = (head, group_rows(program, group, loop_vars, whole, {}), tail, whole_deferred)
-    return KeyBlocks(KEY_START, lo, hi, online.columns, last, ONLINE_RUNNING, ONLINE_FLAGS, whole_rows, plan.panels)
+    return KeyBlocks(KEY_START, lo, hi, plan.columns, last, ONLINE_RUNNING, ONLINE_FLAGS, whole_rows, plan.panels)

@@ -56,7 +56,7 @@ def test_attention_fuses_into_one_chain_over_blocks_of_query_rows():
     (group,) = groups
     assert group.statements == tuple(range(6)) and group.shared == ("b", "h", "l")
     rows, _ = micro_tile(Target.preset("x86-64-v3"), 4)
-    assert group.chain is not None and group.chain.block_var == "l" and group.chain.rows % rows == 0
+    assert group.chain is not None and group.chain.block_var == "l" and group.chain.plan.rows % rows == 0
     # P = E / Sm is deferred past the last product: it reads E's block, its rows divided by Sm
     assert [(t, b) for t, b, _ in group.chain.blocked] == [("Sc", "block.0"), ("E", "block.1"), ("Sm", "block.2")]
     assert group.chain.deferred is not None and group.chain.deferred.quotient == "P"

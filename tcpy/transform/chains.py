@@ -1,26 +1,40 @@
-"""How each fused chain runs, decided once (Program -> Program).
+"""How each fused group and chain runs, decided once (Program -> Program).
 
-:mod:`tcpy.transform.fusion` finds the chains (a contraction, the statements on its rows, a
-contraction reading them; or two products back to back) and checks that they are legal.
-:func:`plan_chains` then decides how each one runs and stamps the decision on it as a
-:class:`tcpy.loopir.ChainPlan`, with its reasons: whether the loop over batches and blocks of
-rows is parallel and in how many chunks, where the products' b operand is packed (by each
-block's cell, once per batch by each thread, or once per batch by one thread for all), and
-each product's plan on a block of rows (and an online chain's on its last, shorter block of
-columns and on one whole row). Lowering (:mod:`tcpy.lower_chains`) and the renderer read the
-stamp and decide nothing.
+:mod:`tcpy.transform.fusion` finds the groups and chains (a contraction, the statements on its
+rows, a contraction reading them; or two products back to back), checks that they are legal
+and which forms their rows allow (a deferred quotient, online softmax). :func:`plan_chains`
+then decides how each one runs and stamps the decision on it, with its reasons: whether a
+group's shared loops run in parallel (:attr:`tcpy.loopir.FusedGroup.parallel`), and a chain's
+:class:`tcpy.loopir.ChainPlan`: rows per block (their buffers fit half of L2), whether its
+columns run in blocks too (online softmax, when a block of whole rows would not fit) and how
+many, the loops of the statements on a block of columns, the parallel loop's chunks, where
+the products' b operand is packed (by each block's cell, once per batch by each thread, or
+once per batch by one thread for all), and each product's plan on a block (and an online
+chain's on its last, shorter block of columns and on one whole row). Lowering
+(:mod:`tcpy.lower_chains`) and the renderer read the stamp and decide nothing.
+
+Fusion asks :func:`rereads_pay` (which weighs the row block this pass would choose) whether
+two products back to back are worth chaining: that is whether a chain exists at all, so it is
+decided with the grouping, by this module's rule.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping
 
-from ..loopir import ChainPlan, ChainProduct, FusedGroup, Prepack, Program
+from ..errors import TCOptionError
+from ..lang.visit import inline_lets
+from ..loopir import Chain, ChainPlan, ChainProduct, FusedGroup, Prepack, Program
 from ..options import Options
 from ..schedule import PARALLEL_MIN_WORK, volume
-from .engines import plan_block
+from .engines import plan_block, stamp_loops
 from .recognition import block_contraction
 
+# Micro-tiles of rows per block of an online chain (fewer columns per block, more rows): 16 x 6
+# rows of blocks of 336 columns ran 10-15% faster than 30 rows of 1024 (the block buffers'
+# rows 4 KiB apart share their L1 sets) and as fast as 126 rows of 256 (attention 1x1x16384x64).
+KEY_BLOCK_TILES = 16
 PREPACK_PREFIX = "prepack."  # b of a chain's product, packed once per batch
 WHOLE_PREFIX = "whole."  # one whole row of a block buffer (an online chain's rows computed again)
 
@@ -49,9 +63,20 @@ def _parallel(program: Program, group: FusedGroup, options: Options) -> bool:
 
 def _plan(program: Program, group: FusedGroup, options: Options) -> ChainPlan:
     chain = group.chain
-    ranges = program.statements[group.statements[0]].ranges
+    first, last = group.statements[0], group.statements[-1]
+    head, tail = program.statements[first].engine.plan, program.statements[last].engine.plan
+    ranges = program.statements[first].ranges
+    mr = math.lcm(head.mr, tail.mr)
+    rows, reasons = row_block(program, chain.blocked, ranges, group.shared, mr, options)
+    blocked, columns = chain.blocked, 0
+    whole_bytes = rows * _row_bytes(program, blocked)
+    if chain.online is not None and whole_bytes > options.target.l2 // 2:
+        columns = _key_block(program, chain, head.nr, mr, options)
+        blocked = tuple((tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in blocked)
+        rows, reasons = row_block(program, blocked, ranges, group.shared, mr, options)
+        reasons += (_online_reason(program, chain, columns, whole_bytes, last),)
     lo, hi = ranges[chain.block_var]
-    blocks = -(-(hi - lo) // chain.rows)
+    blocks = -(-(hi - lo) // rows)
     batches = volume(ranges[v][1] - ranges[v][0] for v in group.shared[:-1])
     threads = options.threads if group.parallel else 1
     # b depends on the batch loops only: packed once per batch when a thread runs several of
@@ -62,37 +87,128 @@ def _plan(program: Program, group: FusedGroup, options: Options) -> ChainPlan:
     reuse = shared or (blocks >= 2 and batches * blocks >= 2 * threads)
     prepack = Prepack.SHARED if shared else Prepack.PER_THREAD if reuse else Prepack.NONE
     chunks = blocks if shared else batches * blocks
-    blocked = {tensor: buffer for tensor, buffer, _ in chain.blocked}
-    online = chain.online
-    columns = online.columns if online else 0
-    products, packed = _products(program, group, options, chain.rows, blocked, reuse, columns)
+    buffers = {tensor: buffer for tensor, buffer, _ in blocked}
+    products, packed = _products(program, group, options, rows, buffers, reuse, columns, columns)
     last_products = whole_products = None
-    whole, panels = (), ()
-    if online is not None:
+    whole, panels, block_loops, last_block_loops = (), (), (), ()
+    if columns:
+        online = chain.online
         column_lo, column_hi = program.statements[online.maximum].ranges[online.column_var]
         panels = tuple(size for _, size, _ in packed)
         sizes = [size * ((column_hi - column_lo) // columns) for size in panels]
         rest = (column_hi - column_lo) % columns
+        block_loops = _block_loops(program, online, columns, options)
         if rest:
-            last_products, last_packed = _products(program, group, options, chain.rows, blocked, reuse, rest)
+            last_products, last_packed = _products(program, group, options, rows, buffers, reuse, rest, columns)
             sizes = [size + more for size, (_, more, _) in zip(sizes, last_packed)]
+            last_block_loops = _block_loops(program, online, rest, options)
         packed = [(name, size, dtype) for (name, _, dtype), size in zip(packed, sizes)]
         whole = tuple((tensor, f"{WHOLE_PREFIX}{k}", column_hi - column_lo if row > 1 else row)
-                      for k, (tensor, _, row) in enumerate(chain.blocked))
+                      for k, (tensor, _, row) in enumerate(blocked))
         whole_products, _ = _products(program, group, options, 1, {t: b for t, b, _ in whole}, False)
-    reasons = (_parallel_reason(group, chunks, threads, shared),
-               _prepack_reason(group, prepack, batches, blocks, threads))
-    return ChainPlan(chunks, prepack, products, last_products, whole_products, whole, tuple(packed), panels,
-                     reasons)
+    reasons += (_parallel_reason(group, chunks, threads, shared),
+                _prepack_reason(group, prepack, batches, blocks, threads))
+    return ChainPlan(rows, columns, blocked, chunks, prepack, products, last_products, whole_products, whole,
+                     tuple(packed), panels, block_loops, last_block_loops, reasons)
+
+
+def _row_bytes(program: Program, blocked) -> int:
+    return sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
+
+
+def row_block(program: Program, blocked, ranges, shared, mr: int, options: Options) -> tuple[int, tuple[str, ...]]:
+    """Rows per block of a chain whose ``blocked`` tensors have rows of the elements given
+    there, and why: the block buffers fit half of L2 (the other half holds the operands'
+    slivers), a multiple of ``mr`` (both products' micro-tile rows), and enough blocks for
+    every thread; ``Options.plan['rows']`` instead, if given."""
+    target = options.target
+    block_var = shared[-1]
+    row_bytes = _row_bytes(program, blocked)
+    extent = ranges[block_var][1] - ranges[block_var][0]
+    rows = max(mr, target.l2 // 2 // row_bytes // mr * mr)
+    rows = min(rows, -(-extent // mr) * mr)
+    outer = volume(ranges[v][1] - ranges[v][0] for v in shared[:-1])
+    threads = options.threads if options.parallel else 1
+    while rows > mr and outer * -(-extent // rows) < threads:
+        rows -= mr  # fewer rows per block so that every thread has one
+    names = ", ".join(tensor for tensor, _, _ in blocked)
+    if "rows" in options.plan:
+        rows = options.plan["rows"]
+        if rows % mr:
+            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr}), "
+                                f"got {rows!r}")
+        return rows, (f"row block {rows} rows of {block_var}: set by Options.plan",)
+    reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tiles' {mr}): the block buffers "
+               f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "
+               f"({target.l2 // 1024} KiB)"]
+    if rows * row_bytes > target.l2 // 2:
+        reasons.append(f"one block's rows ({rows * row_bytes // 1024} KiB) exceed half of L2: they stream "
+                       "through L3 (the rows are not a softmax whose columns could run in blocks too)")
+    if outer * -(-extent // rows) < threads:
+        reasons.append(f"{outer * -(-extent // rows)} blocks for {threads} threads")
+    return rows, tuple(reasons)
+
+
+def rereads_pay(program: Program, engines, blocked, ranges, shared, mr: int, options: Options) -> bool:
+    """Whether a pair of products (``engines``) chained on blocks of rows (the row block this
+    pass would choose for their ``blocked`` rows) may read both products' b again for each
+    block: yes when they fit half of a core's share of L3; else only if those reads move less
+    than writing and reading the rows whole would. An MLP's weights (``X W1`` then ``W2``) are
+    large and its rows short: apart, each product streams them once."""
+    b_bytes = sum(e.contraction.size("n") * e.contraction.size("k") * e.contraction.dtype.bits // 8 for e in engines)
+    if b_bytes <= options.target.l3_per_core // 2:
+        return True
+    rows, _ = row_block(program, blocked, ranges, shared, mr, options)
+    extent = ranges[shared[-1]][1] - ranges[shared[-1]][0]
+    return -(-extent // rows) * b_bytes <= 2 * extent * _row_bytes(program, blocked)
+
+
+def _key_block(program: Program, chain: Chain, nr: int, mr: int, options: Options) -> int:
+    """Columns per block of the online form: a multiple of the first product's micro-tile
+    columns such that ``KEY_BLOCK_TILES`` micro-tiles of rows of scores and exponentials fit
+    half of L2 (each block of the products' b then serves that many rows before the next);
+    no more than the columns there are."""
+    online = chain.online
+    score = program.statements[online.maximum].stmt.rhs.tensor
+    bytes_ = program.types[score].bits // 8
+    lo, hi = program.statements[online.maximum].ranges[online.column_var]
+    columns = max(nr, options.target.l2 // 2 // (KEY_BLOCK_TILES * mr * 2 * bytes_) // nr * nr)
+    return min(columns, -(-(hi - lo) // nr) * nr)
+
+
+def _block_loops(program: Program, online, columns: int, options: Options) -> tuple:
+    """The loops of an online chain's maximum, exponential and total statements on a block of
+    ``columns`` columns (under the chain's parallel loop: one thread each)."""
+    inner = dataclasses.replace(options, parallel=False)
+    return tuple(stamp_loops(dataclasses.replace(program.statements[i], ranges={
+        **program.statements[i].ranges, online.column_var: (0, columns)}), program.shapes, program.types,
+        inner).loops for i in (online.maximum, online.exponential, online.total))
+
+
+def _online_reason(program: Program, chain: Chain, columns: int, whole: int, tail: int) -> str:
+    online = chain.online
+
+    def written(index: int):  # (as the def says: fusion renamed the row temporaries)
+        return inline_lets(program.def_.stmts[program.statements[index].origin])
+
+    mx = written(online.maximum).target
+    exponential = written(online.exponential)
+    return (f"online softmax: a block of whole rows ({whole // 1024} KiB) would not fit half of L2, so "
+            f"{online.column_var} runs in blocks of {columns} too: a running maximum {mx} and sum "
+            f"{chain.deferred.divisor} per row; when the maximum grows, the sum and S{tail}'s partial rows are "
+            f"multiplied by {exponential.rhs} at the old maximum (S{online.exponential}'s own expression); "
+            f"rows whose maximum or sum is not finite, whose sum is below 1 or whose result is not finite are "
+            f"computed again whole")
 
 
 def _products(program: Program, group: FusedGroup, options: Options, rows: int, buffers: Mapping[str, str],
-              reuse: bool, columns: int = 0) -> tuple[tuple[ChainProduct, ChainProduct], list]:
-    """A chain's two products on a block of ``rows`` rows (and of ``columns`` columns, if > 0),
-    the tensors in ``buffers`` in those per-thread buffers; with ``reuse``, b packed once per
-    batch (the buffers to hold one block's b come second: name, elements, type)."""
+              reuse: bool, columns: int = 0, width: int = 0) -> tuple[tuple[ChainProduct, ChainProduct], list]:
+    """A chain's two products on a block of ``rows`` rows (and of ``columns`` columns, if > 0,
+    of the ``width`` a block buffer's row holds), the tensors in ``buffers`` in those
+    per-thread buffers; with ``reuse``, b packed once per batch (the buffers to hold one
+    block's b come second: name, elements, type)."""
     chain = group.chain
-    block_columns = (chain.online.column_var, columns, chain.online.columns) if columns else None
+    block_columns = (chain.online.column_var, columns, width) if columns else None
     packed, products = [], []
     for k, index in enumerate((group.statements[0], group.statements[-1])):
         statement = program.statements[index]

@@ -11,7 +11,8 @@ statement re-stamps it with :func:`restamp` (or, when only its loops change, suc
 statements under a fused group's shared loops, :func:`stamp_loops`).
 
 This module is the only caller of the planner and of the loop scheduler outside their own
-modules (a test checks it): the chain's blocks are planned here too (:func:`plan_block`).
+modules (a test checks it): a chain's products on a block are planned through :func:`plan_block`
+(which :mod:`tcpy.transform.chains` calls).
 """
 from __future__ import annotations
 

@@ -22,16 +22,16 @@ row): it lives in the parallel loop's body, one per thread, and is never allocat
 the group reads (attention's scores ``Sc(b,h,l,s)``) and the statement right after is one
 consuming rows the group writes (``O(b,h,l,d) +=! P(b,h,l,s) * V(b,h,s,d)``), all three are one
 group (legal by the same dependence test, with the shared variables output variables of both
-products). The last shared variable then runs in blocks of rows sized so that the two row
-tensors' blocks fit half of L2: per block the first product writes its rows into a per-thread
-block buffer through the micro-kernel, the statements between run row by row on views of those
-buffers, and the second product reads its block of rows as its A operand. The products'
-other operands depend only on the batch loops, so they are packed once per batch
-(:mod:`tcpy.loopnest`, :class:`tcpy.loopir.BlockChain`). Two products back to back, the second
+products). The last shared variable then runs in blocks of rows: per block the first product
+writes its rows into a per-thread block buffer through the micro-kernel, the statements
+between run row by row on views of those buffers, and the second product reads its block of
+rows as its A operand. How many rows a block holds, whether the columns run in blocks too,
+which loops run in parallel and where the products' other operands are packed is the chain's
+plan, decided by :mod:`tcpy.transform.chains` (lowered by :mod:`tcpy.lower_chains`). Two products back to back, the second
 reading the rows the first writes (``(A B) C``), chain the same way with nothing between them.
-Every block of rows reads the products' other operands again: such a pair chains when they fit
-half of a core's share of L3, or when those reads move less than the rows written and read whole
-would (an MLP's large weights and short rows stay apart).
+Every block of rows reads the products' other operands again: such a pair chains when those
+reads pay (:func:`tcpy.transform.chains.rereads_pay`: an MLP's large weights and short rows
+stay apart).
 
 **Deferred quotients.** When the rows the second product reads are a quotient
 ``P(r, s) = E(r, s) / Sm(r)`` by one value per row (softmax's normalisation) that nothing else
@@ -41,11 +41,11 @@ division per output element instead of one per score. Rows where that could diff
 than rounding (``Sm`` below 1 in magnitude or not finite; a sum that overflows before the
 division) take ``P`` itself.
 
-**Online softmax.** When even a block of one micro-tile's rows would not fit half of L2 (long
-sequences) and the rows are a softmax whose normalisation is deferred (``M(r) max=! S(r, c)``,
-``E(r, c) = exp(k * (S(r, c) - M(r)))`` with ``k`` the same for every column, ``Z(r) +=!
-E(r, c)``, ``E / Z``), the columns ``c`` run in blocks too (:class:`tcpy.loopir.Online`,
-flash attention): per block, the block's maximum is folded into a running one, the running sum
+**Online softmax.** When the rows are a softmax whose normalisation is deferred (``M(r) max=!
+S(r, c)``, ``E(r, c) = exp(k * (S(r, c) - M(r)))`` with ``k`` the same for every column,
+``Z(r) +=! E(r, c)``, ``E / Z``), the columns ``c`` can run in blocks too
+(:class:`tcpy.loopir.Online`, flash attention; the chain's plan does so when even a block of
+one micro-tile's rows would not fit half of L2, for long sequences): per block, the block's maximum is folded into a running one, the running sum
 and the output rows are multiplied by the exponential statement's own expression at the old
 maximum (``exp(k * (m - m'))``) when it grew, and the block's terms are added. The block
 buffers hold a block of rows and columns, whatever the sequence length. Rows whose maximum or
@@ -60,22 +60,18 @@ from typing import Optional
 
 import islpy as isl
 
-from ..errors import TCOptionError
 from ..lang import ast
 from ..lang.visit import accesses, map_expr
 from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..ranges.affine import access_map, affine_form
 from ..contraction_ir import Contraction
+from .chains import rereads_pay
 from .engines import restamp, stamp_loops
 from .recognition import block_contraction
 
 # Shrunk temporaries live on the stack of each thread: no bigger than this per group.
 MAX_LOCAL_BYTES = 64 << 10
-# Micro-tiles of rows per block of an online chain (fewer columns per block, more rows): 16 x 6
-# rows of blocks of 336 columns ran 10-15% faster than 30 rows of 1024 (the block buffers'
-# rows 4 KiB apart share their L1 sets) and as fast as 126 rows of 256 (attention 1x1x16384x64).
-KEY_BLOCK_TILES = 16
 LOCAL_PREFIX = "local."  # (a "." keeps generated names apart from TC identifiers)
 BLOCK_PREFIX = "block."
 
@@ -124,30 +120,14 @@ def fuse_statements(program: Program, options: Options) -> Program:
 
 def _stamp_members(program: Program, options: Options) -> Program:
     """``program`` with its groups' loop statements stamped again: they run under the shared
-    loops (the parallel ones), on the shrunk temporaries; an online chain's, on one block of
-    columns too."""
+    loops (the parallel ones), on the shrunk temporaries."""
     inner = dataclasses.replace(options, parallel=False)
     statements = list(program.statements)
-    groups = []
     for group in program.groups:
         for i in group.statements:
             if statements[i].engine is None:
                 statements[i] = stamp_loops(statements[i], program.shapes, program.types, inner)
-        online = group.chain.online if group.chain else None
-        if online is not None:
-            lo, hi = statements[online.maximum].ranges[online.column_var]
-
-            def on_block(columns):
-                return tuple(stamp_loops(dataclasses.replace(statements[i], ranges={
-                    **statements[i].ranges, online.column_var: (0, columns)}), program.shapes, program.types,
-                    inner).loops for i in (online.maximum, online.exponential, online.total))
-
-            rest = (hi - lo) % online.columns
-            online = dataclasses.replace(online, block_loops=on_block(online.columns),
-                                         last_block_loops=on_block(rest) if rest else ())
-            group = dataclasses.replace(group, chain=dataclasses.replace(group.chain, online=online))
-        groups.append(group)
-    return dataclasses.replace(program, statements=tuple(statements), groups=tuple(groups))
+    return dataclasses.replace(program, statements=tuple(statements))
 
 
 def _fusable_vars(program: Program, statement: Statement) -> tuple[str, ...]:
@@ -176,17 +156,6 @@ def _common_vars(shared, candidate, first: Statement, other: Statement) -> tuple
 
 
 # ----------------------------------------------------------------------------- chains
-
-
-def _rereads_pay(engines, extent: int, rows: int, row_bytes: int, options: Options) -> bool:
-    """Whether a pair's blocks of ``rows`` rows (of ``extent``) may each read both products' b
-    again: yes when they fit half of a core's share of L3; else only if those reads move less
-    than writing and reading the rows whole (``row_bytes`` a row) would. An MLP's weights
-    (``X W1`` then ``W2``) are large and its rows short: apart, each product streams them once."""
-    b_bytes = sum(e.contraction.size("n") * e.contraction.size("k") * e.contraction.dtype.bits // 8 for e in engines)
-    if b_bytes <= options.target.l3_per_core // 2:
-        return True
-    return -(-extent // rows) * b_bytes <= 2 * extent * row_bytes
 
 
 def _with_product_pairs(program: Program, uses, groups: list[FusedGroup], options: Options) -> list[FusedGroup]:
@@ -267,34 +236,24 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
                         program.shapes[tensor]):
             row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
+    blocked = tuple(blocked)
     mr = math.lcm(head_plan.mr, tail_plan.mr)
-    rows, reasons = _row_block(program, blocked, ranges, shared, mr, options)
-    online = _online(program, group, produced, deferral, engines[0].contraction, engines[1].contraction)
-    row_bytes = sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
-    if online is not None and rows * row_bytes > options.target.l2 // 2:
-        columns = _key_block(program, online, head_plan.nr, mr, options)
-        blocked = [(tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in blocked]
-        online = dataclasses.replace(online, columns=columns)
-        whole = rows * row_bytes
-        rows, reasons = _row_block(program, blocked, ranges, shared, mr, options)
-        reasons += (_online_reason(program, online, deferral, whole, last),)
-    else:
-        online = None
-    if not inner and not _rereads_pay(engines, ranges[block_var][1] - ranges[block_var][0], rows, row_bytes,
-                                      options):
+    if not inner and not rereads_pay(program, engines, blocked, ranges, shared, mr, options):
         return None  # (a softmax's chain keeps its rows in blocks whatever the b: its rows are the memory)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
-    columns = (online.column_var, online.columns, online.columns) if online else None
+    # (whether a product runs on blocks depends on its roles, not on how many rows or columns)
     for s, con in zip((head, tail), (e.contraction for e in engines)):
-        if block_contraction(con, s.stmt, s.ranges, fixed, block_var, rows, buffers, program, columns) is None:
+        if block_contraction(con, s.stmt, s.ranges, fixed, block_var, mr, buffers, program) is None:
             return None
+    online = _online(program, group, produced, deferral, engines[0].contraction, engines[1].contraction)
+    reasons = ()
     if deferral is not None:
         reasons += (f"{deferral.quotient} = {deferral.numerator} / {deferral.divisor} is read only by "
                     f"S{last}, and {deferral.divisor} is one value per row: S{last} reads {deferral.numerator} "
                     f"and divides its rows of {tail.stmt.target} by {deferral.divisor} (S{deferral.statement} "
                     f"does not run; rows whose {deferral.divisor} is below 1 in magnitude or not finite, or "
                     f"whose result is not, take {deferral.quotient} itself)",)
-    return FusedGroup(members, shared, chain=Chain(block_var, rows, tuple(blocked), reasons, deferral, online))
+    return FusedGroup(members, shared, chain=Chain(block_var, blocked, reasons, deferral, online))
 
 
 def _online(program: Program, group: FusedGroup, produced: str, deferral: Optional[Deferral],
@@ -341,7 +300,7 @@ def _online(program: Program, group: FusedGroup, produced: str, deferral: Option
     float_type = program.types[produced]
     if any(program.types[t] != float_type for t in (maximum.target, exponential.target, total.target)):
         return None
-    return Online(column, 0, *rest)
+    return Online(column, *rest)
 
 
 def _scaled_difference(u: ast.Expr, scores: ast.Access, mx: ast.Access, column: str, program: Program,
@@ -372,30 +331,6 @@ def _same_access(e: ast.Expr, access: ast.Access) -> bool:
     return (isinstance(e, ast.Access) and e.tensor == access.tensor
             and [getattr(i, "name", None) for i in e.indices] == [getattr(i, "name", None) for i in access.indices]
             and all(isinstance(i, ast.IndexVar) for i in e.indices))
-
-
-def _key_block(program: Program, online: Online, nr: int, mr: int, options: Options) -> int:
-    """Columns per block of the online form: a multiple of the first product's micro-tile
-    columns such that ``KEY_BLOCK_TILES`` micro-tiles of rows of scores and exponentials fit
-    half of L2 (each block of the products' b then serves that many rows before the next);
-    no more than the columns there are."""
-    score = program.statements[online.maximum].stmt.rhs.tensor
-    bytes_ = program.types[score].bits // 8
-    lo, hi = program.statements[online.maximum].ranges[online.column_var]
-    columns = max(nr, options.target.l2 // 2 // (KEY_BLOCK_TILES * mr * 2 * bytes_) // nr * nr)
-    return min(columns, -(-(hi - lo) // nr) * nr)
-
-
-def _online_reason(program: Program, online: Online, deferral: Deferral, whole: int, tail: int) -> str:
-    statements = program.statements
-    mx = statements[online.maximum].stmt.target
-    exponential = statements[online.exponential].stmt
-    return (f"online softmax: a block of whole rows ({whole // 1024} KiB) would not fit half of L2, so "
-            f"{online.column_var} runs in blocks of {online.columns} too: a running maximum {mx} and sum "
-            f"{deferral.divisor} per row; when the maximum grows, the sum and S{tail}'s partial rows are "
-            f"multiplied by {exponential.rhs} at the old maximum (S{online.exponential}'s own expression); "
-            f"rows whose maximum or sum is not finite, whose sum is below 1 or whose result is not finite are "
-            f"computed again whole")
 
 
 def _row_buffer_ok(program: Program, uses, members, tensor: str, shared: tuple[str, ...]) -> bool:
@@ -454,40 +389,6 @@ def _reading_numerator(tail: Statement, deferral: Deferral) -> Statement:
             return dataclasses.replace(e, tensor=deferral.numerator)
         return None
     return dataclasses.replace(tail, stmt=dataclasses.replace(tail.stmt, rhs=map_expr(tail.stmt.rhs, swap)))
-
-
-def _row_block(program: Program, blocked, ranges, shared, mr: int, options: Options) -> tuple[int, tuple[str, ...]]:
-    """Rows per block: the block buffers fit half of L2 (the other half holds the operands'
-    slivers), a multiple of ``mr`` (both products' micro-tile rows), and enough blocks for
-    every thread."""
-    target = options.target
-    block_var = shared[-1]
-    row_bytes = sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
-    extent = ranges[block_var][1] - ranges[block_var][0]
-    rows = max(mr, target.l2 // 2 // row_bytes // mr * mr)
-    rows = min(rows, -(-extent // mr) * mr)
-    outer = 1
-    for v in shared[:-1]:
-        outer *= ranges[v][1] - ranges[v][0]
-    threads = options.threads if options.parallel else 1
-    while rows > mr and outer * -(-extent // rows) < threads:
-        rows -= mr  # fewer rows per block so that every thread has one
-    names = ", ".join(tensor for tensor, _, _ in blocked)
-    if "rows" in options.plan:
-        rows = options.plan["rows"]
-        if rows % mr:
-            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr}), "
-                                f"got {rows!r}")
-        return rows, (f"row block {rows} rows of {block_var}: set by Options.plan",)
-    reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tiles' {mr}): the block buffers "
-               f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "
-               f"({target.l2 // 1024} KiB)"]
-    if rows * row_bytes > target.l2 // 2:
-        reasons.append(f"one block's rows ({rows * row_bytes // 1024} KiB) exceed half of L2: they stream "
-                       "through L3 (the rows are not a softmax whose columns could run in blocks too)")
-    if outer * -(-extent // rows) < threads:
-        reasons.append(f"{outer * -(-extent // rows)} blocks for {threads} threads")
-    return rows, tuple(reasons)
 
 
 # ----------------------------------------------------------------------------- dependences

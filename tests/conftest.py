@@ -1,8 +1,13 @@
-"""Shared pytest setup: the ``--accept`` switch and the ``golden`` fixture for golden files."""
+"""Shared pytest setup: the ``--accept`` switch and the ``golden`` fixture for golden files;
+kernels take every CPU however busy the machine is (tests that count threads must not depend on
+other processes' load: test_load_tolerance tests the load watch in processes of its own)."""
 import difflib
+import os
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("TCPY_WATCH_LOAD", "0")
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

@@ -99,6 +99,73 @@ def test_a_float_literal_scales_a_double_contraction_as_float32(shape, threads):
     np.testing.assert_allclose(ones, 3 * float(np.float32(0.1)), rtol=1e-15)
 
 
+@pytest.mark.parametrize("rhs, alpha", [
+    ("A(m,k) * B(k,n) / 8", 0.125),
+    ("A(m,k) / 4.0 * -B(k,n)", -0.25),
+    ("A(m,k) * (B(k,n) / double(2))", 0.5),
+    ("A(m,k) * B(k,n) / 3", 1 / 3),
+])
+def test_a_literal_divisor_scales_alpha(rhs, alpha):
+    src = f"def f(double(M,K) A, double(K,N) B) -> (C) {{ C(m,n) +=! {rhs} }}"
+    assert recognized(src, (5, 7), (7, 3)).alpha == pytest.approx(alpha, rel=1e-15)
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((37, 29)), rng.standard_normal((29, 41))
+    np.testing.assert_allclose(tcpy.define(src)(A, B), tcpy.define(src, backend="reference")(A, B), rtol=1e-12)
+
+
+def test_a_zero_literal_divisor_is_not_the_engines():
+    src = "def f(double(M,K) A, double(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) / 0.0 }"
+    assert recognized(src, (5, 7), (7, 3)) is None
+
+
+SCALED_PRODUCTS = [
+    # (def, shapes): factors and divisors that read no reduction variable scale the result
+    ("def f(T(B,L,S) P, T(B,S,E) V, T(B,L) l) -> (O) { O(b,t,e) +=! P(b,t,s) * V(b,s,e) / l(b,t) }",
+     [(2, 37, 29), (2, 29, 19), (2, 37)]),
+    ("def f(T(M,K) A, T(K,N) B, T(M) l) -> (C) { C(m,n) +=! A(m,k) / l(m) * B(k,n) }", [(37, 29), (29, 41), (37,)]),
+    ("def f(T(M,K) A, T(K,N) B, T(N) s) -> (C) { C(m,n) +=! A(m,k) * B(k,n) * s(n) / sqrt(T(K)) }",
+     [(37, 29), (29, 41), (41,)]),
+    ("def f(T(M,K) A, T(K,N) B, T r) -> (C) { C(m,n) +=! -(A(m,k) * B(k,n)) / (r * T(m + 1)) }",
+     [(37, 29), (29, 41), ()]),
+    ("def f(T(M,K) A, T(K,N) B, T(M,N) w) -> (C) { C(m,n) +=! 2 * w(m,n) * A(m,k) * B(k,n) / 8 }",
+     [(37, 29), (29, 41), (37, 41)]),
+]
+
+
+@pytest.mark.parametrize("scalar", ["float", "double"])
+@pytest.mark.parametrize("src, shapes", SCALED_PRODUCTS)
+def test_a_product_scaled_per_output_element_runs_through_the_engine(src, shapes, scalar):
+    """The product goes through the engine and the scaling into its store (an epilogue), with
+    the results of the statement as written."""
+    src = src.replace("T(", f"{scalar}(").replace("T r", f"{scalar} r")
+    dtype = np.float32 if scalar == "float" else np.float64
+    rng = np.random.default_rng(3)
+    args = [rng.uniform(0.5, 2.0, s).astype(dtype) for s in shapes]
+    want = tcpy.define(src, backend="reference")(*args)
+    for threads in (1, 2):
+        kernel = tcpy.define(src, options=tcpy.Options(target="x86-64-v3", num_threads=threads))
+        ir = kernel.loop_ir(*args, after="epilogues")
+        assert re.search(r"S0 \(statement 0\): \w+\([^)]*\) \+=! .*\n  engine:", ir), ir
+        assert "epilogue of S0: S1" in ir
+        got = kernel(*args)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=2e-5 if scalar == "float" else 1e-12)
+
+
+@pytest.mark.parametrize("src", [
+    # accumulating into earlier values: the scale must not apply to them
+    "def f(float(M,K) A, float(K,N) B, float(M) l) -> (C) { C(m,n) = l(m) + B(0,n)\n C(m,n) += A(m,k) * B(k,n) / l(m) }",
+    # the divisor reads the reduction variable: a term's factor, not the result's
+    "def f(float(M,K) A, float(K,N) B, float(K) l) -> (C) { C(m,n) +=! A(m,k) * B(k,n) / l(k) }",
+])
+def test_scales_that_are_not_the_results_keep_the_loops(src):
+    rng = np.random.default_rng(4)
+    args = [rng.uniform(0.5, 2.0, s).astype(np.float32) for s in [(13, 11), (11, 17), (13 if "l(m)" in src else 11,)]]
+    kernel = tcpy.define(src, options=tcpy.Options(target="x86-64-v3"))
+    assert "epilogue" not in kernel.loop_ir(*args, after="epilogues")
+    np.testing.assert_allclose(kernel(*args), tcpy.define(src, backend="reference")(*args), rtol=1e-5)
+
+
 def test_operands_swap_so_the_output_contiguous_variable_is_n():
     con = recognized("def f(float(K,N) B, float(M,K) A) -> (C) { C(m,n) +=! B(k,n) * A(m,k) }",
                      (7, 3), (5, 7))

@@ -25,13 +25,29 @@ from ..options import Options
 from ..contraction_ir import Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
 from .contraction import plan
-from .recognition import recognize
+from .recognition import recognize, split_result_scale
 
 
 def decide_engines(program: Program, options: Options) -> Program:
-    """``program`` with each statement stamped with the engine that runs it (None: loops)."""
-    return dataclasses.replace(program, statements=tuple(restamp(s, program, options)
-                                                         for s in program.statements))
+    """``program`` with each statement stamped with the engine that runs it (None: loops). A
+    product scaled by factors that read no reduction variable, which the engine does not take
+    whole, becomes the product through the engine and the scaling of its result
+    (:func:`tcpy.transform.recognition.split_result_scale`; the epilogue pass puts the scaling
+    into the engine's store): two statements of the same origin."""
+    statements = []
+    for statement in program.statements:
+        stamped = restamp(statement, program, options)
+        split = split_result_scale(statement.stmt) if stamped.engine is None else None
+        engine = engine_of(split[0], statement.ranges, program, options) if split else None
+        if engine is None:
+            statements.append(stamped)
+            continue
+        product, scaling = split
+        ranges = {v: statement.ranges[v] for v in scaling.output_vars}
+        statements += [dataclasses.replace(statement, stmt=product, engine=engine, loops=None),
+                       stamp_loops(Statement(scaling, ranges, statement.origin), program.shapes, program.types,
+                                   options)]
+    return dataclasses.replace(program, statements=tuple(statements))
 
 
 def restamp(statement: Statement, program: Program, options: Options) -> Statement:

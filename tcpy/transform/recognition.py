@@ -1,8 +1,8 @@
 """The contraction engine's analysis: recognise GEMM-class statements and plan their blocking.
 
 A *contraction* is a statement whose value is the product of two tensor accesses (optionally
-times scalar literals or rank-0 tensors, under casts and negations), summed with ``+=!`` or
-``+=`` over index variables, every index affine in the index variables::
+times or over scalar literals, times rank-0 tensors, under casts and negations), summed with
+``+=!`` or ``+=`` over index variables, every index affine in the index variables::
 
     C(m, n)    +=! A(m, k) * B(k, n)            GEMM
     C(b, i, j) +=! A(b, i, k) * B(b, j, k)      batched, B transposed
@@ -30,6 +30,12 @@ The expression as written is what a guarded-off term means, whatever the sizes:
   (``Contraction.padding_multiplies``).
 
 Other guards (around a literal only, or around the two factors separately) keep the loop path.
+
+A product times or over factors that read no reduction variable (``O(b, t, e) +=! P(b, t, s) *
+V(b, s, e) / l(b, t)``, ``C(m, n) +=! A(m, k) * B(k, n) * s(n) / sqrt(float(K))``) scales every
+term of a row, column or element alike: :func:`split_result_scale` takes those factors out, so
+that the engine sums the product and the scaling runs once per output element, in its store (an
+epilogue), instead of once per term.
 
 :func:`recognize` classifies its index variables by role — **batch** (output and both
 operands), **M** (output and operand ``a``), **N** (output and operand ``b``), **K** (both
@@ -103,6 +109,12 @@ def _factors(expr: ast.Expr, dtype: ScalarType, out: dict) -> bool:
     if isinstance(expr, (ast.IntLit, ast.FloatLit)):
         out["alpha"] *= _literal_value(expr)
         return True
+    if isinstance(expr, ast.Binary) and expr.op == "/":  # x / 8: a literal divisor scales alpha
+        divisor = expr.rhs.operand if isinstance(expr.rhs, ast.Cast) and expr.rhs.to is dtype else expr.rhs
+        if expr.type is not dtype or not isinstance(divisor, (ast.IntLit, ast.FloatLit)):
+            return False
+        out["alpha"] /= _literal_value(divisor) or math.nan  # (x / 0: no finite alpha, not ours)
+        return _factors(expr.lhs, dtype, out)
     if isinstance(expr, ast.Ternary):  # cond ? x : 0 is x under a guard
         if expr.type is not dtype or not _is_zero(expr.other):
             return False
@@ -266,6 +278,55 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
                                         **_groups(roles, extents, a, padded_b, c, ()))
             con = dataclasses.replace(con, padded=PaddedCopy(dims, source_offset, inner))
     return con
+
+
+def split_result_scale(stmt: ast.Stmt) -> Optional[tuple[ast.Stmt, ast.Stmt]]:
+    """``C(v) +=! P * f / g`` as ``C(v) +=! P`` and ``C(v) = C(v) * f / g`` when the factors and
+    divisors ``f``, ``g`` of the statement's product read no reduction variable (they are the same
+    for every term of an output element's sum, so they may scale the sum instead), else None.
+
+    Only a statement that overwrites its target (``+=!``) splits: ``C += P * f`` would scale
+    ``C``'s earlier values too. As with literal factors, the sum is then scaled once instead of
+    each term: the results agree up to rounding (and overflow of the unscaled sum)."""
+    if stmt.reduction != "+" or not stmt.init or not stmt.reduction_vars or stmt.rhs.type is None:
+        return None
+    if any(isinstance(w, ast.Exists) for w in stmt.where) or any(not isinstance(e, ast.IndexVar) for e in stmt.lhs):
+        return None
+    dtype = stmt.rhs.type
+    factors: list[tuple[ast.Expr, bool]] = []  # (factor, divides)
+
+    def flatten(expr: ast.Expr, divides: bool) -> None:
+        if isinstance(expr, ast.Binary) and expr.op in ("*", "/") and expr.type is dtype:
+            flatten(expr.lhs, divides)
+            flatten(expr.rhs, divides != (expr.op == "/"))
+        else:
+            factors.append((expr, divides))
+
+    flatten(stmt.rhs, False)
+    reduced = set(stmt.reduction_vars)
+
+    def is_scale(expr: ast.Expr) -> bool:
+        nodes = list(expr.walk())
+        while isinstance(expr, (ast.Cast, ast.Unary)):
+            expr = expr.operand  # (a literal under casts and negations is alpha's: see _factors)
+        return (nodes[0].type is dtype and not isinstance(expr, (ast.IntLit, ast.FloatLit))
+                and not any((isinstance(n, ast.IndexVar) and n.name in reduced)
+                            or (isinstance(n, ast.Access) and n.tensor == stmt.target) for n in nodes))
+
+    scales = [(f, d) for f, d in factors if is_scale(f)]
+    product = [(f, d) for f, d in factors if not is_scale(f)]
+    if not scales or not product or product[0][1]:
+        return None
+
+    def fold(start: ast.Expr, terms) -> ast.Expr:
+        for factor, divides in terms:
+            start = ast.Binary("/" if divides else "*", start, factor, type=dtype)
+        return start
+
+    sum_stmt = dataclasses.replace(stmt, rhs=fold(product[0][0], product[1:]))
+    scaled = ast.Stmt(stmt.target, stmt.lhs, None, False, fold(ast.Access(stmt.target, stmt.lhs, type=dtype), scales),
+                      span=stmt.span, target_span=stmt.target_span, output_vars=stmt.output_vars)
+    return sum_stmt, scaled
 
 
 def _groups(roles, extents, a: AffineAccess, b: AffineAccess, c: AffineAccess, guards) -> dict:

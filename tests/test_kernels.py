@@ -419,6 +419,20 @@ def test_dot_product_reductions_read_a_packed_transposed_operand():
     check(k(A[:, :35], B[:7, :35]), A[:, :35] @ B[:7, :35].T)  # too small to pack: plain schedule
 
 
+def test_row_sums_of_products_are_not_transposed():
+    # R(b,n) +=! X(b,n,m) * Y(b,n,m): every element serves one output, so a transposed copy
+    # (for a register tile over b and n) would only add a pass over X; the row reduction reads
+    # it once, in place
+    k = tcpy.define("""
+    def rowdot(float(B,N,M) X, float(B,N,M) Y) -> (R) {
+        R(b, n) +=! -(X(b, n, m) * (Y(b, n, m) / 2.0))
+    }""", options=NO_ENGINE)
+    X, Y = rand(9, 45, 300), rand(9, 45, 300)
+    explained = k.explain(X, Y)
+    assert "pack.0" not in explained and "reduction in a register" in explained
+    check(k(X, Y), -(X * Y / 2).sum(axis=2))
+
+
 def test_reused_temporaries_start_from_zero_on_every_call():
     # T(0) is written by no statement; the launcher reuses T's memory between calls, so it
     # must clear it again (T(1..) are overwritten anyway).

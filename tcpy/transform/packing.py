@@ -6,7 +6,10 @@ before the statement that reads them:
 * a **transposed copy** of one operand of a dot-product shaped reduction:
   ``S(i,j) +=! Q(i,d) * K(j,d)`` reduces over ``d``, contiguous in both reads, so its best
   plain schedule is a dot product per output. Reading ``K`` through a copy laid out as
-  ``(d, j)`` turns it into a GEMM, whose register tiles are several times faster.
+  ``(d, j)`` turns it into a GEMM, whose register tiles are several times faster. Only an
+  operand that some output variable does not index is copied: its elements serve many outputs.
+  One indexed by every output variable (``R(i) +=! X(i,d) * Y(i,d)``, a row sum of products)
+  is read once in place by the row reduction; a copy would only add a pass over it.
 * a **panel copy** of the operand a register tile streams (``B`` in ``A(m,k) * B(k,n)``):
   the fast path reads ``cols`` consecutive elements of ``B`` from each of many rows; when rows
   are long those reads conflict in the caches. ``panel(nb, k, c) = B(k, cols*nb + c)`` makes
@@ -91,6 +94,8 @@ def _transposed_copy(statement: Statement, shapes, types, options: Options, name
         names = [i.name for i in node.indices]
         if node not in contiguous or col not in names[:-1]:
             continue
+        if set(stmt.output_vars) <= set(names):
+            continue  # each element serves one output (a row sum of products): no tile reuses it
         pos = names.index(col)
         perm = [p for p in range(len(names)) if p != pos] + [pos]
         shape = shapes[node.tensor]

@@ -29,7 +29,7 @@ from tcpy.loopir import (
     RegisterTile, Select, TileUpdate, Var,
 )
 from tcpy.codegen import contraction as contraction_c
-from tcpy.codegen import winograd as winograd_c
+from tcpy.codegen.cwriter import dynamic_schedule
 
 #: True when this module runs compiled by Cython.
 COMPILED: bool = cython.compiled
@@ -473,7 +473,7 @@ class _Emitter:
             # iterations claimed dynamically; a reduction clause keeps the static split, whose
             # per-thread partials cover the same iterations in every run
             schedule = ("schedule(static)" if simd and reduction
-                        else contraction_c.dynamic_schedule(node.chunks, self.ir.options.threads))
+                        else dynamic_schedule(node.chunks, self.ir.options.threads))
             self.emit(f"#pragma omp parallel for{both} num_threads({threads}) {schedule}"
                       f"{collapse}{reduction if simd else ''}", depth)
         elif simd:
@@ -598,7 +598,7 @@ class _Emitter:
         threads = self.ir.options.threads
         if node.parallel and not node.shared:
             collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
-            self.emit(f"#pragma omp for {contraction_c.dynamic_schedule(node.chunks, threads)}{collapse}", d)
+            self.emit(f"#pragma omp for {dynamic_schedule(node.chunks, threads)}{collapse}", d)
         for loop_var, lo_, hi_ in batch_loops:
             self.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
             d += 1
@@ -608,7 +608,7 @@ class _Emitter:
             self.emit(f"{{ {prepacks} }}", d + 1)
             if node.parallel:
                 blocks = -(-(hi - lo) // node.rows)
-                self.emit(f"#pragma omp for {contraction_c.dynamic_schedule(blocks, threads)}", d + 1)
+                self.emit(f"#pragma omp for {dynamic_schedule(blocks, threads)}", d + 1)
             d += 1
         self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
         self.emit(f"const int64_t {BLOCK_ROWS} = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
@@ -806,8 +806,7 @@ class _Emitter:
                 if node.epilogue is not None:
                     epilogue = f"{prefix}_epilogue"
                     self.helpers.append(self.epilogue(node, epilogue))
-                render = winograd_c.render if node.plan.path == "winograd" else contraction_c.render
-                helpers, body = render(node.contraction, node.plan, names, prefix, epilogue)
+                helpers, body = contraction_c.render(node.contraction, node.plan, names, prefix, epilogue)
                 self.helpers.append(helpers)
                 for line in body.splitlines():
                     self.emit(line, depth)

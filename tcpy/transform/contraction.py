@@ -8,7 +8,7 @@ place by a register-blocked kernel when everything already fits in L2 and one K 
 ``winograd``: a 3x3 stride-1 convolution as Winograd's F(2x2, 3x3), :mod:`.winograd`, when its
 estimated time beats the GEMM's) and the thread grid (batch x M x N x K cells, from a cost model
 of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` renders the C
-(:mod:`tcpy.codegen.winograd` the winograd path's).
+(:mod:`tcpy.codegen.contraction.winograd` the winograd path's).
 """
 from __future__ import annotations
 

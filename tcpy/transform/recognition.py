@@ -22,7 +22,7 @@ The expression as written is what a guarded-off term means, whatever the sizes:
 * ``g ? I(...) * W(...) : 0`` (the whole product guarded) adds nothing where ``g`` fails. The
   packed zeros contribute ``0 * x`` for the other operand's ``x``, which is 0 only for finite
   ``x``, so the generated kernel scans the other operand for inf and NaN, and such a call sums
-  point by point (:mod:`tcpy.codegen.contraction`, ``exact_fallback``; the winograd path checks
+  point by point (:mod:`tcpy.codegen.contraction.exact`; the winograd path checks
   both operands; the direct paths test the guard per tap);
 * ``(g ? I(...) : 0) * W(...)`` (one factor guarded) multiplies that factor's 0 by the other
   where ``g`` fails (``0 * inf`` is NaN): the packed zeros are exactly that, so the zeros must be

@@ -17,7 +17,7 @@ with M the output channels, K' the input channels and the tiles as columns. 2.25
 multiplications; the transforms use only additions and halvings, so results differ from the
 direct sums by rounding only (a few units in the last place of the largest terms).
 
-The engine runs it block by block (:mod:`tcpy.codegen.winograd`): the weights' transform ``U``
+The engine runs it block by block (:mod:`tcpy.codegen.contraction.winograd`): the weights' transform ``U``
 once per call, then per block of tiles the input transform into packed slivers, the 16 products
 through the micro-kernel into a block buffer and the output transform into the output; no
 buffer grows with the image. Guards (a padded convolution) are tested on the transformed

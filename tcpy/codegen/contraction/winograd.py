@@ -15,10 +15,12 @@ the tiles; the products run on the engine's micro-kernel.
 """
 from __future__ import annotations
 
-from typing import Optional
-
-from ..contraction_ir import POINTS, TAPS, TILE, Contraction, Plan, Var
-from .contraction import _c, _lit, _Renderer, _Writer
+from ...contraction_ir import POINTS, TAPS, TILE, Var
+from ..cwriter import CWriter, ScratchSlot, c_literal
+from .context import Context, header
+from .exact import exact_sums
+from .kernel import accumulate_loop
+from .stores import whole_tile
 
 # magnitudes beyond which the transforms' differences could overflow where the direct sums do
 # not (and past which a product of two such values is near the type's range anyway)
@@ -26,14 +28,19 @@ HUGE = {4: "0x1p60", 8: "0x1p500"}
 SCAN_BLOCK = 1 << 14  # image elements a thread scans for inf and NaN per claim
 
 
-def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str] = None) -> tuple[str, str]:
-    """``(helpers, body)`` as :func:`tcpy.codegen.contraction.render` returns them."""
-    return _WinogradRenderer(con, plan, names, prefix, epilogue).render()
+def render(ctx: Context) -> tuple[str, str]:
+    """``(helpers, body)`` of a contraction on the winograd path, as
+    :func:`tcpy.codegen.contraction.render` returns them."""
+    return _Winograd(ctx).render()
 
 
-class _WinogradRenderer(_Renderer):
-    def __init__(self, con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Optional[str]):
-        super().__init__(con, plan, names, prefix, epilogue)
+class _Winograd:
+    """The winograd path's C over a render context: its block buffers' layout, the transforms,
+    and the engine's micro-kernel, stores and exact sums."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        con, plan = ctx.con, ctx.plan
         self.form = plan.winograd
         self.mt = -(-self.form.M // plan.mr)  # row slivers of U
         self.slivers = -(-self.form.tiles // plan.nr)  # tile slivers per batch index
@@ -45,12 +52,12 @@ class _WinogradRenderer(_Renderer):
         self.p_point = self.mt * plan.mr * plan.nc + plan.nr
         self.u_point = self.mt * self.form.K * plan.mr + plan.nr
         self.img, self.wts = getattr(con, self.form.image), getattr(con, self.form.weights)
-        self.TI, self.TW = _c(self.img.dtype), _c(self.wts.dtype)
+        self.TI, self.TW = self.img.dtype.c_type, self.wts.dtype.c_type
 
-    def var_offset_fn(self, w: _Writer, name: str, variables: tuple[Var, ...], stride):
+    def var_offset_fn(self, w: CWriter, name: str, variables: tuple[Var, ...], stride):
         """``int64_t <p>_w<name>(int64_t i)``: ``stride(var)`` summed over the digits of the linear
         index ``i`` of ``variables`` (outermost first)."""
-        w(f"static inline int64_t {self.p}_w{name}(int64_t i) {{")
+        w(f"static inline int64_t {self.ctx.prefix}_w{name}(int64_t i) {{")
         w("int64_t o = 0; (void)i;", 1)
         for v in reversed(variables):
             if stride(v):
@@ -59,7 +66,7 @@ class _WinogradRenderer(_Renderer):
         w("return o;", 1)
         w("}")
 
-    def offsets(self, w: _Writer):
+    def offsets(self, w: CWriter):
         """Offsets in the image (``i``), the weights (``w``) and the output (``c``) of the linear
         indices of the input channels (``_k``), the images (``_n``) and the output channels
         (``_m``), for the tensors each indexes; ``l``: their part of the epilogue's linear M or N
@@ -69,21 +76,21 @@ class _WinogradRenderer(_Renderer):
                                     ("l", "line", "nm")):
             for role in roles:
                 self.var_offset_fn(w, f"{which}_{role}", getattr(form, role), lambda v, f=field: getattr(v, f))
-        for i in range(len(self.con.guards)):
+        for i in range(len(self.ctx.con.guards)):
             self.var_offset_fn(w, f"g{i}_k", form.k, lambda v, i=i: v.g[i])
             self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
 
     def unusual(self, value: str) -> str:
         """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (NaN fails both tests)."""
-        huge = f"({self.T}){HUGE[self.s]}"
+        huge = f"({self.ctx.T}){HUGE[self.ctx.element_bytes]}"
         return f"!({value} <= {huge} && {value} >= -{huge})"
 
-    def weights(self, w: _Writer):
+    def weights(self, w: CWriter):
         """``<p>_weights``: U = G g G^T for rows r0..r1 (a sliver) of batch index bi; returns whether
         a weight it read is inf, NaN or huge (the weights' scan, fused: they are read once)."""
-        p, T, TW, mr, K = self.p, self.T, self.TW, self.plan.mr, self.form.K
+        p, T, TW, mr, K = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
-        half = _lit(0.5, self.con.dtype)
+        half = c_literal(0.5, self.ctx.con.dtype)
         point = self.u_point
         w(f"static int {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0, "
           f"int64_t r1) {{")
@@ -114,15 +121,16 @@ class _WinogradRenderer(_Renderer):
         w("return bad;", 1)
         w("}")
 
-    def inputs(self, w: _Writer):
+    def inputs(self, w: CWriter):
         """``<p>_inputs``: V = B^T d B for tiles t0..t0+nt of batch index bi; lanes past nt (to the end
         of their sliver) hold 0.
         Each input channel in turn for all the block's tiles (a sliver's row of V is written
         whole); a tile whose 4x4 patches are inside the window and the guards for every input
         channel is read without tests."""
-        p, T, TI, nr, nc, K, form = self.p, self.T, self.TI, self.plan.nr, self.plan.nc, self.form.K, self.form
+        p, T, TI, form = self.ctx.prefix, self.ctx.T, self.TI, self.form
+        nr, nc, K = self.ctx.plan.nr, self.ctx.plan.nc, form.K
         rows, cols = form.rows, form.cols
-        guards = self.con.guards
+        guards = self.ctx.con.guards
         point = self.v_point
         w(f"static void {p}_inputs(const {TI} *TCPY_RESTRICT I, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, "
           f"int64_t nt) {{")
@@ -144,7 +152,7 @@ class _WinogradRenderer(_Renderer):
         w(f"inside[q] = {' && '.join(inside)};", 2)
         w("}", 1)
         w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
-        L = self.plan.lanes
+        L = self.ctx.plan.lanes
         vector = cols.out.image == 1 and TI == T and L >= 2
         if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
             w(f"int whole[{nc // L}];", 1)
@@ -193,7 +201,7 @@ class _WinogradRenderer(_Renderer):
         w("}", 1)
         w("}")
 
-    def transform_input(self, w: _Writer, depth: int, elem: str, at):
+    def transform_input(self, w: CWriter, depth: int, elem: str, at):
         """B^T d B of the patch ``d[4][4]`` (scalars or vectors of tiles, type ``elem``) stored
         through ``at(offset)`` at each point's offset."""
         point = self.v_point
@@ -207,30 +215,31 @@ class _WinogradRenderer(_Renderer):
         w(f"{at(f'(4 * r + 3) * INT64_C({point})')} = e[r][1] - e[r][3];", depth + 1)
         w("}", depth)
 
-    def kernel(self, w: _Writer):
+    def kernel(self, w: CWriter):
         """``<p>_ukr``: one MR x NR tile of one point's product, set (first K block) or added into
         the block's products (row stride nc)."""
-        p, T, mr, nr, nc = self.p, self.T, self.plan.mr, self.plan.nr, self.plan.nc
+        p, T, mr, nr, nc = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr, self.ctx.plan.nc
         w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
           f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT mw, int first) {{")
-        self.accumulate_loop(w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.plan.lanes})",
-                             lambda r: f"a[k * {mr} + {r}]", 1)
-        self._whole_tile(w, 1, lambda r: f"mw + {r * nc}", "first", "")
+        accumulate_loop(self.ctx, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.ctx.plan.lanes})",
+                        lambda r: f"a[k * {mr} + {r}]", 1)
+        whole_tile(self.ctx, w, 1, lambda r: f"mw + {r * nc}", "first", "")
         w("}")
 
-    def block(self, w: _Writer):
+    def block(self, w: CWriter):
         """``<p>_block``: the 16 products of a transformed block, then the output transform."""
-        p, T = self.p, self.T
-        mr, nr, nc, KC, K, form = self.plan.mr, self.plan.nr, self.plan.nc, self.plan.kc, self.form.K, self.form
+        p, T = self.ctx.prefix, self.ctx.T
+        mr, nr, nc, KC = self.ctx.plan.mr, self.ctx.plan.nr, self.ctx.plan.nc, self.ctx.plan.kc
+        K, form = self.form.K, self.form
         rows, cols = form.rows, form.cols
         w(f"static void {p}_block(const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, "
-          f"{T} *TCPY_RESTRICT C, int64_t bi, int64_t t0, int64_t nt, {T} alpha{self.cell_params}) {{")
+          f"{T} *TCPY_RESTRICT C, int64_t bi, int64_t t0, int64_t nt, {T} alpha{self.ctx.cell_params}) {{")
         w(f"const {T} *ub = U + bi * INT64_C({POINTS * self.u_point});", 1)
         w(f"const int64_t ns = (nt + {nr - 1}) / {nr};", 1)
         w(f"for (int x = 0; x < {POINTS}; x++)", 1)
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
-        mc = self.plan.mc // mr
+        mc = self.ctx.plan.mc // mr
         w(f"for (int64_t ic = 0; ic < {self.mt}; ic += {mc})", 3)
         w("for (int64_t jr = 0; jr < ns; jr++)", 4)
         w(f"for (int64_t ir = ic; ir < ic + {mc} && ir < {self.mt}; ir++)", 5)
@@ -239,7 +248,7 @@ class _WinogradRenderer(_Renderer):
           f"P + x * INT64_C({self.p_point}) + ir * {mr * nc} + jr * {nr}, "
           "pc == 0);", 6)
         w("}", 2)
-        w(f"{T} *cb = C + INT64_C({self.con.c.offset}) + {p}_off_c_batch(bi);", 1)
+        w(f"{T} *cb = C + INT64_C({self.ctx.con.c.offset}) + {p}_off_c_batch(bi);", 1)
         w(f"for (int64_t m = 0; m < {form.M}; m++) {{", 1)
         w(f"{T} *cm = cb + {p}_wc_m(m);", 2)
         w(f"const {T} *pm = P + m * {nc};", 2)
@@ -257,36 +266,39 @@ class _WinogradRenderer(_Renderer):
         w(f"const int64_t t = t0 + q, nn = t / {rows.tiles * cols.tiles}, y0 = t / {cols.tiles} % {rows.tiles} * {TILE}, "
           f"x0 = t % {cols.tiles} * {TILE};", 3)
         w(f"{T} *o = cm + {p}_wc_n(nn) + y0 * INT64_C({rows.out.c}) + x0 * INT64_C({cols.out.c});", 3)
-        if self.epi:
+        if self.ctx.epilogue:
             w(f"const int64_t j0 = {p}_wl_n(nn) + y0 * INT64_C({rows.out.line}) + x0 * INT64_C({cols.out.line});", 3)
         w(f"for (int i = 0; i < {TILE}; i++) for (int j = 0; j < {TILE}; j++) {{", 3)
         w(f"if (y0 + i >= {rows.out.extent} || x0 + j >= {cols.out.extent}) continue;", 4)
         w(f"{T} *e = o + i * INT64_C({rows.out.c}) + j * INT64_C({cols.out.c});", 4)
         value = f"alpha * y[{TILE} * i + j][q]"
-        w(f"*e = {value if self.con.init else '*e + ' + value};", 4)
-        if self.epi:  # its (M, N) coordinates: (channel, pixel), or (pixel, channel) with the image as a
+        w(f"*e = {value if self.ctx.con.init else '*e + ' + value};", 4)
+        if self.ctx.epilogue:  # its (M, N) coordinates: (channel, pixel), or (pixel, channel) with the image as a
             pixel = f"j0 + i * INT64_C({rows.out.line}) + j * INT64_C({cols.out.line})"
             channel = f"{p}_wl_m(m)"
             at = f"{channel}, {pixel}" if form.image == "b" else f"{pixel}, {channel}"
-            w(f"{self.epi}(tcpy_buffers, bi, {at}, 1, e);", 4)
+            w(f"{self.ctx.epilogue}(tcpy_buffers, bi, {at}, 1, e);", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
         w("}")
 
-    def body(self, w: _Writer):
-        T, con, plan, form = self.T, self.con, self.plan, self.form
-        p, mr, nr, K = self.p, plan.mr, plan.nr, form.K
-        A, B, C = (self.names[x.tensor] for x in (con.a, con.b, con.c))
+    def body(self, w: CWriter):
+        """The statement's C in the kernel: the scan and the weights' transform, then the blocks
+        claimed by the threads; the exact sums when an operand holds inf, NaN or a huge value."""
+        T, con, plan, form = self.ctx.T, self.ctx.con, self.ctx.plan, self.form
+        p, mr, nr, K = self.ctx.prefix, plan.mr, plan.nr, form.K
+        A, B, C = (self.ctx.names[x.tensor] for x in (con.a, con.b, con.c))
         image, weights = (A, B) if form.image == "a" else (B, A)
         w("{")
-        w(f"const {T} alpha = {self.alpha()};", 1)
+        w(f"const {T} alpha = {self.ctx.alpha()};", 1)
         w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
-        w(f"{T} *U = ({T} *)tcpy_scratch(0, sizeof({T}) * INT64_C({self.batch * POINTS * self.u_point}));", 1)
-        elements, weight_rows = self.img.elements, self.batch * self.mt
+        w(f"{T} *U = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, "
+          f"sizeof({T}) * INT64_C({self.ctx.batch * POINTS * self.u_point}));", 1)
+        elements, weight_rows = self.img.elements, self.ctx.batch * self.mt
         scans = -(-elements // SCAN_BLOCK)
         per_image = -(-self.slivers // self.ns)  # blocks of ns slivers, the items claimed
-        blocks = self.batch * per_image
+        blocks = self.ctx.batch * per_image
         w("int64_t next_scan = 0, next_weights = 0, next_block = 0;  /* items claimed (tcpy_claim) */", 1)
         w(f"const int team = tcpy_num_threads < {blocks} ? tcpy_num_threads : {blocks};", 1)
         w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
@@ -307,33 +319,34 @@ class _WinogradRenderer(_Renderer):
         w("#pragma omp atomic read", 0)
         w("stop_all = bad;", 2)
         w("if (!stop_all) {", 2)
-        w(f"{T} *V = ({T} *)tcpy_scratch(1, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
-        w(f"{T} *P = ({T} *)tcpy_scratch(2, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
+        w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
+        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
         w(f"for (int64_t block; (block = tcpy_claim(&next_block, {blocks})) < {blocks}; ) {{", 3)
         w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t bi = block / {per_image}, j = block % {per_image} * {self.ns};", 4)
         w(f"const int64_t count = tcpy_min_int64({self.ns}, {self.slivers} - j);", 4)
         w(f"const int64_t t0 = j * {nr}, nt = tcpy_min_int64(count * {nr}, {form.tiles} - t0);", 4)
         w(f"{p}_inputs({image}, V, bi, t0, nt);", 4)
-        w(f"{p}_block(U, V, P, {C}, bi, t0, nt, alpha{self.cell_args});", 4)
+        w(f"{p}_block(U, V, P, {C}, bi, t0, nt, alpha{self.ctx.cell_args});", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
         w("if (TCPY_UNLIKELY(bad)) {  /* inf, NaN or huge: the sums as TC states them */", 1)
         w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
-        w(f"for (int64_t bi = 0; bi < {self.batch}; bi++)", 2)
-        self.exact_sums(w, 3, (A, B, C), ("0", str(self.M)), ("0", str(self.N)))
+        w(f"for (int64_t bi = 0; bi < {self.ctx.batch}; bi++)", 2)
+        exact_sums(self.ctx, w, 3, (A, B, C), ("0", str(self.ctx.M)), ("0", str(self.ctx.N)))
         w("}", 1)
         w("}")
 
     def render(self) -> tuple[str, str]:
-        helpers = _Writer()
-        self.header(helpers)
+        """``(helpers, body)``."""
+        helpers = CWriter()
+        header(self.ctx, helpers)
         self.offsets(helpers)
         self.weights(helpers)
         self.inputs(helpers)
         self.kernel(helpers)
         self.block(helpers)
-        body = _Writer()
+        body = CWriter()
         self.body(body)
         return helpers.text(), body.text()

@@ -268,6 +268,37 @@ def test_value_and_grad_returns_outputs_then_gradients():
     assert tcpy.vjp(forward, "Q").source == tcpy.grad(forward, "Q").source
 
 
+def score_sized_temporaries(kernel, args) -> list[str]:
+    """The temporaries the launcher allocates for a call at full size of at least L x S."""
+    entry = kernel._launch_entry(tuple(args))
+    names = [t.name for t in kernel.def_.temporaries]
+    score = args[0].shape[-2] * args[1].shape[-2]
+    return [name for name, (shape, _) in zip(names, entry.temp_specs) if np.prod(shape) >= score]
+
+
+def test_softmax_quotient_gradient_reads_the_quotient_it_keeps():
+    """``P = E / Sm``, whose P the gradient of ``P * V`` reads anyway: Sm's cotangent reads P
+    (``-dP * P / Sm``), not ``E / Sm / Sm``, so E lives in a fused group's row buffer only."""
+    src = """def f(double(B,L,D) Q, double(B,S,D) K, double(B,S,D) V) -> (O) {
+        Sc(b, l, s) +=! Q(b, l, d) * K(b, s, d)
+        Mx(b, l) max=! Sc(b, l, s)
+        E(b, l, s) = exp(Sc(b, l, s) - Mx(b, l))
+        Sm(b, l) +=! E(b, l, s)
+        P(b, l, s) = E(b, l, s) / Sm(b, l)
+        O(b, l, d) +=! P(b, l, s) * V(b, s, d)
+    }"""
+    shapes = [(2, 40, 8), (2, 48, 8), (2, 48, 8)]
+    forward = tcpy.define(src)
+    args = arguments(forward, shapes)
+    cots = cotangents(forward, args)
+    backward = tcpy.grad(forward)
+    assert "-(dP(b, l, s) * (P(b, l, s) / Sm(b, l)))" in backward.source
+    assert score_sized_temporaries(backward, [*args, *cots]) == ["Sc", "P", "dP", "dSc"]
+    want = tcpy.grad(tcpy.define(src, backend="reference"))(*args, *cots)
+    for got, expected in zip(backward(*args, *cots), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
 def test_reference_kernels_give_reference_backwards():
     src, shapes = layer("softmax")
     reference = tcpy.define(src, backend="reference")

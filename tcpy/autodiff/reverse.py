@@ -236,10 +236,15 @@ class _Reverse:
         """``T(o) +=! N / D`` with ``D`` free of the reduction variables (attention's ``p * V /
         l``, a mean): ``D``'s cotangent is ``-dT(o) * T(o) / D``, once per output point, instead
         of a sum over the reduction of ``N / D / D`` (a contraction's worth of loop-nest work).
-        An empty list when the statement has another form."""
+        The same for ``T(o) = N / D`` when the backward reads ``T`` anyway (softmax's ``P = E /
+        Sm``, read by the gradient of ``P * V``): then ``N`` need not be kept for ``D``'s
+        cotangent (a fused group's row buffer instead of a whole tensor). An empty list when the
+        statement has another form."""
         s = self.stmts[k]
         rhs = s.rhs
-        if not (s.reduction == "+" and s.init and s.reduction_vars and len(self.writers[s.target]) == 1
+        summed = s.reduction == "+" and s.init and s.reduction_vars
+        kept = s.reduction is None and s.target in self.needed
+        if not ((summed or kept) and len(self.writers[s.target]) == 1
                 and isinstance(rhs, ast.Binary) and rhs.op == "/"
                 and not index_vars(rhs.rhs) & set(s.reduction_vars)):
             return []

@@ -1,8 +1,11 @@
 """The public API: :func:`define`, :class:`Kernel`, :class:`Library`.
 
-``define`` parses and checks TC source and infers ranges once; a kernel is then specialised,
-compiled and cached per (dtypes, shapes, options) the first time it sees them. Repeated calls
-with the same shapes go straight from the Cython launcher to the compiled function.
+``define`` parses and checks TC source and infers ranges once. A kernel is then compiled once
+for every shape (size-generic, :mod:`tcpy.generic`) where its def allows, else specialised,
+compiled and cached per (dtypes, shapes, options) the first time it sees them; under
+``Options(specialize="auto")`` a shape called :data:`SPECIALIZE_AFTER_CALLS` times also gets a
+specialised kernel, compiled in the background. Repeated calls with the same shapes go straight
+from the Cython launcher to the compiled function.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import hashlib
 import math
 import os
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -19,6 +23,7 @@ import numpy as np
 
 from . import binding, ranges
 from .codegen.emit import emit_kernel
+from .generic import generic_sizes, size_block, unsupported
 from .errors import (TCArgumentError, TCCompilerError, TCLookupError, TCOptionError, TCOverflowError,
                      TCMemoryError, TCProgramError, TCShapeError, TCWarning)
 from .lang import ast, parse
@@ -62,6 +67,11 @@ QUICK_CALL_POINTS = 1 << 12
 # select (a padded window's guarded read) and vectorize it; no value changes.
 SEMANTIC_FLAGS = ("-fwrapv", "-fno-math-errno", "-fno-trapping-math")
 
+#: Under ``Options(specialize="auto")``, the calls of one shape served by the generic kernel
+#: after which a kernel specialised for that shape is compiled in the background (the shape's
+#: calls switch to it when it is ready).
+SPECIALIZE_AFTER_CALLS = 100
+
 
 @dataclass(frozen=True)
 class Specialization:
@@ -96,6 +106,9 @@ class Kernel(Launcher):
         except TCProgramError as err:
             raise err.located(source)
         self.types: dict[str, ScalarType] = {t.name: t.scalar for t in def_.tensors}
+        self._generic = None  # the generic kernel (address, Specialization), or why there is none
+        self._served: dict[tuple, str] = {}  # sizes -> which kernel serves them, and why
+        self._background: list[threading.Thread] = []  # specialisations being compiled
 
     def with_options(self, options: Options) -> "Kernel":
         """The same def with other options (shares the inferred ranges)."""
@@ -137,14 +150,19 @@ class Kernel(Launcher):
         each pass to stderr (``loop_ir(after=...)`` returns it)."""
         return self._specialize(arrays_or_shapes, sizes)
 
-    def _specialize(self, arrays_or_shapes, sizes, stop_after: Optional[str] = None):
-        """:meth:`specialize`, or with ``stop_after`` the IR after that pass (no C)."""
+    def _specialize(self, arrays_or_shapes, sizes, stop_after: Optional[str] = None,
+                    options: Optional[Options] = None, generic: bool = False):
+        """:meth:`specialize`, or with ``stop_after`` the IR after that pass (no C); ``options``
+        instead of :meth:`options_for`'s; ``generic``: the size-generic kernel planned at these
+        sizes (see :mod:`tcpy.generic`)."""
         sizes = self._sizes(arrays_or_shapes, sizes)
         bound = self.ranges.bind(sizes)
-        options = self.options_for(sizes)
-        ir = build_program(self.def_, bound, self.types)
+        options = options or self.options_for(sizes)
+        ir = build_program(self.def_, bound, self.types, generic_sizes(self.def_, self.ranges) if generic else None)
         show_passes = debug_level() >= 2
         for name, run in PASSES:
+            if generic and name == "lower" and unsupported(ir) is not None:
+                return unsupported(ir)
             ir = run(ir, options)
             if show_passes:
                 print(f"--- {self.def_.name} after {name}\n{_dump_any(ir)}", file=sys.stderr, end="")
@@ -153,7 +171,7 @@ class Kernel(Launcher):
         if stop_after is not None:
             return ir
         digest = hashlib.sha256(repr((self.def_.name, sorted(sizes.items()))).encode()).hexdigest()[:12]
-        symbol = f"tcpy_{self.def_.name}_{digest}"
+        symbol = f"tcpy_{self.def_.name}_{'generic' if generic else digest}"
         c_source, errors = emit_kernel(ir, symbol)
         return Specialization(sizes, bound, ir, c_source, errors, symbol)
 
@@ -180,7 +198,8 @@ class Kernel(Launcher):
         text = ranges.explain(self.ranges, bound_sizes)
         if bound_sizes is not None:
             spec = self.specialize(**bound_sizes)
-            lines = [f"target: {spec.ir.options.target.describe()}", "schedule:"]
+            lines = [f"target: {spec.ir.options.target.describe()}", f"kernel: {self._kernel_choice(bound_sizes)}",
+                     "schedule:"]
             for nest in spec.ir.nests:
                 if nest.group is not None:
                     lines.append(f"  fused {describe_group(spec.ir.program, nest.group)}")
@@ -229,44 +248,158 @@ class Kernel(Launcher):
                 "(pass arrays, shapes, or name=value sizes)")
         return bound
 
+    # -- generic kernels and tiering ---------------------------------------------------------
+
+    def _generic_options(self) -> Options:
+        """The options a generic kernel is planned with: unfused and without register tiles (not
+        generic yet); for the thread count the options fix, else for at least two threads (the
+        kernel serves every count: a call's count runs its parallel loops)."""
+        return dataclasses.replace(self.options, fuse=False, register_tile=False,
+                                   num_threads=self.options.num_threads or max(2, self.options.threads))
+
+    def _generic_kernel(self, sizes: Mapping[str, int]):
+        """``(address, Specialization)`` of the generic kernel, planned and built at the first
+        call's ``sizes``; or why this def has none (text)."""
+        if self._generic is None:
+            spec = self._specialize((), sizes, options=self._generic_options(), generic=True)
+            if isinstance(spec, str):
+                self._generic = spec
+            else:
+                self._generic = (_build_and_load(spec, spec.ir.options), spec)
+        return self._generic
+
+    def _kernel_choice(self, sizes: Mapping[str, int]) -> str:
+        """Which kernel serves calls with ``sizes``, and why."""
+        served = self._served.get(_sizes_key(sizes))
+        if served is not None:
+            return served
+        if self.options.specialize == "always":
+            return "specialised to these sizes (Options(specialize='always'))"
+        from .tuning import tuned_options
+        if tuned_options(self, sizes) is not None:
+            return "specialised to these sizes, with the options tcpy.autotune found for them"
+        if self._generic is None:
+            reason = self._specialize((), sizes, options=self._generic_options(), generic=True)
+        else:
+            reason = self._generic
+        if isinstance(reason, str):
+            return f"specialised to these sizes: no generic kernel, {reason}"
+        return _generic_text(self.options.specialize)
+
+    def finish_specializations(self, timeout: Optional[float] = None) -> None:
+        """Wait for the specialised kernels compiled in the background (``specialize="auto"``)."""
+        for thread in list(self._background):
+            thread.join(timeout)
+
     def _launch_entry(self, args) -> LaunchEntry:
-        """Launcher miss: check arguments, specialise, build, and describe the call."""
+        """Launcher miss: check arguments, plan (generic kernel) or specialise and build, and
+        describe the call."""
         arrays, sizes = binding.bind_arguments(self.def_, args)
         _check_runnable(self.options.target)
-        spec = self.specialize(**sizes)
-        options = spec.ir.options
-        shapes = spec.bound.shapes
-        program = spec.ir.program
+        from .tuning import tuned_options
+        if self.options.specialize != "always" and tuned_options(self, sizes) is None:
+            generic = self._generic_kernel(sizes)
+            if not isinstance(generic, str):
+                return self._generic_entry(*generic, sizes)
+            self._served[_sizes_key(sizes)] = f"specialised to these sizes: no generic kernel, {generic}"
+        return self._specialized_entry(self.specialize(**sizes), sizes)
 
+    def _generic_entry(self, address: int, generic: Specialization, sizes: Mapping[str, int]) -> LaunchEntry:
+        """The generic kernel's entry for ``sizes``: their checks, shapes and size block."""
+        bound = self.ranges.bind(sizes)  # the preconditions, as a specialised kernel's
+        key = _sizes_key(sizes)
+        self._served.setdefault(key, _generic_text(self.options.specialize))
+        statements = [(s.stmt, bound.statements[s.origin]) for s in generic.ir.program.statements]
+        auto = self.options.specialize == "auto"
+        options = self.options_for(sizes) if auto else None  # (the calling thread's count)
+        holder = []
+
+        def hot(table_key):
+            self._specialize_in_background(table_key, holder[0], sizes, options)
+
+        entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0,
+                            constants=(size_block(self.ranges.size_vars, sizes),),
+                            on_hot=hot if auto else None, hot_calls=SPECIALIZE_AFTER_CALLS)
+        holder.append(entry)
+        return entry
+
+    def _specialize_in_background(self, table_key, generic_entry: LaunchEntry, sizes, options: Options) -> None:
+        """Compile the kernel specialised to ``sizes`` in a thread; the launcher's entry for
+        ``table_key`` switches to it when it is built (unless it changed meanwhile)."""
+
+        def run():
+            try:
+                entry = self._specialized_entry(self._specialize((), sizes, options=options), sizes)
+            except Exception as err:  # the generic kernel keeps serving
+                self._served[_sizes_key(sizes)] += f"; its specialisation failed ({err})"
+                return
+            if self.table.get(table_key) is generic_entry:
+                self.table[table_key] = entry
+            self._served[_sizes_key(sizes)] = (
+                f"specialised to these sizes: compiled in the background after {SPECIALIZE_AFTER_CALLS} calls "
+                "(Options(specialize='auto'))")
+
+        thread = threading.Thread(target=run, name=f"tcpy specialise {self.def_.name}", daemon=True)
+        self._background = [t for t in self._background if t.is_alive()] + [thread]
+        thread.start()
+
+    def _specialized_entry(self, spec: Specialization, sizes: Mapping[str, int]) -> LaunchEntry:
+        """The entry of a kernel specialised to ``sizes``."""
+        options = spec.ir.options
+        statements = [(s.stmt, s.ranges) for s in spec.ir.program.statements]
+        # (the address is found after the memory check: no compile for a call that cannot run)
+        return self._entry(spec, spec.bound, statements, lambda: _build_and_load(spec, options),
+                           options.num_threads or 0)  # else tcpy.set_num_threads, then OpenMP's count
+
+    def _entry(self, spec: Specialization, bound, statements, address, num_threads: int, **extra) -> LaunchEntry:
+        """A launcher entry for the kernel ``spec`` at ``bound`` sizes; ``statements``: each
+        statement of its program with its ranges at those sizes; ``address``: the kernel's, or
+        a function that builds it."""
+        shapes = bound.shapes
+        program = spec.ir.program
         accumulated = {s.target for s in caller_accumulations(self.def_)}
 
         def array_spec(name):
             if name in program.shrunk:  # replaced by per-thread buffers of a fused group
                 return ((0,) * len(shapes[name]), binding.numpy_dtype(self.types[name]), False)
-            return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]), not _covered(name, spec),
-                    name in accumulated)
+            return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]),
+                    not _covered(name, statements, shapes[name]), name in accumulated)
 
         outputs = {r.name: array_spec(r.name) for r in self.def_.returns}
         temporaries = {**{t.name: array_spec(t.name) for t in self.def_.temporaries},
                        **{c: (program.shapes[c], binding.numpy_dtype(program.types[c]), False) for c in program.copies},
                        **{s.name: (s.shape, binding.numpy_dtype(s.type), False) for s in spec.ir.scratch}}
-        _check_memory(self.def_.name, sizes, outputs, temporaries)  # before the compiler runs
+        _check_memory(self.def_.name, bound.sizes, outputs, temporaries)  # before the compiler runs
         return LaunchEntry(
-            func_address=_build_and_load(spec, options),
+            func_address=address() if callable(address) else address,
             n_inputs=len(self.def_.params),
             input_dtypes=[binding.numpy_dtype(self.types[p.name]) for p in self.def_.params],
             output_specs=list(outputs.values()),
             temp_specs=list(temporaries.values()),
             error_messages=list(spec.error_messages),
-            num_threads=options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
+            num_threads=num_threads,
             single_output=len(self.def_.returns) == 1,
-            quick=_points(program) < QUICK_CALL_POINTS,
+            quick=_points(ranges for _, ranges in statements) < QUICK_CALL_POINTS,
+            **extra,
         )
 
 
-def _points(program) -> int:
-    """Iterations of all statements together: a measure of a kernel's work."""
-    return sum(volume(hi - lo for lo, hi in statement.ranges.values()) for statement in program.statements)
+def _generic_text(mode: str) -> str:
+    """What serves a shape from the generic kernel, under ``Options(specialize=mode)``."""
+    if mode == "never":
+        return "generic (compiled once for every shape, Options(specialize='never'))"
+    return (f"generic (compiled once for every shape; specialised in the background after "
+            f"{SPECIALIZE_AFTER_CALLS} calls of a shape, Options(specialize='auto'))")
+
+
+def _sizes_key(sizes: Mapping[str, int]) -> tuple:
+    return tuple(sorted(sizes.items()))
+
+
+def _points(statement_ranges) -> int:
+    """Iterations of all statements (each given by its ranges) together: a measure of a
+    kernel's work."""
+    return sum(volume(hi - lo for lo, hi in ranges.values()) for ranges in statement_ranges)
 
 
 def _check_runnable(target: Target) -> None:
@@ -341,12 +474,10 @@ def _build_and_load(spec: Specialization, options: Options) -> int:
         return load_symbol(build(), spec.symbol)
 
 
-def _covered(tensor: str, spec: Specialization) -> bool:
-    """Whether the first statement writing ``tensor`` writes all of it without reading it (so
-    it needs no zero fill)."""
-    shape = spec.bound.shapes[tensor]
-    for statement in spec.ir.program.statements:
-        stmt, ranges = statement.stmt, statement.ranges
+def _covered(tensor: str, statements, shape) -> bool:
+    """Whether the first statement writing ``tensor`` (of ``statements``: each with its ranges)
+    writes all of it without reading it (so it needs no zero fill)."""
+    for stmt, ranges in statements:
         if stmt.target == tensor:
             return (stmt.reduction is None or stmt.init) and all(ranges[v][0] <= 0 and ranges[v][1] >= extent
                        for v, extent in zip(stmt.output_vars, shape))

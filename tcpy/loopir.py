@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .schedule import StmtSchedule
     from .contraction_ir import Contraction, Plan
     from .transform.recognition import Base
+    from .generic import GenericSizes
 
 
 class Mode(enum.Enum):
@@ -353,7 +354,8 @@ class Program:
 
     ``groups``: fused statement groups; ``shrunk``: the def's temporaries that no longer exist
     at full size (a fused group's per-iteration buffers replaced them); ``epilogues``: the
-    statements that run in a contraction's store.
+    statements that run in a contraction's store; ``generic``: set when the sizes are nominal
+    and the kernel takes its sizes at run time (:mod:`tcpy.generic`).
     """
 
     def_: ast.Def
@@ -364,6 +366,7 @@ class Program:
     groups: tuple[FusedGroup, ...] = ()
     shrunk: tuple[str, ...] = ()
     epilogues: tuple[Epilogue, ...] = ()
+    generic: Optional["GenericSizes"] = None
 
     def __post_init__(self):
         for name in ("shapes", "types", "sizes"):

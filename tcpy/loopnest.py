@@ -28,21 +28,25 @@ from .loopir import (
     NestKind, Node, OnlineStep, Point, Program, Scratch, Statement, Var, first_point, from_isl,
 )
 from .lower_chains import lower_chain
+from .generic import GenericSizes
 from .options import Options
 from .schedule import Level, StmtSchedule, volume
 from .transform.snapshot import snapshot_own_reads
 
 
-def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType]) -> Program:
+def build_program(def_: ast.Def, bound, types: Mapping[str, ScalarType],
+                  generic: Optional[GenericSizes] = None) -> Program:
     """``def_`` bound to concrete sizes (``bound`` from ``DefRanges.bind``); ``types`` maps every
     tensor name to its element type. A statement that reads its own target where it also writes
-    reads a snapshot taken before it (:mod:`tcpy.transform.snapshot`)."""
+    reads a snapshot taken before it (:mod:`tcpy.transform.snapshot`). With ``generic`` (see
+    :mod:`tcpy.generic`), the sizes are nominal: the passes plan with them, but the loops and
+    strides are rendered for the sizes of each call."""
     shapes = {p.name: p.type.shape(bound.sizes) for p in def_.params}
     shapes.update((name, tuple(shape)) for name, shape in bound.shapes.items())
     statements = tuple(Statement(inline_lets(stmt), dict(ranges), origin)
                        for origin, (stmt, ranges) in enumerate(zip(def_.stmts, bound.statements)))
     # every path computes in place: a statement reading what it writes reads a snapshot
-    return snapshot_own_reads(Program(def_, statements, shapes, types, bound.sizes))
+    return snapshot_own_reads(Program(def_, statements, shapes, types, bound.sizes, generic=generic))
 
 
 # ----------------------------------------------------------------------------- isl
@@ -175,12 +179,18 @@ def _identity_needed(stmt: ast.Stmt) -> bool:
 
 
 def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ranges,
-          fixed: Mapping[str, str]) -> tuple[Node, ...]:
+          fixed: Mapping[str, str], generic: Optional[tuple[GenericSizes, int]] = None) -> tuple[Node, ...]:
+    """The loops of one nest over ``vars_``; with ``generic`` (sizes, the statement's origin),
+    over the ranges as functions of the sizes instead of ``ranges``."""
     name = f"S{index}"
-    domain = _rect_set(name, vars_, ranges, fixed)
-    # the loops around the nest range over the fixed variables' ranges: isl needs no guards
-    bounds = " and ".join(f"{ranges[v][0]} <= {param} < {ranges[v][1]}" for v, param in fixed.items())
-    context = isl.Set(f"[{', '.join(fixed.values())}] -> {{ : {bounds} }}" if fixed else "{ : }")
+    if generic is not None:
+        sizes, origin = generic
+        domain, context = sizes.domain(name, origin, vars_, _isl_names(vars_)), sizes.context()
+    else:
+        domain = _rect_set(name, vars_, ranges, fixed)
+        # the loops around the nest range over the fixed variables' ranges: isl needs no guards
+        bounds = " and ".join(f"{ranges[v][0]} <= {param} < {ranges[v][1]}" for v, param in fixed.items())
+        context = isl.Set(f"[{', '.join(fixed.values())}] -> {{ : {bounds} }}" if fixed else "{ : }")
     ast_root = _build_ast(_schedule_map(name, vars_, sched, domain), context)
     return _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
 
@@ -207,6 +217,8 @@ def _statement_nests(program: Program, index: int, fixed: Mapping[str, str],
     statement = program.statements[index]
     stmt, ranges = statement.stmt, statement.ranges
     engine = statement.engine
+    # a generic program's loops run over its ranges at the call's sizes (fused groups: not yet)
+    generic = (program.generic, statement.origin) if program.generic is not None and not fixed else None
     if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
         epilogue = next((e for e in program.epilogues if e.producer == index), None)
         return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, engine.contraction, engine.plan, epilogue),))]
@@ -216,27 +228,34 @@ def _statement_nests(program: Program, index: int, fixed: Mapping[str, str],
         # when it has `!` and as an in-place update otherwise.
         mode = Mode.ASSIGN if stmt.reduction is None or stmt.init else Mode.MEMORY
         sched = dataclasses.replace(sched, register_reduction=False)
-        return [Nest(index, NestKind.COMPUTE, _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed),
-                     sched)]
+        return [Nest(index, NestKind.COMPUTE,
+                     _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed, generic), sched)]
     nests = []
     out_vars = stmt.output_vars
     if stmt.init and not sched.register_reduction:
         nests.append(Nest(index, NestKind.INIT,
-                          _nest(index, stmt, outputs_sched, Mode.INIT, out_vars, ranges, fixed), outputs_sched))
-    if sched.register_reduction and any(ranges[v][1] <= ranges[v][0] for v in stmt.reduction_vars):
+                          _nest(index, stmt, outputs_sched, Mode.INIT, out_vars, ranges, fixed, generic),
+                          outputs_sched))
+    mode = Mode.REGISTER if sched.register_reduction else Mode.MEMORY
+    if sched.register_reduction and generic is not None:
+        # the reduction may be empty at some sizes: then the identity's nest runs instead
+        body = (Guard(program.generic.nonempty(statement.origin, stmt.reduction_vars),
+                      _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed, generic),
+                      _empty_reduction(index, stmt, sched, ranges, fixed, generic)),)
+    elif sched.register_reduction and any(ranges[v][1] <= ranges[v][0] for v in stmt.reduction_vars):
         # Empty reduction: isl would emit no loops at all, but every output element
         # still receives the identity (or keeps its value without `!`).
         body = _empty_reduction(index, stmt, sched, ranges, fixed)
     else:
-        body = _nest(index, stmt, sched, Mode.REGISTER if sched.register_reduction else Mode.MEMORY,
-                     stmt.index_vars, ranges, fixed)
+        body = _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed, generic)
     nests.append(Nest(index, NestKind.COMPUTE, body, sched))
     if sched.split and body:
         parts = sched.split[2]
         scratch.append(Scratch(f"partial.{index}", (parts,) + tuple(program.shapes[stmt.target]),
                                accumulator_type(program.types[stmt.target]), index))
         nests.append(Nest(index, NestKind.COMBINE,
-                          _nest(index, stmt, outputs_sched, Mode.COMBINE, out_vars, ranges, fixed), outputs_sched))
+                          _nest(index, stmt, outputs_sched, Mode.COMBINE, out_vars, ranges, fixed, generic),
+                          outputs_sched))
     return nests
 
 
@@ -287,10 +306,10 @@ def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     return (Block(buffers, tuple(body), views),) if buffers or views else tuple(body)
 
 
-def _empty_reduction(index, stmt, sched, ranges, fixed) -> tuple[Node, ...]:
+def _empty_reduction(index, stmt, sched, ranges, fixed, generic=None) -> tuple[Node, ...]:
     out_vars = stmt.output_vars
     if not stmt.init:
         return ()  # T op= (identity) leaves T unchanged
     init_sched = StmtSchedule(order=tuple(v for v in sched.order if v in out_vars), reductions=(), tiles=(),
                               parallel_dims=0, simd=False, register_reduction=False, unroll=0)
-    return _nest(index, stmt, init_sched, Mode.INIT, out_vars, ranges, fixed)
+    return _nest(index, stmt, init_sched, Mode.INIT, out_vars, ranges, fixed, generic)

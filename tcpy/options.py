@@ -50,6 +50,11 @@ class Options:
         raise :class:`~tcpy.TCOptionError` when it is specialised.
     target: the machine to build for: a :class:`~tcpy.Target`, a preset name (``"x86-64-v3"``)
         or None for ``$TCPY_TARGET``, else this machine.
+    specialize: ``"auto"`` (default): one size-generic kernel serves every shape of a def whose
+        statements all run as loop nests (see :mod:`tcpy.generic`), and a shape called often
+        gets a kernel specialised for it, compiled in the background; ``"never"``: the generic
+        kernel only; ``"always"``: a kernel compiled for each shape. A def the generic kernel
+        cannot run yet gets specialised kernels whatever this says (``explain()`` says why).
     """
 
     tile_sizes: Mapping[str, int] = field(default_factory=dict)
@@ -67,6 +72,7 @@ class Options:
     winograd: bool = True
     target: Union[None, str, Target] = None
     plan: Mapping[str, object] = field(default_factory=dict)
+    specialize: str = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "target", Target.resolve(self.target))
@@ -89,6 +95,8 @@ class Options:
             if not _int_in(size, 0, MAX_TILE):
                 _bad(f"tile_sizes[{var!r}]", f"an int from 0 to {MAX_TILE}", size)
         object.__setattr__(self, "plan", _plan_overrides(self.plan))
+        if self.specialize not in SPECIALIZE_MODES:
+            _bad("specialize", f"one of {', '.join(map(repr, SPECIALIZE_MODES))}", self.specialize)
 
     @property
     def threads(self) -> int:
@@ -106,7 +114,7 @@ class Options:
             tuple(sorted(self.tile_sizes.items())), self.loop_order, self.unroll, self.threads,
             self.parallel, self.vectorize, self.fast_math, self.check_indices, self.cflags,
             self.register_tile, self.contraction, self.fuse, self.winograd, self.target.key(),
-            tuple(sorted(self.plan.items())),
+            tuple(sorted(self.plan.items())), self.specialize,
         )
 
 
@@ -127,6 +135,7 @@ def _names(field_name: str, value, expected: str = "a sequence of index variable
     return tuple(value)
 
 
+SPECIALIZE_MODES = ("auto", "always", "never")
 PLAN_PATHS = ("packed", "small", "stream", "direct", "batch_lanes")
 PLAN_SIZES = ("mr", "nr", "kc", "mc", "nc", "rows")
 

@@ -10,7 +10,8 @@ inputs C-contiguous, allocate outputs and temporaries, and call the kernel with 
 released.
 
 Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err, const volatile int
-*stop)``, buffers = inputs in signature order, outputs in return order, then temporaries. A
+*stop)``, buffers = inputs in signature order, outputs in return order, temporaries, then the
+entry's constant buffers (a size-generic kernel's size block). A
 return value k > 0 raises ``TCRuntimeError(error_messages[k - 1].format(*err[0:4]))``; -1 means
 the kernel saw ``*stop`` set by Ctrl-C and stopped early: Python's SIGINT handler then raises
 (KeyboardInterrupt by default). A kernel that never polls may omit ``stop``.
@@ -304,6 +305,10 @@ cdef class LaunchEntry:
     ``quick``: the kernel does little work (microseconds), so the call keeps the GIL and does not
     watch for Ctrl-C: releasing the GIL and asking the OS for the SIGINT handler (two system
     calls) would cost more than the kernel.
+    ``constants``: C-contiguous arrays passed after the temporaries, the same every call (a
+    size-generic kernel's size block). ``on_hot``: called once, with the launcher's table key,
+    when the entry serves its ``hot_calls``-th call (a generic kernel's shape worth a
+    specialised kernel); ``calls`` counts the calls while it waits.
     """
     cdef readonly object func_address
     cdef readonly int n_inputs
@@ -315,13 +320,18 @@ cdef class LaunchEntry:
     cdef readonly tuple input_dtypes
     cdef readonly object owner
     cdef readonly bint quick
+    cdef readonly tuple constants
+    cdef public object on_hot
+    cdef public long hot_calls
+    cdef readonly long calls
     cdef kernel_fn fn
     cdef tuple _outs
     cdef tuple _temps
     cdef list _spare_temps  # temporaries of the last call, reused by the next one (or None)
 
     def __init__(self, func_address, n_inputs, output_specs, temp_specs=(), error_messages=(),
-                 num_threads=0, single_output=True, input_dtypes=None, owner=None, quick=False):
+                 num_threads=0, single_output=True, input_dtypes=None, owner=None, quick=False, constants=(),
+                 on_hot=None, hot_calls=0):
         if not func_address:
             raise ValueError("LaunchEntry needs the kernel's function address")
         self.func_address = int(func_address)
@@ -341,6 +351,10 @@ cdef class LaunchEntry:
         self.input_dtypes = input_dtypes
         self.owner = owner
         self.quick = quick
+        self.constants = tuple(np.ascontiguousarray(c) for c in constants)
+        self.on_hot = on_hot
+        self.hot_calls = hot_calls
+        self.calls = 0
 
     def __repr__(self):
         outs = ", ".join(f"{d}{list(s)}" for s, d in self.output_specs)
@@ -414,6 +428,8 @@ cdef class Launcher:
             if not isinstance(entry, LaunchEntry):
                 raise TypeError(f"miss_handler returned {type(entry).__name__}, not LaunchEntry")
             self.table[key] = entry
+        if (<LaunchEntry>entry).on_hot is not None:
+            _count_call(<LaunchEntry>entry, key)
         return _launch(<LaunchEntry>entry, args, out)
 
     def clear(self):
@@ -421,11 +437,20 @@ cdef class Launcher:
         self.table.clear()
 
 
+cdef _count_call(LaunchEntry entry, object key):
+    """Count a call of an entry that waits to be hot; at its hot call, tell ``on_hot`` (once)."""
+    entry.calls += 1
+    if entry.calls >= entry.hot_calls:
+        on_hot, entry.on_hot = entry.on_hot, None
+        on_hot(key)
+
+
 cdef object _launch(LaunchEntry entry, tuple args, object out):
     cdef Py_ssize_t i, n_in = entry.n_inputs
     cdef Py_ssize_t n_out = PyTuple_GET_SIZE(entry._outs)
     cdef Py_ssize_t n_tmp = PyTuple_GET_SIZE(entry._temps)
-    cdef Py_ssize_t n_buf = n_in + n_out + n_tmp
+    cdef Py_ssize_t n_const = PyTuple_GET_SIZE(entry.constants)
+    cdef Py_ssize_t n_buf = n_in + n_out + n_tmp + n_const
     cdef list arrays = [None] * n_buf  # holds every buffer alive through the call
     cdef cnp.ndarray a
     if PyTuple_GET_SIZE(args) != n_in:  # only if a miss handler accepted a different count
@@ -460,6 +485,8 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
                 memset(cnp.PyArray_DATA(a), 0, cnp.PyArray_NBYTES(a))
     for i in range(n_tmp):
         arrays[n_in + n_out + i] = temps[i]
+    for i in range(n_const):
+        arrays[n_in + n_out + n_tmp + i] = entry.constants[i]
     try:
         _call(entry, arrays, n_buf)
     finally:

@@ -1,0 +1,141 @@
+"""Size-generic kernels: one compiled kernel for every shape of a def's signature.
+
+A generic kernel's program is planned at nominal sizes (the first call's: the passes make
+their decisions from them), but its loops come from isl domains whose bounds are functions of
+the size variables, left as isl parameters, and its strides from shapes in those parameters.
+isl's AST build then writes the loop bounds, partial tiles and guards for every size, so no
+decision taken at the nominal sizes can drop a loop or a guard another size needs. The kernel
+reads the sizes at run time from a *size block*: one int64 buffer after its temporaries, the
+def's size variables in order (:func:`size_block`).
+
+What runs generically today: statements that run as loop nests (element-wise statements,
+reductions, contractions with ``Options(contraction=False)``), planned unfused and without
+register tiles, and without split reductions or snapshots. :func:`unsupported` says why a planned program is not generic; such a
+def gets a kernel specialised for each shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import islpy as isl
+import numpy as np
+
+from .lang import ast
+from .loopir import Const, IExpr, Program, Var, from_isl
+from .ranges import DefRanges
+from .ranges.isl_helpers import CTX, PARAM, SET, lift_params
+
+#: C name of a size variable inside a generic kernel (TC names never start with ``tcpy_``).
+SIZE_PREFIX = "tcpy_size_"
+
+
+@dataclass(frozen=True)
+class GenericSizes:
+    """The sizes of a generic program as run-time values.
+
+    ``names``: the def's size variables, in size-block order; ``ranges``: per def statement,
+    ``{var: (lo, hi)}`` as isl functions of the sizes (parameters named by :func:`size_c_name`;
+    undefined where the range is empty); ``shapes``: every tensor's dimensions as loop-IR
+    expressions of the sizes.
+    """
+
+    names: tuple[str, ...]
+    ranges: tuple[Mapping[str, tuple[isl.PwAff, isl.PwAff]], ...]
+    shapes: Mapping[str, tuple[IExpr, ...]]
+
+    def context(self) -> isl.Set:
+        """The sizes a call may have: every size >= 0."""
+        space = isl.Space.create_from_names(CTX, set=[], params=[size_c_name(n) for n in self.names]).params()
+        context = isl.Set.universe(space)
+        for pos in range(len(self.names)):
+            context = context.lower_bound_val(PARAM, pos, isl.Val.zero(CTX))
+        return context
+
+    def domain(self, name: str, origin: int, vars_: tuple[str, ...], isl_names: Mapping[str, str]) -> isl.Set:
+        """``{ name[vars] : lo(sizes) <= var < hi(sizes) }`` of statement ``origin``'s ranges."""
+        space = isl.Space.create_from_names(CTX, set=[isl_names[v] for v in vars_],
+                                            params=[size_c_name(n) for n in self.names])
+        domain = isl.Set.universe(space).intersect_params(self.context())
+        ls = isl.LocalSpace.from_space(space)
+        for pos, var in enumerate(vars_):
+            lo, hi = self.ranges[origin][var]
+            x = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, SET, pos))
+            lo, hi = lift_params(lo, len(vars_)), lift_params(hi, len(vars_))
+            domain = domain.intersect(lo.le_set(x)).intersect(x.lt_set(hi))
+        return domain.set_tuple_name(name).coalesce()
+
+    def nonempty(self, origin: int, vars_: tuple[str, ...]) -> IExpr:
+        """The condition (on the sizes) that every range of ``vars_`` of statement ``origin`` is
+        non-empty."""
+        params = isl.Set.universe(self.context().get_space()).intersect(self.context())
+        for var in vars_:
+            lo, hi = self.ranges[origin][var]
+            params = params.intersect(lo.lt_set(hi))
+        build = isl.AstBuild.from_context(self.context())
+        return from_isl(build.expr_from_set(params.gist_params(self.context()).coalesce()))
+
+
+def size_c_name(name: str) -> str:
+    """The C (and isl parameter) name of size variable ``name`` in a generic kernel."""
+    return SIZE_PREFIX + name
+
+
+def generic_sizes(def_: ast.Def, def_ranges: DefRanges) -> GenericSizes:
+    """The run-time form of ``def_``'s ranges and shapes (``def_ranges`` from range inference)."""
+    names = tuple(def_ranges.size_vars)
+    # isl ids as spaces made from names have them (an isl.Id made in Python is another id)
+    space = isl.Space.create_from_names(CTX, set=[], params=[size_c_name(n) for n in names])
+    renamed = {n: space.get_dim_id(PARAM, pos) for pos, n in enumerate(names)}
+
+    def rename(pa: isl.PwAff) -> isl.PwAff:
+        for pos in range(pa.dim(PARAM)):
+            pa = pa.set_dim_id(PARAM, pos, renamed[pa.get_dim_name(PARAM, pos)])
+        return pa
+
+    ranges = tuple({var: (rename(vr.lo_isl), rename(vr.hi_isl)) for var, vr in st.ranges.items()}
+                   for st in def_ranges.statements)
+    sizes = GenericSizes(names, ranges, {})
+    context = sizes.context()
+    build = isl.AstBuild.from_context(context)
+    shapes: dict[str, tuple[IExpr, ...]] = {}
+    for param in def_.params:
+        shapes[param.name] = tuple(ast_dim(d) for d in param.type.dims)
+    for name, dims in def_ranges.shapes_isl.items():
+        # undefined (an empty range) reads as 0, as when ranges are bound to sizes
+        shapes[name] = tuple(from_isl(build.expr_from_pw_aff(_zero_elsewhere(rename(d)).gist_params(context)))
+                             for d in dims)
+    return GenericSizes(names, ranges, shapes)
+
+
+def ast_dim(dim) -> IExpr:
+    """A parameter's declared dimension (a size variable or a number) as a loop-IR expression."""
+    return Const(dim.value) if isinstance(dim, ast.IntLit) else Var(size_c_name(dim.name))
+
+
+def _zero_elsewhere(pa: isl.PwAff) -> isl.PwAff:
+    """``pa`` where defined (at least 0), 0 elsewhere."""
+    zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(pa.get_domain_space()))
+    return pa.union_max(zero).coalesce()
+
+
+def size_block(names: tuple[str, ...], sizes: Mapping[str, int]) -> np.ndarray:
+    """The int64 buffer a generic kernel reads its sizes from."""
+    return np.array([sizes[n] for n in names] or [0], dtype=np.int64)
+
+
+def unsupported(program: Program) -> Optional[str]:
+    """Why ``program`` (after the passes before lowering) cannot run generically, or None when
+    it can."""
+    for statement in program.statements:
+        if statement.engine is not None:
+            return (f"statement {statement.origin + 1} runs through the contraction engine, whose kernels are "
+                    "specialised to sizes (Options(contraction=False) runs it as loops)")
+        if statement.origin < 0:
+            return "a statement reads what it writes, through a copy planned at fixed sizes"
+        if statement.loops.compute.split:
+            return (f"statement {statement.origin + 1} splits its reduction in parts whose number depends on "
+                    "the sizes")
+    if program.groups or program.epilogues:
+        return "statements run fused, over buffers sized when planned"
+    return None

@@ -1,0 +1,210 @@
+"""Size-generic kernels (Options(specialize=...)): one compile serves every shape, with the
+results of the reference evaluator and the errors of a specialised kernel."""
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+import tcpy.api
+from tcpy.target import Target
+
+SOFTMAX = """
+def softmax(float(N,D) I) -> (O) {
+    mx(n) max=! I(n, d)
+    e(n, d) = exp(I(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}
+"""
+LAYERNORM = """
+def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
+    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
+}
+"""
+# a window (the output is shorter than the input), a size in a value, an integer max
+WINDOW = """
+def window(float(N) I, float(K) W, int32(N) J) -> (O, P, Q) {
+    O(i) +=! I(i + k) * W(k)
+    P(i) = I(i) * N + K
+    Q(i) max=! J(i + k) where k in 0:K, i in 0:N - K + 1
+}
+"""
+MATMUL = """
+def matmul(float(M,K) A, float(K,N) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(k, n)
+}
+"""
+
+# sizes around vector widths and tiles: 0, 1, primes, multiples of 16 and 64, one off
+SIZES = (0, 1, 2, 3, 7, 13, 15, 16, 17, 31, 33, 63, 64, 65, 97)
+
+
+def _arguments(name, rng, sizes):
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    if name == "softmax":
+        return (f32(*sizes),)
+    if name == "layernorm":
+        n, d = sizes
+        return f32(n, d), f32(d), f32(d)
+    if name == "window":
+        n, k = sizes
+        return f32(n), f32(k), rng.integers(-50, 50, n).astype(np.int32)
+    m, n, k = sizes
+    return f32(m, k), f32(k, n)
+
+
+SOURCES = {"softmax": SOFTMAX, "layernorm": LAYERNORM, "window": WINDOW, "matmul": MATMUL}
+
+
+def _runnable_presets():
+    presets = ["x86-64-v3", "x86-64"]
+    if Target.preset("x86-64-v4").can_run_here():
+        presets.append("x86-64-v4")
+    return [p for p in presets if Target.preset(p).can_run_here()]
+
+
+# (def, preset, threads): every def, every runnable preset, 1, 2 and 7 threads
+CONFIGS = [(name, preset, threads) for k, name in enumerate(SOURCES)
+           for preset in _runnable_presets() for threads in ((1, 2, 7)[k % 3],)]
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """The kernels built (or found in the disk cache) by this test, as a list of symbols."""
+    built = []
+    build = tcpy.api._build_and_load
+
+    def counting(spec, options):
+        built.append(spec.symbol)
+        return build(spec, options)
+
+    monkeypatch.setattr(tcpy.api, "_build_and_load", counting)
+    return built
+
+
+_kernels = {}
+
+
+def _kernel(name, preset, threads):
+    """One kernel per configuration for the whole module (hypothesis calls it with many shapes)."""
+    key = (name, preset, threads)
+    if key not in _kernels:
+        # (contractions as loops: the engine's kernels are not generic yet)
+        options = tcpy.Options(specialize="never", target=preset, num_threads=threads, contraction=False)
+        _kernels[key] = (tcpy.define(SOURCES[name], options=options), tcpy.define(SOURCES[name], backend="reference"))
+    return _kernels[key]
+
+
+@pytest.mark.parametrize("name, preset, threads", CONFIGS)
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_generic_kernel_serves_every_shape(builds, name, preset, threads, data):
+    kernel, reference = _kernel(name, preset, threads)
+    rank = {"softmax": 2, "layernorm": 2, "window": 2, "matmul": 3}[name]
+    rng = np.random.default_rng(0)
+    shapes = data.draw(st.lists(st.tuples(*[st.sampled_from(SIZES)] * rank), min_size=3, max_size=6))
+    for sizes in shapes + [(17, 3, 5)[:rank]]:
+        if name == "window" and sizes[1] > sizes[0]:
+            continue  # (a precondition: tested below)
+        args = _arguments(name, rng, sizes)
+        got, want = kernel(*args), reference(*args)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+    assert "kernel: generic" in kernel.explain(*args)
+    # one build in the kernel's life (this test's examples are its only calls)
+    assert len(builds) == 1 and "generic" in builds[0]
+
+
+def test_a_sweep_compiles_once(builds):
+    kernel = tcpy.define(SOFTMAX, options=tcpy.Options(specialize="never"))
+    reference = tcpy.define(SOFTMAX, backend="reference")
+    rng = np.random.default_rng(1)
+    for n, d in [(5, 9), (1, 1), (0, 3), (3, 0), (128, 129), (31, 64), (2, 257)]:
+        x = rng.standard_normal((n, d)).astype(np.float32)
+        np.testing.assert_allclose(kernel(x), reference(x), rtol=1e-5, atol=1e-6)
+    assert len(builds) == 1 and "generic" in builds[0]
+    assert len(kernel.table) == 7  # one launcher entry per shape, all calling the same function
+
+
+def _error(fn):
+    with pytest.raises(tcpy.TCError) as info:
+        fn()
+    return type(info.value), str(info.value)
+
+
+# C(i + j) is not used to infer i or j: the sizes must satisfy L >= N + M - 1
+PRECONDITION = """
+def outer(float(N) A, float(M) B, float(L) C) -> (O) {
+    O(i, j) = A(i) * B(j) + C(i + j)
+}
+"""
+
+
+@pytest.mark.parametrize("source, good, bad", [
+    (PRECONDITION, (4, 3, 6), (np.zeros(4, np.float32), np.zeros(3, np.float32), np.zeros(5, np.float32))),
+    (WINDOW, (9, 3, 9), (np.zeros(6, np.float32), np.zeros(2, np.float32), np.zeros(5, np.int32))),  # N: 6 and 5
+    (WINDOW, (9, 3, 9), (np.zeros(6, np.float64), np.zeros(2, np.float32), np.zeros(6, np.int32))),  # a dtype
+    (WINDOW, (9, 3, 9), (np.zeros((6, 1), np.float32), np.zeros(2, np.float32), np.zeros(6, np.int32))),  # a rank
+])
+def test_bad_shapes_raise_what_a_specialised_kernel_raises(source, good, bad):
+    generic = tcpy.define(source, options=tcpy.Options(specialize="never", contraction=False))
+    good_args = [np.zeros(n, a.dtype if a.dtype != np.float64 else np.float32) for n, a in zip(good, bad)]
+    generic(*good_args)  # the generic kernel exists, planned at good sizes
+    specialised = tcpy.define(source, options=tcpy.Options(specialize="always", contraction=False))
+    expected = _error(lambda: specialised(*bad))
+    assert _error(lambda: generic(*bad)) == expected
+    assert "kernel: generic" in generic.explain(*good_args)
+
+
+def test_tiering_switches_a_hot_shape_to_a_specialised_kernel(builds, monkeypatch):
+    monkeypatch.setattr(tcpy.api, "SPECIALIZE_AFTER_CALLS", 3)
+    kernel = tcpy.define(LAYERNORM)  # specialize="auto"
+    rng = np.random.default_rng(2)
+    args = _arguments("layernorm", rng, (9, 20))
+    first = kernel(*args)
+    assert "kernel: generic" in kernel.explain(*args)
+    for _ in range(3):
+        np.testing.assert_array_equal(kernel(*args), first)
+    kernel.finish_specializations(timeout=120)
+    assert [s for s in builds if "generic" not in s], builds  # the specialisation was built
+    assert "kernel: specialised to these sizes: compiled in the background" in kernel.explain(*args)
+    (entry,) = kernel.table.values()
+    assert entry.constants == ()  # the specialised kernel's entry: sizes baked in
+    np.testing.assert_allclose(kernel(*args), first, rtol=1e-6, atol=1e-6)
+    other = _arguments("layernorm", rng, (4, 7))  # another shape still runs generic
+    np.testing.assert_allclose(kernel(*other), tcpy.define(LAYERNORM, backend="reference")(*other), rtol=1e-5,
+                               atol=1e-5)
+    assert len([s for s in builds if "generic" in s]) == 1
+
+
+def test_a_def_the_generic_kernel_cannot_run_is_specialised_and_explain_says_why(builds):
+    kernel = tcpy.define(MATMUL, options=tcpy.Options(specialize="never", target="x86-64-v3"))
+    a, b = np.ones((8, 4), np.float32), np.ones((4, 8), np.float32)
+    np.testing.assert_array_equal(kernel(a, b), np.full((8, 8), 4, np.float32))
+    kernel(a[:3], b)
+    assert len(builds) == 2 and not [s for s in builds if "generic" in s]
+    text = kernel.explain(a, b)
+    assert re.search(r"kernel: specialised to these sizes: no generic kernel, statement 1 runs through the "
+                     r"contraction engine", text), text
+
+
+def test_always_compiles_each_shape(builds):
+    kernel = tcpy.define(SOFTMAX, options=tcpy.Options(specialize="always"))
+    kernel(np.ones((2, 3), np.float32))
+    kernel(np.ones((3, 3), np.float32))
+    assert len(builds) == 2 and not [s for s in builds if "generic" in s]
+    assert "kernel: specialised to these sizes (Options(specialize='always'))" in kernel.explain((2, 3))
+
+
+def test_specialize_option_is_checked():
+    with pytest.raises(tcpy.TCOptionError, match=r"Options.specialize must be one of 'auto', 'always', 'never', "
+                                                 r"got 'sometimes'"):
+        tcpy.Options(specialize="sometimes")
+    assert tcpy.Options().specialize == "auto"
+    assert tcpy.Options(specialize="never").key() != tcpy.Options().key()

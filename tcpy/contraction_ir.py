@@ -26,6 +26,9 @@ class Path(str, enum.Enum):
     DIRECT = "direct"  # M = 1, a short K: each run of outputs sums its taps in registers
     BATCH_LANES = "batch_lanes"  # N = 1: vector lanes over consecutive batch indices
     WINOGRAD = "winograd"  # a 3x3 stride-1 convolution as F(2x2, 3x3)
+    # a convolution with the image read in place: output channels in the vector lanes, a run of
+    # output pixels along a row in registers (:class:`ConvForm`)
+    DIRECT_CONV = "direct_conv"
 
     __str__ = str.__str__  # (the name in text and f-strings, as a plain string would be)
     __format__ = str.__format__
@@ -254,6 +257,7 @@ class Plan:
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
     padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
     winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
+    conv: Optional[ConvForm] = None  # direct_conv path: the convolution's variables (mr pixels x nr channels)
     # the Target's cache line in bytes: the renderer prefetches B by lines and aligns spilled tiles to one
     cache_line: int = field(kw_only=True)
 
@@ -270,6 +274,9 @@ class Plan:
             text = f"direct path; runs of up to {self.nc} outputs, the {self.kc} taps summed in registers"
         elif self.path == "batch_lanes":
             text = f"batch-lanes path; vectors of {self.lanes} batch indices, the {self.kc} taps summed in registers"
+        elif self.path == "direct_conv":
+            text = (f"direct-convolution path; {self.conv.describe()}; register tile {self.mr} pixels x "
+                    f"{self.nr} output channels ({self.nr_vectors} vectors of {self.lanes})")
         elif self.path == "winograd":
             text = (f"winograd path; {self.winograd.describe()}; micro-tile {self.mr}x{self.nr}; blocks of "
                     f"{self.nc} tiles, kc {self.kc}, mc {self.mc}")
@@ -355,3 +362,41 @@ class WinogradForm:
         return (f"Winograd F(2x2, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
                 f"{self.cols.out.name} + {self.cols.tap.name}): {POINTS} products of M {self.M} x "
                 f"K {self.K} x {self.tiles} tiles")
+
+
+@dataclass(frozen=True)
+class ConvForm:
+    """A contraction as a direct convolution: which operand is the image (``"a"`` or ``"b"``),
+    the output pixel variables (``run``: the one a register tile walks along, ``rows``: the
+    others, outer first), the output channels (the weights' and the output's) and the taps (the
+    reduction: input channels and window)."""
+
+    image: Operand
+    run: Var
+    rows: tuple[Var, ...]
+    channels: tuple[Var, ...]
+    taps: tuple[Var, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "image", Operand(self.image))
+
+    @property
+    def weights(self) -> str:
+        return "b" if self.image == "a" else "a"
+
+    @property
+    def channel_count(self) -> int:
+        return math.prod(v.extent for v in self.channels)
+
+    @property
+    def row_count(self) -> int:
+        return math.prod(v.extent for v in self.rows)
+
+    @property
+    def tap_count(self) -> int:
+        return math.prod(v.extent for v in self.taps)
+
+    def describe(self) -> str:
+        return (f"{self.channel_count} output channels x {self.row_count} rows of {self.run.extent} pixels "
+                f"(along {self.run.name}) x {self.tap_count} taps ({', '.join(v.name for v in self.taps)}), "
+                f"the image read in place")

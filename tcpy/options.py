@@ -136,7 +136,7 @@ def _names(field_name: str, value, expected: str = "a sequence of index variable
 
 
 SPECIALIZE_MODES = ("auto", "always", "never")
-PLAN_PATHS = ("packed", "small", "stream", "direct", "batch_lanes")
+PLAN_PATHS = ("packed", "small", "stream", "direct", "batch_lanes", "direct_conv")
 PLAN_SIZES = ("mr", "nr", "kc", "mc", "nc", "rows")
 
 

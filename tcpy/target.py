@@ -44,6 +44,7 @@ class CostModel:
     pipes); every target uses these until it is measured itself (:func:`cost_model`)."""
 
     fma_pipes: int = 2  # vector FMAs issued per cycle (Target has no port count)
+    loads: float = 2.0  # loads issued per cycle (a broadcast or a vector from L1)
     pack: float = 0.5  # per packed element (one load, one store, no reuse)
     pack_far: float = 1.0  # the same when the operand does not fit in L2 (its loads come from L3)
     read: float = 0.25  # per element a cell reads in place from beyond L2 (memory bandwidth)
@@ -53,6 +54,9 @@ class CostModel:
     # rows at two threads, each cell starting every channel instead of half of them, ran 40 us
     # slower: ~1000 cycles per channel)
     direct_batch: float = 1000.0
+    # per tap of a direct-convolution tile besides its FMAs and loads (the tap's image offset,
+    # the loop)
+    direct_conv_tap: float = 1.0
     # Winograd's transforms (scalar C: loads, additions, stores): per tile and input channel, per
     # tile and output channel, per pair of channels (the weights')
     winograd_input: float = 16.0

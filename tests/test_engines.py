@@ -172,7 +172,7 @@ def test_a_plan_a_statement_cannot_run_with_is_an_option_error(overrides, messag
 @pytest.mark.parametrize("plan, message", [
     ({"bogus": 1}, "Options.plan must be fields among path, grid, mr, nr, kc, mc, nc, rows, got 'bogus' (str)"),
     ({"path": "fast"}, "Options.plan['path'] must be one of 'packed', 'small', 'stream', 'direct', 'batch_lanes', "
-                       "got 'fast' (str)"),
+                       "'direct_conv', got 'fast' (str)"),
     ({"grid": (1, 2)}, "Options.plan['grid'] must be 4 ints from 1 to 65536"),
     ({"kc": 0}, "Options.plan['kc'] must be an int from 1 to"),
     ({"mr": True}, "Options.plan['mr'] must be an int from 1 to"),

@@ -54,6 +54,14 @@ def check_engine_plans(kernel, threads, *shapes):
                     slivers = extent(roles.batch) * -(-plan.winograd.tiles // plan.nr)
                     assert plan.grid == (1, 1, min(threads, slivers), 1), plan.describe()
                     continue
+                if plan.path == "direct_conv":  # the threads claim (row, segment, channel block) items
+                    form = plan.conv
+                    items = (extent(roles.batch) * form.row_count * -(-form.run.extent // plan.nc)
+                             * -(-form.channel_count // plan.nr))
+                    tiles = extent(roles.batch) * form.row_count * -(-form.run.extent // plan.mr)
+                    assert plan.grid == (1, 1, min(threads, items), 1), plan.describe()
+                    assert items >= min(threads, tiles), f"{plan.describe()}: {items} items"
+                    continue
                 cells = math.prod(plan.grid)
                 assert cells <= threads, f"{plan.describe()}: more cells than threads"
                 if plan.grid[3] == 1:

@@ -16,9 +16,12 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from ..contraction_ir import POINTS, Contraction, Plan, WinogradForm
+from ..contraction_ir import POINTS, Contraction, ConvForm, Plan, WinogradForm
 from ..errors import TCOptionError
+from ..schedule import CHUNKS_PER_THREAD
 from ..target import DEFAULT_COST_MODEL, CostModel, Target
+from .direct_conv import conv_form, register_tile
+from .direct_conv import cycles as direct_conv_cycles
 from .winograd import cycles as winograd_cycles
 from .winograd import direct_cycles as gemm_cycles
 from .winograd import slivers_per_block, winograd_form
@@ -73,7 +76,7 @@ def _round_down(x: int, m: int) -> int:
 
 # ----------------------------------------------------------------------------- plan overrides
 
-PATHS = ("packed", "small", "stream", "direct", "batch_lanes")  # the paths Options.plan may ask for
+PATHS = ("packed", "small", "stream", "direct", "batch_lanes", "direct_conv")  # the paths Options.plan may ask for
 
 
 def _bad_plan(name: str, expected: str, got) -> None:
@@ -114,6 +117,8 @@ def _path_runs(path: str, con: Contraction) -> bool:
         return _small_layout_ok(con)
     if path == "stream":
         return _stream_layout_ok(con)
+    if path == "direct_conv":
+        return conv_form(con) is not None
     return path == "packed"
 
 
@@ -205,11 +210,27 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
     b_ways = max(1, target.l1d_ways - 1 - a_ways)
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
+    conv = conv_form(con) if not b_packed_once and (path_set == "direct_conv" or not overrides) else None
+    dplan = gemm = None
+    if conv is not None:
+        # the GEMM on one thread: its FMAs on whole micro-tiles and its packing (B's alone when A
+        # can be read in place)
+        gemm = min(cell_cost(con, path, mr, nr, N, lanes, (1, 1, 1, 1), 1, target.cost)
+                   for path in ("packed", "stream") if path == "packed" or _stream_layout_ok(con))
+        dplan = _direct_conv_plan(con, conv, target, threads, gemm, forced=path_set == "direct_conv")
+        if path_set == "direct_conv":
+            return dplan
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
-        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll)
+        rival = None
+        if dplan is not None:  # Winograd must beat the faster of the GEMM and the direct convolution
+            rival = min(gemm, con.size("batch") * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s,
+                                                                     target.l2, target.cost))
+        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, rival)
         if wplan is not None:
             return wplan
+    if dplan is not None:
+        return dplan
     kc = _balanced(K, kc_max, unroll)
     reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
                    f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
@@ -301,10 +322,46 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                 stream_stores, cache_line=target.cache_line)
 
 
+def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads: int, gemm: float,
+                      forced: bool) -> Optional[Plan]:
+    """The direct_conv path's plan when its estimated time (:mod:`.direct_conv`) is below
+    ``gemm``'s (the implicit GEMM's estimated cycles for all batch indices on one thread), or
+    when ``forced`` (``Options.plan``)."""
+    s = con.dtype.bits // 8
+    lanes = target.lanes(s)
+    cost = target.cost
+    pixels, vectors = register_tile(form, lanes, target.vector_registers, cost)
+    batch = con.size("batch")
+    estimate = batch * direct_conv_cycles(form, pixels, vectors, lanes, s, target.l2, cost)
+    if estimate >= gemm and not forced:
+        return None
+    blocks = -(-form.channel_count // (vectors * lanes))
+    # an item is a row's tiles for one channel block; rows split into segments of tiles when
+    # there are fewer than CHUNKS_PER_THREAD items per thread (many cores, few rows)
+    tiles = -(-form.run.extent // pixels)
+    segments = min(tiles, -(-CHUNKS_PER_THREAD * threads // (batch * form.row_count * blocks)))
+    segment = -(-tiles // segments) * pixels
+    items = batch * form.row_count * -(-form.run.extent // segment) * blocks
+    grid = (1, 1, min(threads, items), 1)
+    weights_bytes = batch * blocks * vectors * lanes * form.tap_count * s
+    reasons = (f"direct_conv path: {form.describe()}; estimated {gemm / estimate:.2f}x less time than the "
+               "implicit GEMM (whose packing gathers the window)" + (" (set by Options.plan)" if forced else ""),
+               f"register tile {pixels} pixels x {vectors} vectors of {lanes} output channels: {pixels * vectors} "
+               f"accumulators + {vectors} weight vectors + 1 broadcast <= {target.vector_registers} registers, "
+               f"the least estimated time for rows of {form.run.extent} pixels",
+               f"weights rearranged once per call into blocks of {vectors * lanes} channels per tap "
+               f"({weights_bytes // 1024} KiB)",
+               f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): the threads claim "
+               f"(batch index, row, {segment} pixels, channel block) items, {items} in all")
+    return Plan("direct_conv", pixels, vectors * lanes, lanes, form.tap_count, 1, segment, 1, grid,
+                threads, reasons, conv=form, cache_line=target.cache_line)
+
+
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
-                   unroll: int) -> Optional[Plan]:
-    """The winograd path's plan when its estimated time beats the direct GEMM's by the cost
-    model's ``winograd_gain_min``."""
+                   unroll: int, rival: Optional[float] = None) -> Optional[Plan]:
+    """The winograd path's plan when its estimated time beats the direct GEMM's (or ``rival``'s,
+    the faster path's cycles for all batch indices on one thread) by the cost model's
+    ``winograd_gain_min``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s, form.tiles)
@@ -315,7 +372,8 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     slivers = -(-form.tiles // nr)
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
     # (a few slivers cannot keep many threads busy)
-    gemm = gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
+    gemm = (rival if rival is not None else gemm_cycles(form, fmas) * batch) / min(
+        threads, batch * -(-M // mr) * -(-N // nr))
     fast = winograd_cycles(form, mr, nr, fmas, cost) * batch / min(threads, batch * slivers)
     if gemm < cost.winograd_gain_min * fast:
         return None
@@ -326,8 +384,9 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
     u_bytes = batch * POINTS * rows * form.K * s
-    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than the GEMM "
-               f"over all 9 taps with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
+    baseline = "the GEMM over all 9 taps" if rival is None else "the faster of the GEMM and the direct convolution"
+    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {baseline} "
+               f"with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
                "transforms; the threads split the tile slivers)",
                f"transformed weights once per call: {POINTS} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
                f"blocks of {blocks * nr} tiles: the block's transformed input and products "

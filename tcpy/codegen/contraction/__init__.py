@@ -45,7 +45,8 @@ K taps of one A value times B's shifted row, vectorised along the row where ever
 The package is cut along BLIS's seams, each module a set of functions over one render
 :class:`~.context.Context`: :mod:`.kernel` (micro-kernel), :mod:`.stores`, :mod:`.packing`,
 :mod:`.copies` and :mod:`.guarded` (packm), one module per path (:mod:`.packed`,
-:mod:`.stream`, :mod:`.small`, :mod:`.direct`, :mod:`.batch_lanes`, :mod:`.winograd`),
+:mod:`.stream`, :mod:`.small`, :mod:`.direct`, :mod:`.batch_lanes`, :mod:`.winograd`,
+:mod:`.direct_conv`),
 :mod:`.grid` (the thread grid's driver and the split-K combine), :mod:`.exact` (the point by
 point fallback) and :mod:`.rows` (what a fused chain renders of its products).
 """
@@ -55,7 +56,7 @@ from typing import Optional
 
 from ...contraction_ir import Contraction, Path, Plan
 from ..cwriter import CWriter
-from . import winograd
+from . import direct_conv, winograd
 from .context import Context, header
 from .grid import driver, path_helpers
 from .rows import render_block as _render_block
@@ -69,11 +70,14 @@ def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Opt
     a function ``void f(void *const *tcpy_buffers, int64_t bi, int64_t m, int64_t j,
     int64_t cols, const T *v)`` that consumes the final values ``v[0:cols]`` of the output at
     batch ``bi``, row ``m``, columns ``j..`` (linear indices of the roles); it is called once per
-    output element, after the element's last store. The winograd path is :mod:`.winograd`'s.
+    output element, after the element's last store. The winograd path is :mod:`.winograd`'s, the
+    direct_conv path :mod:`.direct_conv`'s.
     """
     ctx = Context(con, plan, names, prefix, epilogue)
     if plan.path == Path.WINOGRAD:
         return winograd.render(ctx)
+    if plan.path == Path.DIRECT_CONV:
+        return direct_conv.render(ctx)
     helpers = CWriter()
     header(ctx, helpers)
     path_helpers(ctx, helpers)

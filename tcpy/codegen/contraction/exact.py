@@ -12,11 +12,12 @@ def guarded_products(ctx: Context) -> bool:
     """Whether the other operand of a guarded one is scanned for inf and NaN before the
     engine runs (see :func:`exact_fallback`): whenever a failing guard leaves its term out,
     whatever the sizes (the direct paths test the guard per tap instead). A guarded factor's
-    packed zeros multiply the other operand, as written: nothing to scan."""
+    packed zeros multiply the other operand, as written: nothing to scan, except on the
+    direct_conv path, which skips the taps of a padded row (0 x inf would be NaN)."""
     con = ctx.con
     other = con.b if con.guarded == "a" else con.a
-    return (bool(con.guards) and not con.padding_multiplies and ctx.plan.path not in (Path.DIRECT, Path.BATCH_LANES)
-            and other.elements > 0)
+    return (bool(con.guards) and (not con.padding_multiplies or ctx.plan.path == Path.DIRECT_CONV)
+            and ctx.plan.path not in (Path.DIRECT, Path.BATCH_LANES) and other.elements > 0)
 
 
 def exact_fallback(ctx: Context, w: CWriter, A: str, B: str, C: str) -> bool:

@@ -34,6 +34,19 @@ def render(ctx: Context) -> tuple[str, str]:
     return _Winograd(ctx).render()
 
 
+def var_offset_fn(w: CWriter, name: str, variables: tuple[Var, ...], stride):
+    """``int64_t <name>(int64_t i)``: ``stride(var)`` summed over the digits of the linear index
+    ``i`` of ``variables`` (outermost first)."""
+    w(f"static inline int64_t {name}(int64_t i) {{")
+    w("int64_t o = 0; (void)i;", 1)
+    for v in reversed(variables):
+        if stride(v):
+            w(f"o += INT64_C({stride(v)}) * (i % {v.extent});", 1)
+        w(f"i /= {v.extent};", 1)
+    w("return o;", 1)
+    w("}")
+
+
 class _Winograd:
     """The winograd path's C over a render context: its block buffers' layout, the transforms,
     and the engine's micro-kernel, stores and exact sums."""
@@ -55,16 +68,8 @@ class _Winograd:
         self.TI, self.TW = self.img.dtype.c_type, self.wts.dtype.c_type
 
     def var_offset_fn(self, w: CWriter, name: str, variables: tuple[Var, ...], stride):
-        """``int64_t <p>_w<name>(int64_t i)``: ``stride(var)`` summed over the digits of the linear
-        index ``i`` of ``variables`` (outermost first)."""
-        w(f"static inline int64_t {self.ctx.prefix}_w{name}(int64_t i) {{")
-        w("int64_t o = 0; (void)i;", 1)
-        for v in reversed(variables):
-            if stride(v):
-                w(f"o += INT64_C({stride(v)}) * (i % {v.extent});", 1)
-            w(f"i /= {v.extent};", 1)
-        w("return o;", 1)
-        w("}")
+        """``int64_t <p>_w<name>(int64_t i)`` (:func:`var_offset_fn`)."""
+        var_offset_fn(w, f"{self.ctx.prefix}_w{name}", variables, stride)
 
     def offsets(self, w: CWriter):
         """Offsets in the image (``i``), the weights (``w``) and the output (``c``) of the linear

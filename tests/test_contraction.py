@@ -522,6 +522,47 @@ def test_gemm_edges_around_the_micro_tile(target, threads):
     assert paths == {"small", "packed", "stream"}
 
 
+def test_small_path_copies_b_slivers_only_when_their_rows_crowd_l1_sets():
+    """B's rows one sliver wide (N = NR) spread over every set: read in place; rows 4 KiB apart
+    map to the same sets: each sliver copied."""
+    t = Target.preset("x86-64-v4")
+    nr = micro_tile(t, 4, 64)[1] * t.lanes(4)
+    assert nr == 64
+    in_place, crowded = plan(_gemm(64, nr, 64), t, 1), plan(_gemm(64, 1024, 64), t, 1)
+    assert (in_place.path, in_place.copy_b) == ("small", False)
+    assert (crowded.path, crowded.copy_b) == ("small", True)
+    assert any("reads B in place" in r for r in in_place.reasons)
+
+
+SMALL_GEMM_BIAS = """
+def f(float(M,K) A, float(K,N) B, float(N) bias, float(M,N) D) -> (C, Y) {
+    C(m,n) +=! A(m,k) * B(k,n)
+    C(m,n) += D(m,k2) * B(k2,n) where k2 in 0:3
+    Y(m,n) = fmax(C(m,n) + bias(n), 0.0)
+}
+"""
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_small_path_last_rows_of_whole_width(target, threads):
+    """M not a multiple of the micro-tile's rows, N whole tiles: the last tile's rows are stored
+    whole; K in several blocks (later blocks add), a second contraction adding to the output, and
+    a bias and ReLU in the store; B read in place (N = NR) and copied (N = 16 NR)."""
+    t = Target.preset(target)
+    mr, nv = micro_tile(t, 4, 64)
+    nr = nv * t.lanes(4)
+    rng = np.random.default_rng(threads)
+    reference = tcpy.define(SMALL_GEMM_BIAS, backend="reference")
+    for m, n, k in ((mr + 1, nr, 40), (4 * mr + mr - 1, nr, 900), (3 * mr + 2, 16 * nr, 50)):
+        kernel = tcpy.define(SMALL_GEMM_BIAS, options=tcpy.Options(target=target, num_threads=threads))
+        args = [rng.standard_normal(shape, dtype=np.float32) for shape in ((m, k), (k, n), (n,), (m, n))]
+        assert kernel.specialize(*args).ir.nests[0].body[0].plan.path == "small"
+        for got, want in zip(kernel(*args), reference(*args)):
+            assert got.dtype == np.float32 and got.shape == (m, n)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("dtype", ["float", "double"])
 def test_b_read_transposed_packs_whole_blocks_of_k(target, dtype):

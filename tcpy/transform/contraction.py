@@ -272,11 +272,19 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         reasons.append(f"{path} path: set by Options.plan")
     grid = _grid_of(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads, overrides, target.cost)
     tb, tm, tn, tk = grid
-    # Small path: a B sliver (kc x NR, rows far apart in B) is copied to be contiguous when
-    # enough micro-tiles reuse it (its rows would otherwise crowd a few L1 sets).
-    copy_b = small and -(-(-(-M // mr)) // tm) >= COPY_B_MIN_TILES
-    if copy_b:
-        reasons.append(f"small path copies each B sliver: {COPY_B_MIN_TILES}+ micro-tiles reuse it")
+    # Small path: a B sliver (kc x NR) is copied to be contiguous when enough micro-tiles reuse
+    # it and its rows, read in place, would crowd a few L1 sets (a stride of a multiple of 4 KiB
+    # maps every row to the same sets); rows that spread over the sets (N = 64: B's sliver is
+    # already contiguous) are read in place, a copy would only cost time.
+    if small and -(-(-(-M // mr)) // tm) >= COPY_B_MIN_TILES:
+        crowd = _sliver_lines_per_set(con.k[0].b * s, kc, nr * s, target)
+        packed = max(b_ways, _sliver_lines_per_set(nr * s, kc, nr * s, target))
+        copy_b = crowd > packed
+        reasons.append(f"small path {'copies each B sliver' if copy_b else 'reads B in place'}: "
+                       f"{COPY_B_MIN_TILES}+ micro-tiles reuse a sliver, whose rows read in place put up to {crowd} "
+                       f"lines in one L1 set ({'more' if copy_b else 'no more'} than {packed}: its ways or a copy's)")
+    else:
+        copy_b = False
     m_part = -(-(-(-M // mr)) // tm) * mr
     n_part = -(-(-(-N // nr)) // tn) * nr
     # A cell whose rows fit one mc block packs its whole A (M rows by all of K) once (a
@@ -451,6 +459,19 @@ def _stream_kc(target: Target, N: int, s: int, unroll: int) -> int:
     """The longest K block of B (``kc x N``) that fits half of L2, at least ``4 * unroll``
     (shorter blocks would spend more on the output tile's loads and stores than on FMAs)."""
     return max(4 * unroll, _round_down(target.l2 // 2 // max(1, N * s), unroll))
+
+
+def _sliver_lines_per_set(row_stride: int, rows: int, row_bytes: int, target: Target) -> int:
+    """The most cache lines that ``rows`` rows of ``row_bytes`` at ``row_stride`` bytes from
+    each other put in one L1 set (each row over one more line: its start need not be aligned)."""
+    line = target.cache_line
+    sets = max(1, target.l1d // (target.l1d_ways * line))
+    lines = {index for row in range(rows)
+             for index in range(row * row_stride // line, row * row_stride // line + -(-row_bytes // line) + 1)}
+    per_set = [0] * sets
+    for index in lines:
+        per_set[index % sets] += 1
+    return max(per_set)
 
 
 def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:

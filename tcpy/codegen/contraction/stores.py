@@ -9,14 +9,14 @@ from ..cwriter import CWriter
 from .context import Context
 
 
-def contiguous_tile(ctx: Context) -> Optional[str]:
-    """The C condition under which a whole tile's rows are contiguous in the output (N's
-    innermost groups are contiguous in it and the tile does not cross to the next run), or
-    None."""
+def contiguous_tile(ctx: Context, all_rows: bool = True) -> Optional[str]:
+    """The C condition under which a whole tile's rows (with ``all_rows=False``: its rows'
+    whole width) are contiguous in the output (N's innermost groups are contiguous in it and
+    the tile does not cross to the next run), or None."""
     mr, nr, groups = ctx.plan.mr, ctx.plan.nr, ctx.con.n
     if not groups or groups[-1].c != 1:
         return None
-    whole = f"mr == {mr} && nr == {nr}"
+    whole = f"mr == {mr} && nr == {nr}" if all_rows else f"nr == {nr}"
     # the run: N's inner groups that follow each other in the output (an image's rows, which
     # a guard keeps apart as groups, are one run of the output)
     run, outer = groups[-1].extent, len(groups) - 1
@@ -58,6 +58,14 @@ def whole_tile(ctx: Context, w: CWriter, depth: int, row, first: str, scale: str
     w("}", depth)
 
 
+def tile_row(ctx: Context, w: CWriter, depth: int, r: int, row: str, first: str, scale: str):
+    """Vector stores of the accumulators of row ``r`` at ``row``: set (when ``first``) or added to."""
+    p, nv, L = ctx.prefix, ctx.plan.nr_vectors, ctx.plan.lanes
+    w(f"if ({first}) {{ " + " ".join(f"*({p}_vu *)({row} + {v * L}) = {scale}c{r}_{v};" for v in range(nv))
+      + " } else { " + " ".join(f"*({p}_vu *)({row} + {v * L}) += {scale}c{r}_{v};" for v in range(nv)) + " }",
+      depth)
+
+
 def spill(ctx: Context, w: CWriter, depth: int):
     """The accumulators into ``t[mr][nr]``, for the element-wise store of a partial tile."""
     mr, nr, nv, L = ctx.plan.mr, ctx.plan.nr, ctx.plan.nr_vectors, ctx.plan.lanes
@@ -83,6 +91,17 @@ def store_c(ctx: Context, w: CWriter, overwrite: str, depth: int):
             w("if (last) {", depth + 1)
             for r in range(mr):
                 w(f"{epi}(tcpy_buffers, bi, i + {r}, j, {nr}, q{r});", depth + 2)
+            w("}", depth + 1)
+        w("return;", depth + 1)
+        w("}", depth)
+        # a tile of fewer rows (M's last), whole width: each row's vectors, no spill
+        w(f"if ({contiguous_tile(ctx, all_rows=False)}) {{", depth)
+        for r in range(mr - 1):
+            w(f"if (mr > {r}) {{", depth + 1)
+            w(f"{T} *q = cb + {p}_off_c_m(i + {r}) + {p}_off_c_n(j);", depth + 2)
+            tile_row(ctx, w, depth + 2, r, "q", overwrite, "alpha * ")
+            if epi:
+                w(f"if (last) {epi}(tcpy_buffers, bi, i + {r}, j, {nr}, q);", depth + 2)
             w("}", depth + 1)
         w("return;", depth + 1)
         w("}", depth)

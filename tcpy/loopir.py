@@ -607,6 +607,7 @@ class BlockChain:
     # tail reads the numerator and its output rows are divided by the divisor
     deferred: Optional[tuple[str, int, str]] = None
     online: Optional["KeyBlocks"] = None
+    prepack: Prepack = Prepack.NONE  # where the products' b is packed (the plan's)
 
     def children(self) -> tuple[tuple["Node", ...], ...]:
         """The sequences of nodes inside this node, in order (see :func:`map_nodes`): the rows'
@@ -887,7 +888,7 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
                 lines.append(f"{pad}buffer {name}[{elements}] {type_.numpy_name} shared by the threads")
             for depth_, (var, lo, hi) in enumerate(node.loops):
                 step = node.rows if depth_ == len(node.loops) - 1 else 1
-                parallel_at = len(node.loops) - 1 if node.shared else 0
+                parallel_at = len(node.loops) - 1 if node.prepack is Prepack.SHARED else 0
                 tag = (f"  [parallel({len(node.loops) - parallel_at}, {node.chunks} chunks)]"
                        if node.parallel and depth_ == parallel_at else "")
                 lines.append(f"{'  ' * (depth + depth_)}for {var} = {lo}; {var} < {hi}; +{step}{tag}")

@@ -59,7 +59,7 @@ def lower_chain(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     if plan.prepack is not Prepack.SHARED:
         scratch, packed = scratch + packed, []
     return BlockChain(loops, plan.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), head, body,
-                      tail, group.parallel, plan.chunks, deferred, online)
+                      tail, group.parallel, plan.chunks, deferred, online, plan.prepack)
 
 
 def _block_products(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],

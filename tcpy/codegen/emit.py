@@ -27,7 +27,7 @@ from tcpy.lang.types import INDEX_VALUE_TYPE, ScalarType, accumulator_type, prom
 from tcpy.lang.visit import exact_index_value, is_index_value, is_static_index
 from tcpy.loopir import (
     BLOCK_ROWS, BLOCK_START, OLD_MAXIMUM, TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block,
-    BlockChain, Call, Const, ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, OnlineStep, Point,
+    BlockChain, Call, Const, ContractionNest, Guard, IExpr, Loop, Mode, Neg, NestKind, OnlineStep, Point, Prepack,
     RegisterTile, Select, TileUpdate, Var,
 )
 from tcpy.codegen import contraction as contraction_c
@@ -595,9 +595,10 @@ class _Emitter:
     def block_chain(self, node, depth):
         """A fused chain: per-thread block buffers (scratch slot 3), a parallel loop over the
         batch loops and blocks of rows; per block the head product, the rows, the tail product
-        (an online chain's: per block of columns, see :meth:`key_blocks`). With shared packed
-        operands (slot 4), every thread runs the batch loops, one packs, and the blocks of the
-        batch are split between the threads."""
+        (an online chain's: per block of columns, see :meth:`key_blocks`). b is packed where
+        the chain's plan says (``node.prepack``): by each thread when its batch changes, or,
+        shared (slot 4), by one thread for all, every thread running the batch loops and the
+        blocks of the batch split between the threads."""
         keys = node.online
         calls, tail_c = self._block_products(node.head, node.tail, "", node.deferred is not None and not keys,
                                              keys is not None, keys)
@@ -613,7 +614,8 @@ class _Emitter:
                 prepacks = (f"for (int64_t {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; {keys.var} += "
                             f"{keys.columns}) {{ {prepacks} }}")
         self.emit("{", depth)
-        if node.shared:
+        shared = node.prepack is Prepack.SHARED
+        if shared:
             self._carve("tcpy_shared", 4, node.shared, depth + 1)
         if node.parallel:
             self.emit(f"const int tcpy_nt = tcpy_num_threads < {node.chunks} ? tcpy_num_threads : {node.chunks};",
@@ -626,13 +628,13 @@ class _Emitter:
         d = depth + 2
         *batch_loops, (var, lo, hi) = node.loops
         threads = self.ir.options.threads
-        if node.parallel and not node.shared:
+        if node.parallel and not shared:
             collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
             self.emit(f"#pragma omp for {dynamic_schedule(node.chunks, threads)}{collapse}", d)
         for loop_var, lo_, hi_ in batch_loops:
             self.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
             d += 1
-        if node.shared:
+        if shared:
             self.emit("{", d)
             self.emit("#pragma omp single", d + 1)
             self.emit(f"{{ {prepacks} }}", d + 1)
@@ -642,7 +644,7 @@ class _Emitter:
             d += 1
         self.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
         self.emit(f"const int64_t {BLOCK_ROWS} = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
-        if prepacks and not node.shared:
+        if node.prepack is Prepack.PER_THREAD:
             batch = "0"
             for loop_var, lo_, hi_ in batch_loops:
                 batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
@@ -657,7 +659,7 @@ class _Emitter:
             else:
                 self.deferred_tail(node, calls[1][1], tail_c, d + 1)
         self.emit("}", d)
-        if node.shared:
+        if shared:
             self.emit("}", d - 1)
         self.emit("}", depth + 1)
         self.emit("}", depth)

@@ -174,7 +174,8 @@ def cmd_cache(args) -> int:
     if args.action == "info":
         info = build.cache_info()
         print(f"directory: {info['dir']}")
-        print(f"kernels:   {info['entries']}")
+        print(f"kernels:   {info['entries']} ({info['generic']} size-generic, "
+              f"{info['entries'] - info['generic']} specialised to shapes)")
         print(f"size:      {info['bytes'] / 1e6:.1f} MB")
         print("(set TCPY_CACHE_DIR to use another directory)")
     else:

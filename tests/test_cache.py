@@ -183,7 +183,7 @@ def test_environment_flags_sanitizer_and_debug_log(cache, monkeypatch, capfd):
 
 
 def test_cache_info_and_clear(cache):
-    assert build.cache_info() == {"dir": str(cache.parent), "entries": 0, "bytes": 0}
+    assert build.cache_info() == {"dir": str(cache.parent), "entries": 0, "generic": 0, "bytes": 0}
     build.build_library(kernel_source())
     build.build_library(kernel_source())
     info = build.cache_info()

@@ -160,14 +160,19 @@ def test_cache_info_and_clear(cache, capsys):
     import numpy as np
     import tcpy
 
-    kernel = tcpy.define(MATMUL)
+    kernel = tcpy.define(MATMUL)  # the contraction engine: specialised
     kernel(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"directory: {cache}" in out
-    assert "kernels:   1" in out
+    assert "kernels:   1 (0 size-generic, 1 specialised to shapes)" in out
+    scale = tcpy.define("def scale(float(N) A) -> (B) { B(i) = 2 * A(i) }")  # loops: size-generic
+    scale(np.ones(3, np.float32))
+    scale(np.ones(5, np.float32))
+    assert main(["cache", "info"]) == 0
+    assert "kernels:   2 (1 size-generic, 1 specialised to shapes)" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
-    assert capsys.readouterr().out == f"removed 1 compiled kernel from {cache}\n"
+    assert capsys.readouterr().out == f"removed 2 compiled kernels from {cache}\n"
     assert main(["cache", "info"]) == 0
     assert "kernels:   0" in capsys.readouterr().out
 

@@ -636,3 +636,30 @@ def test_split_k_is_deterministic_and_right():
     first = kernel(A, B)
     np.testing.assert_allclose(first, A @ B, rtol=1e-12, atol=1e-12)
     assert all(np.array_equal(first, kernel(A, B)) for _ in range(3))
+
+
+RANK0_SCALED = [
+    # (def, shapes of the tensor inputs): a rank-0 scale on the engine's paths and in a chain
+    ("def f(float(M,K) A, float(K,N) B, float s) -> (C) { C(m,n) +=! s * A(m,k) * B(k,n) }", [(9, 7), (7, 11)]),
+    ("def f(float(M,K) A, float(K,N) B, float s) -> (C) { C(m,n) +=! A(m,k) * B(k,n) * s }", [(130, 70), (70, 90)]),
+    ("def f(float(N,C,H,W) I, float(F,C,3,3) W1, float s) -> (O) "
+     "{ O(n,f,h,w) +=! s * I(n,c,h+kh,w+kw) * W1(f,c,kh,kw) }", [(1, 32, 18, 18), (32, 32, 3, 3)]),
+    ("def f(float(T,D) Q, float(S,D) K, float(S,E) V, float s) -> (O) "
+     "{ X(t,u) +=! Q(t,d) * K(u,d) * s\n O(t,e) +=! X(t,u) * V(u,e) }", [(40, 16), (40, 16), (40, 16)]),
+]
+
+
+@pytest.mark.parametrize("scale", [math.inf, -math.inf, math.nan, 0.5])
+@pytest.mark.parametrize("src, shapes", RANK0_SCALED)
+def test_a_rank0_scale_that_is_not_finite_scales_every_term(src, shapes, scale):
+    """TC scales every term: with an infinite scale, a term with a zero factor is NaN, so the
+    engine, which scales each sum once, must not answer inf there (it sums term by term)."""
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    args[0].reshape(args[0].shape[0], -1)[::3, 0] = 0  # a zero term in every third row's sums
+    args.append(np.float32(scale))
+    want = tcpy.define(src, backend="reference")(*args)
+    for threads in (1, 2):
+        got = tcpy.define(src, options=tcpy.Options(target="x86-64-v3", num_threads=threads))(*args)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

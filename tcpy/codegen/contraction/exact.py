@@ -1,6 +1,8 @@
 """The sums as TC states them, point by point: packing writes 0 where a guard fails, and 0 x inf
 is NaN where TC adds nothing, so an operand holding inf or NaN beside a guarded one takes this
-slow, exact path (also the winograd path's, for inf, NaN or huge inputs)."""
+slow, exact path (also the winograd path's, for inf, NaN or huge inputs). So does a scale by
+rank-0 tensors that is inf or NaN: the engine scales each sum once, TC scales every term, and
+``inf * 0`` terms make NaN where ``inf * sum`` would not."""
 from __future__ import annotations
 
 from ...contraction_ir import Path
@@ -20,19 +22,31 @@ def guarded_products(ctx: Context) -> bool:
             and ctx.plan.path not in (Path.DIRECT, Path.BATCH_LANES) and other.elements > 0)
 
 
+def has_exact_fallback(ctx: Context) -> bool:
+    """Whether :func:`exact_fallback` opens a branch: a guarded product (see
+    :func:`guarded_products`) or a scale by rank-0 tensors (which may be inf or NaN)."""
+    return guarded_products(ctx) or bool(ctx.con.alpha_tensors)
+
+
+def nonfinite(T: str, value: str) -> str:
+    """C: whether ``value`` (of C type ``T``) is inf or NaN (``inf - inf`` and NaN are NaN)."""
+    return f"({T}){value} - ({T}){value} != 0"
+
+
 def exact_fallback(ctx: Context, w: CWriter, A: str, B: str, C: str) -> bool:
     """Packing writes 0 where a guard fails, and 0 x inf is NaN where TC adds nothing; so
     when the operand that is not guarded holds inf or NaN, the sums run as TC states them,
-    point by point, skipping the terms whose guard fails (slow, for such inputs only).
-    Opens ``if (...) { <that> `` and returns True, or returns False (no guard, or a scan
-    too costly next to the products: the engine then runs alone)."""
-    if not guarded_products(ctx):
+    point by point, skipping the terms whose guard fails (slow, for such inputs only); so do
+    they when ``alpha``, a scale by rank-0 tensors, is inf or NaN. Opens ``if (...) { <that> ``
+    and returns True, or returns False (no guard and no rank-0 scale: the engine runs alone)."""
+    if not has_exact_fallback(ctx):
         return False
     T, con = ctx.T, ctx.con
-    other, name = (con.b, B) if con.guarded == "a" else (con.a, A)
-    w("int64_t nonfinite = 0;", 1)
-    w(f"for (int64_t e = 0; e < INT64_C({other.elements}); e++) "
-      f"nonfinite |= ({T}){name}[e] - ({T}){name}[e] != 0;  /* inf - inf and NaN are NaN */", 1)
+    w(f"int64_t nonfinite = {nonfinite(T, 'alpha') if con.alpha_tensors else '0'};", 1)
+    if guarded_products(ctx):
+        other, name = (con.b, B) if con.guarded == "a" else (con.a, A)
+        w(f"for (int64_t e = 0; e < INT64_C({other.elements}); e++) "
+          f"nonfinite |= {nonfinite(T, f'{name}[e]')};  /* inf - inf and NaN are NaN */", 1)
     w("if (TCPY_UNLIKELY(nonfinite)) {", 1)
     w("#pragma omp parallel for collapse(2) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)", 2)
     w(f"for (int64_t bi = 0; bi < {ctx.batch}; bi++)", 2)
@@ -44,7 +58,8 @@ def exact_sums(ctx: Context, w: CWriter, depth: int, tensors, rows, cols):
     """The outputs of batch index ``bi`` in ``rows`` x ``cols`` (C ranges), each summed point by
     point as the statement is written: a term whose guard fails is left out, or for a guarded
     factor is 0 times the other operand (slow: for inputs with inf or NaN where packed zeros
-    would make 0 x inf, or the winograd transforms NaN)."""
+    would make 0 x inf, or the winograd transforms NaN). A scale by rank-0 tensors multiplies
+    every term, as TC states it (``alpha`` inf or NaN: see :func:`exact_fallback`)."""
     p, T, con = ctx.prefix, ctx.T, ctx.con
     A, B, C = tensors
     own = "m" if con.guarded == "a" else "n"
@@ -62,6 +77,8 @@ def exact_sums(ctx: Context, w: CWriter, depth: int, tensors, rows, cols):
     w(f"for (int64_t k = 0; k < {ctx.K}; k++) {{", depth + 2)
     holds = " && ".join(f"g[{g_i}] + {p}_off_g{g_i}_k(k) >= 0" for g_i in range(len(parts))) or "1"
     a_k, b_k = f"({T})ar[{p}_off_a_k(k)]", f"({T})br[{p}_off_b_k(k)]"
+    if con.alpha_tensors:
+        a_k = f"alpha * {a_k}"
     if con.padding_multiplies:
         if con.guarded == "a":
             a_k = f"({holds} ? {a_k} : ({T})0)"
@@ -72,7 +89,8 @@ def exact_sums(ctx: Context, w: CWriter, depth: int, tensors, rows, cols):
         w(f"if ({holds}) s += {a_k} * {b_k};", depth + 3)
     w("}", depth + 2)
     w(f"{T} *e = cr + {p}_off_c_n(j);", depth + 2)
-    w(f"*e = {'alpha * s' if con.init else '*e + alpha * s'};", depth + 2)
+    scaled = "s" if con.alpha_tensors else "alpha * s"
+    w(f"*e = {scaled if con.init else '*e + ' + scaled};", depth + 2)
     if ctx.epilogue:
         w(f"{{ const {T} v = *e; {ctx.epilogue}(tcpy_buffers, bi, i, j, 1, &v); }}", depth + 2)
     w("}", depth + 1)

@@ -8,7 +8,7 @@ from ..cwriter import CWriter, ScratchSlot, dynamic_schedule
 from .batch_lanes import batch_lanes
 from .context import Context
 from .direct import direct
-from .exact import exact_fallback, guarded_products
+from .exact import exact_fallback, has_exact_fallback
 from .packed import packed
 from .small import small
 from .stream import stream
@@ -25,7 +25,8 @@ def path_helpers(ctx: Context, w: CWriter):
 def driver(ctx: Context, w: CWriter):
     """The statement's C in the kernel: the cells of the plan's thread grid (batch x M x N x K
     parts) claimed one by one by the threads, then (split K) the partials combined; an operand
-    with inf or NaN beside a guarded one runs the exact sums instead (:mod:`.exact`)."""
+    with inf or NaN beside a guarded one, or a rank-0 scale that is inf or NaN, runs the exact
+    sums instead (:mod:`.exact`)."""
     T, con, plan = ctx.T, ctx.con, ctx.plan
     tb, tm, tn, tk = plan.grid
     mt, nt = -(-ctx.M // plan.mr), -(-ctx.N // plan.nr)
@@ -66,7 +67,7 @@ def driver(ctx: Context, w: CWriter):
     w("}", 1)
     if tk > 1:
         combine(ctx, w, mt, nt, bpart, mpart, npart, part)
-    if guarded_products(ctx):  # (the else of exact_fallback)
+    if has_exact_fallback(ctx):  # (the else of exact_fallback)
         w("}", 1)
     w("}")
 

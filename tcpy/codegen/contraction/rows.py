@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..cwriter import CWriter
 from .context import Context, header
+from .exact import exact_sums, nonfinite
 from .grid import cell_call, path_helpers
 from .packing import prepack
 
@@ -25,9 +26,13 @@ def render_block(ctx: Context, pointers: tuple[str, str, str], rows: str, prepac
     if prepacked is not None:
         prepack(ctx, helpers)
         prepack_call = f"{ctx.prefix}_prepack({pointers[1]}, {prepacked});"
-    call = (f"{{ const {ctx.T} alpha = {ctx.alpha()}; "
-            + cell_call(ctx, *pointers, "0, 1", f"0, {rows}", f"0, {ctx.N}", f"0, {ctx.K}",
-                        bpre=prepacked or "0") + "; }")
+    cell = cell_call(ctx, *pointers, "0, 1", f"0, {rows}", f"0, {ctx.N}", f"0, {ctx.K}", bpre=prepacked or "0")
+    if ctx.con.alpha_tensors and not online:  # an inf or NaN scale scales every term (see .exact)
+        exact = CWriter()
+        exact_sums(ctx, exact, 0, pointers, ("0", rows), ("0", str(ctx.N)))
+        cell = (f"if (TCPY_UNLIKELY({nonfinite(ctx.T, 'alpha')})) {{ const int64_t bi = 0;\n{exact.text()}}} "
+                f"else {cell}")
+    call = f"{{ const {ctx.T} alpha = {ctx.alpha()}; {cell}; }}"
     return helpers.text(), prepack_call, call
 
 

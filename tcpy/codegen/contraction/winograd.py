@@ -18,7 +18,7 @@ from __future__ import annotations
 from ...contraction_ir import POINTS, TAPS, TILE, Var
 from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context, header
-from .exact import exact_sums
+from .exact import exact_sums, nonfinite
 from .kernel import accumulate_loop
 from .stores import whole_tile
 
@@ -297,7 +297,10 @@ class _Winograd:
         image, weights = (A, B) if form.image == "a" else (B, A)
         w("{")
         w(f"const {T} alpha = {self.ctx.alpha()};", 1)
-        w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
+        if con.alpha_tensors:  # a rank-0 scale of inf or NaN scales every term (see .exact)
+            w(f"int bad = {nonfinite(T, 'alpha')};  /* an operand holds inf, NaN or a huge value */", 1)
+        else:
+            w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
         w(f"{T} *U = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, "
           f"sizeof({T}) * INT64_C({self.ctx.batch * POINTS * self.u_point}));", 1)
         elements, weight_rows = self.img.elements, self.ctx.batch * self.mt

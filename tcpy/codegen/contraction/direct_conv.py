@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..cwriter import CWriter, ScratchSlot
 from .context import Context, header
-from .exact import exact_fallback, guarded_products
+from .exact import exact_fallback, has_exact_fallback
 from .guarded import clamp_run
 from .winograd import var_offset_fn
 
@@ -237,7 +237,7 @@ class _DirectConv:
           f"alpha{self.ctx.cell_args});", 3)
         w("}", 2)
         w("}", 1)
-        if guarded_products(self.ctx):  # (the else of exact_fallback)
+        if has_exact_fallback(self.ctx):  # (the else of exact_fallback)
             w("}", 1)
         w("}")
 

@@ -18,6 +18,10 @@ ENGINE_PLANNER = {"recognize", "plan", "contraction_of", "engine_of"}
 ALLOWED = {DECIDING_PASS, *(PACKAGE_DIR / "transform" / name for name in ("contraction.py", "recognition.py"))}
 # The loop scheduler: only the deciding pass calls it.
 LOOP_SCHEDULER = {"choose_schedule"}
+# A chain's products on a block of rows are planned when its plan is decided, by the chain pass
+# (the block, its rows and where b is packed are the chain's own decisions, made after fusion).
+CHAIN_PASS = PACKAGE_DIR / "transform" / "chains.py"
+BLOCK_PLANNER = {"plan_block"}
 
 
 def _calls(path: Path, names):
@@ -31,12 +35,15 @@ def _calls(path: Path, names):
 
 def test_only_the_deciding_pass_calls_the_planner_and_the_scheduler():
     modules = [*sorted((PACKAGE_DIR / "transform").glob("*.py")), *sorted((PACKAGE_DIR / "codegen").rglob("*.py")),
-               PACKAGE_DIR / "loopnest.py", PACKAGE_DIR / "api.py", PACKAGE_DIR / "tuning.py"]
+               PACKAGE_DIR / "loopnest.py", PACKAGE_DIR / "lower_chains.py", PACKAGE_DIR / "api.py",
+               PACKAGE_DIR / "tuning.py"]
     assert len(modules) > 8
     found = [f"{path.relative_to(PACKAGE_DIR.parent)}:{line} calls {name}"
              for path in modules if path not in ALLOWED for name, line in _calls(path, ENGINE_PLANNER)]
     found += [f"{path.relative_to(PACKAGE_DIR.parent)}:{line} calls {name}"
               for path in modules if path != DECIDING_PASS for name, line in _calls(path, LOOP_SCHEDULER)]
+    found += [f"{path.relative_to(PACKAGE_DIR.parent)}:{line} calls {name}"
+              for path in modules if path != CHAIN_PASS for name, line in _calls(path, BLOCK_PLANNER)]
     assert found == []
 
 
@@ -46,6 +53,8 @@ def test_a_planner_call_would_be_found(tmp_path):
     assert list(_calls(module, ENGINE_PLANNER)) == [("plan", 4)]
     module.write_text("from .. import schedule\n\ndef f(s, e, t, o):\n    return schedule.choose_schedule(s, e, {}, t, o)\n")
     assert list(_calls(module, LOOP_SCHEDULER)) == [("choose_schedule", 4)]
+    module.write_text("from .engines import plan_block\n\ndef f(b, o):\n    return plan_block(b, o, True)\n")
+    assert list(_calls(module, BLOCK_PLANNER)) == [("plan_block", 4)]
 
 
 def test_every_statement_is_stamped_and_the_nests_follow_the_stamps():

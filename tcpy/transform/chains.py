@@ -44,24 +44,32 @@ def plan_chains(program: Program, options: Options) -> Program:
     and each chain with its :class:`ChainPlan`."""
     groups = []
     for group in program.groups:
-        group = dataclasses.replace(group, parallel=_parallel(program, group, options))
+        parallel, why = _parallel(program, group, options)
+        group = dataclasses.replace(group, parallel=parallel)
         if group.chain is not None:
             group = dataclasses.replace(group, chain=dataclasses.replace(group.chain,
-                                                                         plan=_plan(program, group, options)))
+                                                                         plan=_plan(program, group, why, options)))
         groups.append(group)
     return dataclasses.replace(program, groups=tuple(groups))
 
 
-def _parallel(program: Program, group: FusedGroup, options: Options) -> bool:
-    """Whether a fused group's shared loops run in parallel: there is enough work, and they
-    have at least two iterations."""
+def _parallel(program: Program, group: FusedGroup, options: Options) -> tuple[bool, str]:
+    """Whether a fused group's shared loops run in parallel (there is enough work, and they
+    have at least two iterations), and if not why not."""
     ranges = program.statements[group.statements[0]].ranges
     iterations = volume(max(ranges[v][1] - ranges[v][0], 0) for v in group.shared)
     work = sum(volume(program.statements[i].extents().values()) for i in group.statements)
-    return options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK and iterations >= 2
+    if not options.parallel or options.threads < 2:
+        return False, "one thread"
+    if work < PARALLEL_MIN_WORK:
+        return False, f"{work} points in all, fewer than {PARALLEL_MIN_WORK}: too little work for threads"
+    if iterations < 2:
+        return False, "one iteration"
+    return True, ""
 
 
-def _plan(program: Program, group: FusedGroup, options: Options) -> ChainPlan:
+def _plan(program: Program, group: FusedGroup, serial: str, options: Options) -> ChainPlan:
+    """The plan of ``group``'s chain (``serial``: why its loops do not run in parallel)."""
     chain = group.chain
     first, last = group.statements[0], group.statements[-1]
     head, tail = program.statements[first].engine.plan, program.statements[last].engine.plan
@@ -106,7 +114,7 @@ def _plan(program: Program, group: FusedGroup, options: Options) -> ChainPlan:
         whole = tuple((tensor, f"{WHOLE_PREFIX}{k}", column_hi - column_lo if row > 1 else row)
                       for k, (tensor, _, row) in enumerate(blocked))
         whole_products, _ = _products(program, group, options, 1, {t: b for t, b, _ in whole}, False)
-    reasons += (_parallel_reason(group, chunks, threads, shared),
+    reasons += (_parallel_reason(group, chunks, threads, shared, serial),
                 _prepack_reason(group, prepack, batches, blocks, threads))
     return ChainPlan(rows, columns, blocked, chunks, prepack, products, last_products, whole_products, whole,
                      tuple(packed), panels, block_loops, last_block_loops, reasons)
@@ -226,20 +234,22 @@ def _products(program: Program, group: FusedGroup, options: Options, rows: int, 
     return tuple(products), packed
 
 
-def _parallel_reason(group: FusedGroup, chunks: int, threads: int, shared: bool) -> str:
+def _parallel_reason(group: FusedGroup, chunks: int, threads: int, shared: bool, serial: str) -> str:
     loops = f"blocks of {group.chain.block_var}" if shared else ", ".join(
         group.shared[:-1] + (f"blocks of {group.chain.block_var}",))
     if not group.parallel:
-        return f"one thread runs the loops over {loops} (too little work, one iteration, or one thread)"
+        return f"one thread runs the loops over {loops} ({serial})"
     return f"parallel over {loops}: {chunks} iterations for {threads} threads"
 
 
 def _prepack_reason(group: FusedGroup, prepack: Prepack, batches: int, blocks: int, threads: int) -> str:
     products = f"S{group.statements[0]} and S{group.statements[-1]}"
+    counts = f"{batches} batches of {blocks} blocks of rows, {threads} threads"
     if prepack is Prepack.SHARED:
-        return (f"b of {products} depends on the batch loops only and {batches} batches are fewer than "
-                f"{threads} threads: one thread packs it once per batch for all")
+        return (f"b of {products} depends on the batch loops only, and there are fewer batches than threads "
+                f"({counts}): one thread packs it once per batch for all")
     if prepack is Prepack.PER_THREAD:
-        return (f"b of {products} depends on the batch loops only: each thread packs it once per batch into "
-                f"its own buffer ({batches} x {blocks} blocks for {threads} threads)")
-    return f"each block's products pack b themselves ({batches} x {blocks} blocks for {threads} threads)"
+        return (f"b of {products} depends on the batch loops only: each thread packs it into its own buffer when "
+                f"its batch changes ({counts})")
+    return (f"each block's products pack b themselves ({counts}: b packed once per batch would serve too few "
+            f"blocks)")

@@ -385,6 +385,12 @@ class ConvForm:
         return "b" if self.image == "a" else "a"
 
     @property
+    def channels_last(self) -> bool:
+        """Whether the output channels are one contiguous run in the output (a tile's row of
+        channels is stored as it is; otherwise each channel's pixels are gathered from the tile)."""
+        return len(self.channels) == 1 and self.channels[0].c == 1
+
+    @property
     def channel_count(self) -> int:
         return math.prod(v.extent for v in self.channels)
 

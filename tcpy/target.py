@@ -47,6 +47,9 @@ class CostModel:
     loads: float = 2.0  # loads issued per cycle (a broadcast or a vector from L1)
     pack: float = 0.5  # per packed element (one load, one store, no reuse)
     pack_far: float = 1.0  # the same when the operand does not fit in L2 (its loads come from L3)
+    # per element of a convolution's window gathered into packed B (image rows that do not line
+    # up with the slivers; on AMD Zen 5 the gather kept a 64-channel 3x3 layer at 60-75% of peak)
+    pack_window: float = 1.0
     read: float = 0.25  # per element a cell reads in place from beyond L2 (memory bandwidth)
     combine: float = 2.0  # per element and partial of a split-K combination (written, then read)
     spawn: float = 10000.0  # to wake and join an OpenMP team whose threads sleep (a few us)
@@ -57,6 +60,13 @@ class CostModel:
     # per tap of a direct-convolution tile besides its FMAs and loads (the tap's image offset,
     # the loop)
     direct_conv_tap: float = 1.0
+    # per weight vector, tap and row of the direct convolution: the row's first tile takes the
+    # weights from L2 (on AMD Zen 5, rows of one 14-pixel tile with 256 channels ran ~10% below
+    # the implicit GEMM, rows of four tiles 10-40% above it)
+    direct_conv_row: float = 2.0
+    # per output element of the direct convolution whose channels are not contiguous in the
+    # output (NCHW): gathered from the register tile's buffer, one scalar at a time
+    direct_conv_store: float = 1.0
     # Winograd's transforms (scalar C: loads, additions, stores): per tile and input channel, per
     # tile and output channel, per pair of channels (the weights')
     winograd_input: float = 16.0

@@ -213,20 +213,21 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     conv = conv_form(con) if not b_packed_once and (path_set == "direct_conv" or not overrides) else None
     dplan = gemm = None
     if conv is not None:
-        # the GEMM on one thread: its FMAs on whole micro-tiles and its packing (B's alone when A
-        # can be read in place)
+        # the implicit GEMM on one thread: its FMAs on whole micro-tiles, its packing (B's alone
+        # when A can be read in place) and the gather of the image's windows into B
         gemm = min(cell_cost(con, path, mr, nr, N, lanes, (1, 1, 1, 1), 1, target.cost)
                    for path in ("packed", "stream") if path == "packed" or _stream_layout_ok(con))
+        gemm += batch * K * N * (target.cost.pack_window - target.cost.pack)
         dplan = _direct_conv_plan(con, conv, target, threads, gemm, forced=path_set == "direct_conv")
         if path_set == "direct_conv":
             return dplan
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
-        rival = None
-        if dplan is not None:  # Winograd must beat the faster of the GEMM and the direct convolution
-            rival = min(gemm, con.size("batch") * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s,
-                                                                     target.l2, target.cost))
-        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, rival)
+        direct = None
+        if dplan is not None:  # Winograd must also beat the direct convolution
+            direct = batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2,
+                                                target.cost) / dplan.grid[2]
+        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, direct)
         if wplan is not None:
             return wplan
     if dplan is not None:
@@ -366,10 +367,10 @@ def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads:
 
 
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
-                   unroll: int, rival: Optional[float] = None) -> Optional[Plan]:
-    """The winograd path's plan when its estimated time beats the direct GEMM's (or ``rival``'s,
-    the faster path's cycles for all batch indices on one thread) by the cost model's
-    ``winograd_gain_min``."""
+                   unroll: int, direct: Optional[float] = None) -> Optional[Plan]:
+    """The winograd path's plan when its estimated time beats the direct GEMM's (its FMAs over
+    all 9 taps) and the direct convolution's (``direct``: its estimated cycles per thread, if it
+    runs) by the cost model's ``winograd_gain_min``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s, form.tiles)
@@ -380,8 +381,9 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     slivers = -(-form.tiles // nr)
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
     # (a few slivers cannot keep many threads busy)
-    gemm = (rival if rival is not None else gemm_cycles(form, fmas) * batch) / min(
-        threads, batch * -(-M // mr) * -(-N // nr))
+    gemm = gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
+    if direct is not None:
+        gemm = min(gemm, direct)
     fast = winograd_cycles(form, mr, nr, fmas, cost) * batch / min(threads, batch * slivers)
     if gemm < cost.winograd_gain_min * fast:
         return None
@@ -392,7 +394,7 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
     u_bytes = batch * POINTS * rows * form.K * s
-    baseline = "the GEMM over all 9 taps" if rival is None else "the faster of the GEMM and the direct convolution"
+    baseline = "the GEMM over all 9 taps" if direct is None else "the faster of the GEMM and the direct convolution"
     reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {baseline} "
                f"with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
                "transforms; the threads split the tile slivers)",

@@ -94,9 +94,11 @@ def tile_cycles(pixels: int, vectors: int, cost: CostModel) -> float:
 
 
 def row_cycles(run: int, pixels: int, vectors: int, cost: CostModel) -> float:
-    """Cycles of one tap over a row of ``run`` pixels in tiles of ``pixels`` (a shorter last tile)."""
+    """Cycles of one tap over a row of ``run`` pixels in tiles of ``pixels`` (a shorter last tile),
+    with the first tile's weight vectors from L2."""
     full, tail = divmod(run, pixels)
-    return full * tile_cycles(pixels, vectors, cost) + (tile_cycles(tail, vectors, cost) if tail else 0.0)
+    return (full * tile_cycles(pixels, vectors, cost) + (tile_cycles(tail, vectors, cost) if tail else 0.0)
+            + vectors * cost.direct_conv_row)
 
 
 def register_tile(form: ConvForm, lanes: int, registers: int, cost: CostModel) -> tuple[int, int]:
@@ -121,10 +123,12 @@ def register_tile(form: ConvForm, lanes: int, registers: int, cost: CostModel) -
 def cycles(form: ConvForm, pixels: int, vectors: int, lanes: int, element_bytes: int, l2: int,
            cost: CostModel) -> float:
     """Estimated cycles of one batch index: every row's taps for every block of output channels
-    (:func:`row_cycles`), the weights' rearrangement, and the weights read again for every row
-    from beyond L2 when they do not fit in it (``cost.read`` per element)."""
+    (:func:`row_cycles`), the weights' rearrangement, the weights read again for every row from
+    beyond L2 when they do not fit in it (``cost.read`` per element), and the stores of outputs
+    whose channels are not contiguous."""
     blocks = -(-form.channel_count // (vectors * lanes))
     weights = blocks * vectors * lanes * form.tap_count
     compute = blocks * form.row_count * form.tap_count * row_cycles(form.run.extent, pixels, vectors, cost)
     far = form.row_count * weights * cost.read if weights * element_bytes > l2 else 0.0
-    return compute + weights * cost.pack + far
+    stores = 0.0 if form.channels_last else form.channel_count * form.row_count * form.run.extent * cost.direct_conv_store
+    return compute + weights * cost.pack + far + stores

@@ -151,7 +151,7 @@ class _DirectConv:
             w(f"{target} = {'alpha * ' + value if con.init else target + ' + alpha * ' + value};", d)
 
         w(f"{T} *o = cr + x0 * INT64_C({run_c});", depth)
-        if len(form.channels) == 1 and form.channels[0].c == 1:  # channels last: a tile row is contiguous
+        if form.channels_last:  # a tile row is contiguous in the output
             w("for (int64_t r = 0; r < count; r++)", depth)
             w(f"for (int64_t j = 0; j < nch; j++) {{", depth + 1)
             put(f"o[r * INT64_C({run_c}) + blk * {nr} + j]", f"tile[r * {nr} + j]", depth + 2)

@@ -197,9 +197,14 @@ class Kernel(Launcher):
         bound_sizes = self._sizes(arrays_or_shapes, sizes) if (arrays_or_shapes or sizes) else None
         text = ranges.explain(self.ranges, bound_sizes)
         if bound_sizes is not None:
+            choice, generic = self._kernel_choice(bound_sizes)
             spec = self.specialize(**bound_sizes)
-            lines = [f"target: {spec.ir.options.target.describe()}", f"kernel: {self._kernel_choice(bound_sizes)}",
-                     "schedule:"]
+            lines = [f"target: {spec.ir.options.target.describe()}", f"kernel: {choice}"]
+            if generic is not None:
+                planned = ", ".join(f"{k}={v}" for k, v in generic.sizes.items())
+                lines.append(f"  planned at {planned or 'no sizes'} (unfused), its loops run over each call's sizes; "
+                             "the schedule below is the kernel specialised to these sizes")
+            lines.append("schedule:")
             for nest in spec.ir.nests:
                 if nest.group is not None:
                     lines.append(f"  fused {describe_group(spec.ir.program, nest.group)}")
@@ -268,23 +273,25 @@ class Kernel(Launcher):
                 self._generic = (_build_and_load(spec, spec.ir.options), spec)
         return self._generic
 
-    def _kernel_choice(self, sizes: Mapping[str, int]) -> str:
-        """Which kernel serves calls with ``sizes``, and why."""
+    def _kernel_choice(self, sizes: Mapping[str, int]) -> tuple[str, Optional[Specialization]]:
+        """Which kernel serves calls with ``sizes`` and why; and the generic kernel's
+        specialisation (planned, not built, before a call) when it is the one."""
         served = self._served.get(_sizes_key(sizes))
-        if served is not None:
-            return served
-        if self.options.specialize == "always":
-            return "specialised to these sizes (Options(specialize='always'))"
-        from .tuning import tuned_options
-        if tuned_options(self, sizes) is not None:
-            return "specialised to these sizes, with the options tcpy.autotune found for them"
+        if served is None:
+            from .tuning import tuned_options
+            if self.options.specialize == "always":
+                return "specialised to these sizes (Options(specialize='always'))", None
+            if tuned_options(self, sizes) is not None:
+                return "specialised to these sizes, with the options tcpy.autotune found for them", None
+        elif not served.startswith("generic"):
+            return served, None
         if self._generic is None:
-            reason = self._specialize((), sizes, options=self._generic_options(), generic=True)
+            generic = self._specialize((), sizes, options=self._generic_options(), generic=True)
         else:
-            reason = self._generic
-        if isinstance(reason, str):
-            return f"specialised to these sizes: no generic kernel, {reason}"
-        return _generic_text(self.options.specialize)
+            generic = self._generic if isinstance(self._generic, str) else self._generic[1]
+        if isinstance(generic, str):
+            return f"specialised to these sizes: no generic kernel, {generic}", None
+        return served or _generic_text(self.options.specialize), generic
 
     def finish_specializations(self, timeout: Optional[float] = None) -> None:
         """Wait for the specialised kernels compiled in the background (``specialize="auto"``)."""

@@ -9,8 +9,9 @@ reads the sizes at run time from a *size block*: one int64 buffer after its temp
 def's size variables in order (:func:`size_block`).
 
 What runs generically today: statements that run as loop nests (element-wise statements,
-reductions, contractions with ``Options(contraction=False)``), planned unfused and without
-register tiles, and without split reductions or snapshots. :func:`unsupported` says why a planned program is not generic; such a
+reductions, contractions with ``Options(contraction=False)``), planned unfused, without
+register tiles and split reductions (:func:`tcpy.schedule.choose_schedule` with ``generic``),
+and without snapshots. :func:`unsupported` says why a planned program is not generic; such a
 def gets a kernel specialised for each shape.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import islpy as isl
 import numpy as np
 
 from .lang import ast
-from .loopir import Const, IExpr, Program, Var, from_isl
+from .loopir import BinOp, Const, IExpr, Program, Var, from_isl
 from .ranges import DefRanges
 from .ranges.isl_helpers import CTX, PARAM, SET, lift_params
 
@@ -37,12 +38,14 @@ class GenericSizes:
     ``names``: the def's size variables, in size-block order; ``ranges``: per def statement,
     ``{var: (lo, hi)}`` as isl functions of the sizes (parameters named by :func:`size_c_name`;
     undefined where the range is empty); ``shapes``: every tensor's dimensions as loop-IR
-    expressions of the sizes.
+    expressions of the sizes; ``work``: per def statement, its iterations (the product of its
+    ranges' extents), which decide at run time whether its parallel loops run in parallel.
     """
 
     names: tuple[str, ...]
     ranges: tuple[Mapping[str, tuple[isl.PwAff, isl.PwAff]], ...]
     shapes: Mapping[str, tuple[IExpr, ...]]
+    work: tuple[IExpr, ...] = ()
 
     def context(self) -> isl.Set:
         """The sizes a call may have: every size >= 0."""
@@ -95,17 +98,26 @@ def generic_sizes(def_: ast.Def, def_ranges: DefRanges) -> GenericSizes:
 
     ranges = tuple({var: (rename(vr.lo_isl), rename(vr.hi_isl)) for var, vr in st.ranges.items()}
                    for st in def_ranges.statements)
-    sizes = GenericSizes(names, ranges, {})
-    context = sizes.context()
+    context = GenericSizes(names, ranges, {}).context()
     build = isl.AstBuild.from_context(context)
+
+    def expr(pa: isl.PwAff) -> IExpr:
+        # undefined (an empty range) reads as 0, as when ranges are bound to sizes
+        return from_isl(build.expr_from_pw_aff(_zero_elsewhere(pa).gist_params(context)))
+
     shapes: dict[str, tuple[IExpr, ...]] = {}
     for param in def_.params:
         shapes[param.name] = tuple(ast_dim(d) for d in param.type.dims)
     for name, dims in def_ranges.shapes_isl.items():
-        # undefined (an empty range) reads as 0, as when ranges are bound to sizes
-        shapes[name] = tuple(from_isl(build.expr_from_pw_aff(_zero_elsewhere(rename(d)).gist_params(context)))
-                             for d in dims)
-    return GenericSizes(names, ranges, shapes)
+        shapes[name] = tuple(expr(rename(d)) for d in dims)
+    work = []
+    for statement_ranges in ranges:
+        extents = [expr(hi.sub(lo)) for lo, hi in statement_ranges.values()] or [Const(1)]
+        product = extents[0]
+        for extent in extents[1:]:
+            product = BinOp("*", product, extent)
+        work.append(product)
+    return GenericSizes(names, ranges, shapes, tuple(work))
 
 
 def ast_dim(dim) -> IExpr:
@@ -133,9 +145,6 @@ def unsupported(program: Program) -> Optional[str]:
                     "specialised to sizes (Options(contraction=False) runs it as loops)")
         if statement.origin < 0:
             return "a statement reads what it writes, through a copy planned at fixed sizes"
-        if statement.loops.compute.split:
-            return (f"statement {statement.origin + 1} splits its reduction in parts whose number depends on "
-                    "the sizes")
     if program.groups or program.epilogues:
         return "statements run fused, over buffers sized when planned"
     return None

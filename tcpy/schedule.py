@@ -164,8 +164,14 @@ def choose_schedule(
     shapes: Mapping[str, tuple[int, ...]],
     target_type,
     options: Options,
+    generic: bool = False,
 ) -> StmtSchedule:
-    """Pick the loop order, tiles, parallel and SIMD loops of one (let-inlined) statement."""
+    """Pick the loop order, tiles, parallel and SIMD loops of one (let-inlined) statement.
+
+    ``generic``: for a size-generic kernel (:mod:`tcpy.generic`), whose ``extents`` are only
+    nominal: its parallel loops are planned whatever the work (a call's own work decides at run
+    time whether they run in parallel), and its reductions are never split (the number of parts
+    would depend on the sizes)."""
     strided, contiguous = _stride_profile(stmt, shapes)
     reduction = set(stmt.reduction_vars)
 
@@ -249,13 +255,16 @@ def choose_schedule(
         register_tile=register_tile,
     )
     work = volume(extents.get(v, 1) for v in order)
-    if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
+    if not (options.parallel and options.threads > 1 and (generic or work >= PARALLEL_MIN_WORK)):
         serial = ("parallel=False (or a fused group's shared loops around it are the parallel ones)"
                   if not options.parallel else "one thread" if options.threads <= 1
                   else f"{work} iterations, below {PARALLEL_MIN_WORK}")
         return dataclasses.replace(sched, reasons=(*reasons, f"serial: {serial}"))
-    sched = _plan_parallel(sched, extents, blocks, options, target_type)
-    if sched.split:
+    sched = _plan_parallel(sched, extents, blocks, options, target_type, generic)
+    if generic and sched.parallel_dims:
+        reasons.append(f"leading output loops parallel when a call has at least {PARALLEL_MIN_WORK} iterations "
+                       "(size-generic: decided at run time)")
+    elif sched.split:
         reasons.append("reduction split in parts run in parallel: its outputs give too few chunks for the threads")
     elif sched.parallel_dims:
         reasons.append(f"leading output loops parallel, aiming at {CHUNKS_PER_THREAD} chunks per thread")
@@ -313,13 +322,14 @@ def volume(values) -> int:
 
 
 def _plan_parallel(sched: StmtSchedule, extents: Mapping[str, int], blocks: Mapping[str, int],
-                   options: Options, target_type) -> StmtSchedule:
+                   options: Options, target_type, generic: bool = False) -> StmtSchedule:
     """Collapse the leading output loops; shrink output tiles (never below a register block, nor
     those the user set), or tile a register-blocked output variable that has no tile yet, until
-    there are ``CHUNKS_PER_THREAD`` chunks per thread or the output runs out."""
+    there are ``CHUNKS_PER_THREAD`` chunks per thread or the output runs out. ``generic``: no
+    split reduction, and parallel loops even when the nominal ``extents`` give few chunks."""
     threads = options.threads
     wanted = CHUNKS_PER_THREAD * threads
-    split = _split_reduction(sched, extents, target_type, threads)
+    split = None if generic else _split_reduction(sched, extents, target_type, threads)
     if split is not None:
         return split
     while True:
@@ -353,7 +363,7 @@ def _plan_parallel(sched: StmtSchedule, extents: Mapping[str, int], blocks: Mapp
             new_tiles = tuple(t for t in new_tiles if t[0] not in sched.reductions) + tuple(
                 t for t in sched.tiles if t[0] in sched.reductions)
         sched = dataclasses.replace(sched, tiles=new_tiles)
-    if chunks < 2:
+    if chunks < 2 and not (generic and count):
         return sched
     return dataclasses.replace(sched, parallel_dims=count, chunks=chunks, threads=threads)
 

@@ -33,6 +33,7 @@ from tcpy.loopir import (
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.cwriter import dynamic_schedule
 from tcpy.generic import size_c_name
+from tcpy.schedule import PARALLEL_MIN_WORK
 from tcpy.runtime.build import GENERIC_MARK
 
 #: True when this module runs compiled by Cython.
@@ -502,6 +503,9 @@ class _Emitter:
             if self.generic is not None:  # chunks counted at the nominal sizes: guided claims fit any count
                 threads = "tcpy_num_threads"
                 schedule = "schedule(static)" if simd and reduction else "schedule(guided)"
+                # in parallel when the call has the work (as the schedule does at fixed sizes)
+                work = self.generic.work[self.program.statements[self.stmt_index].origin]
+                schedule += f" if(parallel: {index_c(work, top=True)} >= {PARALLEL_MIN_WORK})"
             self.emit(f"#pragma omp parallel for{both} num_threads({threads}) {schedule}"
                       f"{collapse}{reduction if simd else ''}", depth)
         elif simd:

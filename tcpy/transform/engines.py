@@ -35,8 +35,9 @@ def decide_engines(program: Program, options: Options) -> Program:
     (:func:`tcpy.transform.recognition.split_result_scale`; the epilogue pass puts the scaling
     into the engine's store): two statements of the same origin."""
     statements = []
+    generic = program.generic is not None  # (its sizes are nominal: see tcpy.generic)
     for statement in program.statements:
-        stamped = restamp(statement, program, options)
+        stamped = restamp(statement, program, options, generic)
         split = split_result_scale(statement.stmt) if stamped.engine is None else None
         engine = engine_of(split[0], statement.ranges, program, options) if split else None
         if engine is None:
@@ -46,37 +47,38 @@ def decide_engines(program: Program, options: Options) -> Program:
         ranges = {v: statement.ranges[v] for v in scaling.output_vars}
         statements += [dataclasses.replace(statement, stmt=product, engine=engine, loops=None),
                        stamp_loops(Statement(scaling, ranges, statement.origin), program.shapes, program.types,
-                                   options)]
+                                   options, generic)]
     return dataclasses.replace(program, statements=tuple(statements))
 
 
-def restamp(statement: Statement, program: Program, options: Options) -> Statement:
-    """``statement`` with its engine (or else its loops) decided again (after a pass rewrote it)."""
+def restamp(statement: Statement, program: Program, options: Options, generic: bool = False) -> Statement:
+    """``statement`` with its engine (or else its loops) decided again (after a pass rewrote it);
+    ``generic``: loops of a size-generic kernel (see :func:`tcpy.schedule.choose_schedule`)."""
     engine = engine_of(statement.stmt, statement.ranges, program, options)
     if engine is not None:
         return dataclasses.replace(statement, engine=engine, loops=None)
-    return stamp_loops(dataclasses.replace(statement, engine=None), program.shapes, program.types, options)
+    return stamp_loops(dataclasses.replace(statement, engine=None), program.shapes, program.types, options, generic)
 
 
-def stamp_loops(statement: Statement, shapes, types, options: Options) -> Statement:
+def stamp_loops(statement: Statement, shapes, types, options: Options, generic: bool = False) -> Statement:
     """``statement`` (a loop statement) with its loop schedules decided again, for tensors of
     these ``shapes`` and ``types`` (a pass weighing a rewrite stamps the statement it would
-    make)."""
+    make); ``generic``: for a size-generic kernel."""
     stmt = statement.stmt
     outputs = None
     if stmt.reduction is not None and stmt.reduction_vars:
         # the nests over the outputs (identity, combine) are scheduled as a copy of the output
         init = ast.Stmt(stmt.target, stmt.lhs, None, False, ast.Access(stmt.target, stmt.lhs),
                         output_vars=stmt.output_vars)
-        outputs = _schedule(init, statement.extents(), shapes, types, options)
-    compute = _schedule(stmt, statement.extents(), shapes, types, options)
+        outputs = _schedule(init, statement.extents(), shapes, types, options, generic)
+    compute = _schedule(stmt, statement.extents(), shapes, types, options, generic)
     return dataclasses.replace(statement, loops=Loops(compute, outputs))
 
 
-def _schedule(stmt: ast.Stmt, extents, shapes, types, options: Options) -> StmtSchedule:
+def _schedule(stmt: ast.Stmt, extents, shapes, types, options: Options, generic: bool) -> StmtSchedule:
     """The loop schedule of ``stmt`` over these ``extents``, reading tensors of these ``shapes``
     and ``types``."""
-    return choose_schedule(stmt, extents, shapes, types[stmt.target], options)
+    return choose_schedule(stmt, extents, shapes, types[stmt.target], options, generic)
 
 
 def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Optional[Engine]:

@@ -93,7 +93,7 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
     con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
     if con is None:
         return None
-    overrides = {k: v for k, v in options.plan.items() if k != "rows"}  # (rows: a chain's, see fusion)
+    overrides = {k: v for k, v in options.plan.items() if k != "rows"}  # (rows: a chain's, see chains)
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
 

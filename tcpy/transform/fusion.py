@@ -27,11 +27,11 @@ writes its rows into a per-thread block buffer through the micro-kernel, the sta
 between run row by row on views of those buffers, and the second product reads its block of
 rows as its A operand. How many rows a block holds, whether the columns run in blocks too,
 which loops run in parallel and where the products' other operands are packed is the chain's
-plan, decided by :mod:`tcpy.transform.chains` (lowered by :mod:`tcpy.lower_chains`). Two products back to back, the second
-reading the rows the first writes (``(A B) C``), chain the same way with nothing between them.
-Every block of rows reads the products' other operands again: such a pair chains when those
-reads pay (:func:`tcpy.transform.chains.rereads_pay`: an MLP's large weights and short rows
-stay apart).
+plan, decided by :mod:`tcpy.transform.chains` (lowered by :mod:`tcpy.lower_chains`). Two
+products back to back, the second reading the rows the first writes (``(A B) C``), chain the
+same way with nothing between them. Every block of rows reads the products' other operands
+again: such a pair chains when those reads pay (:func:`tcpy.transform.chains.rereads_pay`:
+an MLP's large weights and short rows stay apart).
 
 **Deferred quotients.** When the rows the second product reads are a quotient
 ``P(r, s) = E(r, s) / Sm(r)`` by one value per row (softmax's normalisation) that nothing else
@@ -45,12 +45,12 @@ division) take ``P`` itself.
 S(r, c)``, ``E(r, c) = exp(k * (S(r, c) - M(r)))`` with ``k`` the same for every column,
 ``Z(r) +=! E(r, c)``, ``E / Z``), the columns ``c`` can run in blocks too
 (:class:`tcpy.loopir.Online`, flash attention; the chain's plan does so when even a block of
-one micro-tile's rows would not fit half of L2, for long sequences): per block, the block's maximum is folded into a running one, the running sum
-and the output rows are multiplied by the exponential statement's own expression at the old
-maximum (``exp(k * (m - m'))``) when it grew, and the block's terms are added. The block
-buffers hold a block of rows and columns, whatever the sequence length. Rows whose maximum or
-sum is not finite, whose sum is below 1 or whose result is not finite run again whole, as the
-statements say.
+one micro-tile's rows would not fit half of L2, for long sequences): per block, the block's
+maximum is folded into a running one, the running sum and the output rows are multiplied by
+the exponential statement's own expression at the old maximum (``exp(k * (m - m'))``) when it
+grew, and the block's terms are added. The block buffers hold a block of rows and columns,
+whatever the sequence length. Rows whose maximum or sum is not finite, whose sum is below 1 or
+whose result is not finite run again whole, as the statements say.
 """
 from __future__ import annotations
 
@@ -258,12 +258,12 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
 
 def _online(program: Program, group: FusedGroup, produced: str, deferral: Optional[Deferral],
             head: Contraction, tail: Contraction) -> Optional[Online]:
-    """The chain's :class:`Online` form (its ``columns`` still 0), when its rows are a softmax
-    whose normalisation is deferred: the statements between the products are, in order,
-    ``M(r) max=! S(r, c)`` on the first product's rows ``S``, ``E(r, c) = exp(u)`` with ``u``
-    one of ``S(r, c) - M(r)``, ``k * (S - M)``, ``(S - M) * k`` or ``(S - M) / k`` (``k`` the
-    same for every column: it reads nothing the chain writes and no ``c``), ``Z(r) +=! E(r, c)``,
-    and the deferred quotient ``E / Z``; ``c`` is the first product's only output column
+    """The chain's :class:`Online` form, when its rows are a softmax whose normalisation is
+    deferred (the chain pass decides whether it runs so): the statements between the products
+    are, in order, ``M(r) max=! S(r, c)`` on the first product's rows ``S``, ``E(r, c) =
+    exp(u)`` with ``u`` one of ``S(r, c) - M(r)``, ``k * (S - M)``, ``(S - M) * k`` or ``(S -
+    M) / k`` (``k`` the same for every column: it reads nothing the chain writes and no
+    ``c``), ``Z(r) +=! E(r, c)``, and the deferred quotient ``E / Z``; ``c`` is the first product's only output column
     variable and the last product's only reduction variable. Then ``exp(u(S) - u(S'))`` is
     ``exp(u(S)) / exp(u(S'))`` up to rounding, which is what rescaling relies on."""
     if deferral is None:

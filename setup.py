@@ -1,7 +1,8 @@
 """Build tcpy's Cython extension modules: the C renderer and the kernel launcher.
 
-The renderer (``tcpy/codegen/emit.py``) is Python source in Cython's pure-Python mode: it is
-compiled here, and stays importable uncompiled (``TCPY_PURE_PYTHON=1``, see tcpy/codegen).
+The renderer (every module of ``tcpy/codegen/`` but the packages' ``__init__.py``) is Python
+source in Cython's pure-Python mode: it is compiled here, and stays importable uncompiled
+(``TCPY_PURE_PYTHON=1``, see tcpy/codegen).
 
 ``pip install .`` and ``pip install -e .`` both work on a machine with only Python, pip and a C
 compiler: the build requirements (setuptools, Cython, NumPy) come from pyproject.toml.
@@ -37,9 +38,17 @@ class BuildPyWithRuntimeHeader(build_py):
         return super().get_outputs(include_bytecode) + headers
 
 
+def renderer_extensions() -> list[Extension]:
+    """One extension per module of the renderer (the packages' ``__init__`` files stay Python:
+    tcpy/codegen/__init__.py chooses between the compiled modules and their sources)."""
+    sources = sorted(path.relative_to(ROOT) for path in (ROOT / "tcpy" / "codegen").rglob("*.py")
+                     if path.name != "__init__.py")
+    return [Extension(".".join(path.with_suffix("").parts), [str(path)]) for path in sources]
+
+
 numpy_api = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 extensions = [
-    Extension("tcpy.codegen.emit", ["tcpy/codegen/emit.py"]),
+    *renderer_extensions(),
     Extension(
         "tcpy.runtime.launch",
         ["tcpy/runtime/launch.pyx"],

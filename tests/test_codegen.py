@@ -1,20 +1,25 @@
 """The C renderer: compiled by Cython when installed, identical output when run uncompiled."""
+import importlib
 import importlib.machinery
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import tcpy
+import tcpy.codegen
 import tcpy.codegen.emit as emit
-from tcpy.codegen import stale_modules
+from tcpy.codegen import compiled_modules, stale_modules
+
+CODEGEN_DIR = Path(tcpy.codegen.__file__).parent
 
 PRINT_GEMM_C = """
-import tcpy, tcpy.codegen.emit as emit
+import tcpy, tcpy.codegen.emit as emit, tcpy.codegen.contraction.kernel as kernel
 from tcpy import demo
-print(emit.COMPILED)
+print(emit.COMPILED and not kernel.__file__.endswith(".py"))
 print(tcpy.define(demo.GEMM, options=tcpy.Options(target="x86-64-v3")).c_source((37, 45), (45, 600)))
 """
 
@@ -22,7 +27,11 @@ print(tcpy.define(demo.GEMM, options=tcpy.Options(target="x86-64-v3")).c_source(
 @pytest.mark.skipif(os.environ.get("TCPY_PURE_PYTHON", "") not in ("", "0"), reason="TCPY_PURE_PYTHON is set")
 def test_the_installed_package_runs_the_compiled_renderer():
     assert emit.COMPILED is True, "tcpy/codegen/emit.py changed since the last build: run `pip install -e .`"
-    assert not emit.__file__.endswith(".py")
+    modules = compiled_modules(CODEGEN_DIR)
+    assert {"emit", "cwriter", "contraction.kernel", "contraction.winograd"} <= set(modules)
+    for name in modules:  # the whole renderer, not only emit.py
+        module = importlib.import_module(f"tcpy.codegen.{name}")
+        assert not module.__file__.endswith(".py"), f"{module.__name__} runs from its source"
 
 
 def test_the_uncompiled_renderer_writes_the_same_c():
@@ -48,23 +57,37 @@ def test_a_compiled_module_older_than_its_source_is_stale(tmp_path):
     assert stale_modules(tmp_path) == []
     os.utime(source, (1_000_100, 1_000_100))  # edited later
     assert stale_modules(tmp_path) == ["emit"]
+    nested = tmp_path / "contraction"  # a module of a package inside the renderer
+    nested.mkdir()
+    nested_built = nested / built.name.replace("emit", "kernel")
+    (nested / "kernel.py").write_text("")
+    nested_built.write_bytes(b"")
+    os.utime(nested_built, (1_000_001, 1_000_001))
+    os.utime(nested / "kernel.py", (1_000_200, 1_000_200))
+    assert stale_modules(tmp_path) == ["contraction.kernel", "emit"]
     built.unlink()  # nothing compiled (a pure-Python install): nothing stale
+    nested_built.unlink()
     assert stale_modules(tmp_path) == []
 
 
 def test_a_stale_renderer_runs_from_its_source_with_a_warning(tmp_path):
-    """The package's own selection, on a copy of it whose compiled emit is older than emit.py."""
+    """The package's own selection, on a copy of it whose compiled emit and stores (a module of
+    the contraction package) are older than their sources: those two run from source, the
+    others stay compiled."""
     package = tmp_path / "tcpy"
     shutil.copytree(os.path.dirname(tcpy.__file__), package, ignore=shutil.ignore_patterns("__pycache__"))
-    emit_py = package / "codegen" / "emit.py"
-    (built,) = [p for p in (package / "codegen" / f"emit{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES)
-                if p.exists()]
-    os.utime(built, (1_000_000, 1_000_000))
-    os.utime(emit_py, (2_000_000, 2_000_000))
+    sources = [package / "codegen" / "emit.py", package / "codegen" / "contraction" / "stores.py"]
+    for source in sources:
+        built = [source.with_name(source.stem + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+        (built,) = [path for path in built if path.exists()]
+        os.utime(built, (1_000_000, 1_000_000))
+        os.utime(source, (2_000_000, 2_000_000))
     script = ("import warnings; warnings.simplefilter('always')\n"
-              "import tcpy.codegen.emit as emit; print(emit.COMPILED, emit.__file__)")
+              "import tcpy.codegen.emit as emit, tcpy.codegen.contraction.stores as s, tcpy.codegen.cwriter as w\n"
+              "print(emit.COMPILED, emit.__file__, s.__file__, w.__file__.endswith('.py'))")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "TCPY_PURE_PYTHON": "0"}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True,
                          cwd=tmp_path)
-    assert run.stdout.split() == ["False", str(emit_py)]
-    assert "older than its source" in run.stderr and "pip install -e ." in run.stderr
+    assert run.stdout.split() == ["False", *map(str, sources), "False"]
+    assert "tcpy.codegen.contraction.stores and tcpy.codegen.emit are older than their sources" in run.stderr
+    assert "pip install -e ." in run.stderr

@@ -1,0 +1,230 @@
+"""C of a fused chain (:class:`tcpy.loopir.BlockChain`) as its plan lays it out: the block
+buffers carved from scratch, the parallel loop over batches and blocks of rows, per block the
+head product, the rows between, and the tail product (:func:`tcpy.codegen.contraction.render_block`),
+an online chain's blocks of columns and a deferred quotient's division. Functions over the
+kernel's emitter (``em``, :class:`tcpy.codegen.emit._Emitter`)."""
+from tcpy.codegen import contraction as contraction_c
+from tcpy.codegen.cwriter import ScratchSlot, dynamic_schedule
+from tcpy.codegen.expressions import c_name, convert, index_c, value
+from tcpy.loopir import BLOCK_ROWS, BLOCK_START, OLD_MAXIMUM, Prepack
+
+
+def block_chain(em, node, depth):
+    """A fused chain: per-thread block buffers (ScratchSlot.CHAIN_BLOCKS), a parallel loop over the
+    batch loops and blocks of rows; per block the head product, the rows, the tail product
+    (an online chain's: per block of columns, see :func:`key_blocks`). b is packed where
+    the chain's plan says (``node.prepack``): by each thread when its batch changes, or,
+    shared (ScratchSlot.CHAIN_SHARED), by one thread for all, every thread running the batch loops and the
+    blocks of the batch split between the threads."""
+    keys = node.online
+    calls, tail_c = _block_products(em, node.head, node.tail, "", node.deferred is not None and not keys,
+                                         keys is not None, keys)
+    prepacks = " ".join(p for p, _ in calls if p)
+    last_calls = None
+    if keys is not None:
+        if keys.last is not None:
+            last_calls = _block_products(em, keys.last[0], keys.last[2], "_last", False, False, keys)[0]
+        if prepacks:  # b of every block of columns
+            if last_calls is not None:
+                last = " ".join(p for p, _ in last_calls if p)
+                prepacks = f"if ({keys.var} + {keys.columns} <= {keys.hi}) {{ {prepacks} }} else {{ {last} }}"
+            prepacks = (f"for (int64_t {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; {keys.var} += "
+                        f"{keys.columns}) {{ {prepacks} }}")
+    em.emit("{", depth)
+    shared = node.prepack is Prepack.SHARED
+    if shared:
+        carve(em, "tcpy_shared", ScratchSlot.CHAIN_SHARED, node.shared, depth + 1)
+    if node.parallel:
+        em.emit(f"const int tcpy_nt = tcpy_num_threads < {node.chunks} ? tcpy_num_threads : {node.chunks};",
+                  depth + 1)
+        em.emit("#pragma omp parallel num_threads(tcpy_nt) if(tcpy_nt > 1)", depth + 1)
+    em.emit("{", depth + 1)
+    carve(em, "tcpy_mem", ScratchSlot.CHAIN_BLOCKS, node.buffers, depth + 2)
+    em.emit("int64_t tcpy_batch = -1;  /* the batch whose operands this thread packed */", depth + 2)
+    em.emit("(void)tcpy_batch;", depth + 2)
+    d = depth + 2
+    *batch_loops, (var, lo, hi) = node.loops
+    threads = em.ir.options.threads
+    if node.parallel and not shared:
+        collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
+        em.emit(f"#pragma omp for {dynamic_schedule(node.chunks, threads)}{collapse}", d)
+    for loop_var, lo_, hi_ in batch_loops:
+        em.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
+        d += 1
+    if shared:
+        em.emit("{", d)
+        em.emit("#pragma omp single", d + 1)
+        em.emit(f"{{ {prepacks} }}", d + 1)
+        if node.parallel:
+            blocks = -(-(hi - lo) // node.rows)
+            em.emit(f"#pragma omp for {dynamic_schedule(blocks, threads)}", d + 1)
+        d += 1
+    em.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += {node.rows}) {{", d)
+    em.emit(f"const int64_t {BLOCK_ROWS} = {hi} - {var} < {node.rows} ? {hi} - {var} : {node.rows};", d + 1)
+    if node.prepack is Prepack.PER_THREAD:
+        batch = "0"
+        for loop_var, lo_, hi_ in batch_loops:
+            batch = f"({batch}) * {hi_ - lo_} + ({loop_var} - {lo_})"
+        em.emit(f"if ({batch} != tcpy_batch) {{ tcpy_batch = {batch}; {prepacks} }}", d + 1)
+    if keys is not None:
+        key_blocks(em, node, calls, last_calls, tail_c, d + 1)
+    else:
+        em.emit(calls[0][1], d + 1)
+        block_rows(em, node.row_var, node.body, d + 1)
+        if node.deferred is None:
+            em.emit(calls[1][1], d + 1)
+        else:
+            deferred_tail(em, node, calls[1][1], tail_c, d + 1)
+    em.emit("}", d)
+    if shared:
+        em.emit("}", d - 1)
+    em.emit("}", depth + 1)
+    em.emit("}", depth)
+
+
+def _block_products(em, head, tail, suffix: str, divided: bool, online: bool, keys=None):
+    """The C of a chain's two products (helpers added to the file; ``suffix`` tells apart
+    the products of one statement): ``([(prepack, call), (prepack, call)], tail's output
+    pointer)``. With ``keys`` (an online chain's blocks of columns), b packed once per batch
+    is the current block's."""
+    names = {name: c_name(name) for name in em.buffer_names()}
+    calls, tail_c = [], ""
+    for k, product in enumerate((head, tail)):
+        pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
+        last = product is tail
+        prepacked = c_name(product.prepacked) if product.prepacked else None
+        if prepacked and keys is not None:
+            prepacked = f"{prepacked} + ({keys.var} - {keys.lo}) / {keys.columns} * INT64_C({keys.panels[k]})"
+        helpers, prepack, call = contraction_c.render_block(
+            product.contraction, product.plan, names, f"{em.symbol}_s{product.stmt}{suffix}", pointers,
+            index_c(product.rows), prepacked, divided and last, online and last)
+        em.helpers.append(helpers)
+        calls.append((prepack, call))
+        tail_c = pointers[2]  # the block's rows of the last product's output
+    return calls, tail_c
+
+
+def block_rows(em, row_var: str, body, depth: int):
+    """``body`` for each row of the block (none for a chain of two products)."""
+    if not body:
+        return
+    em.emit(f"for (int64_t {row_var} = {BLOCK_START}; {row_var} < {BLOCK_START} + {BLOCK_ROWS}; "
+              f"{row_var}++) {{", depth)
+    em.loops += 1
+    em.nodes(body, depth + 1)
+    em.loops -= 1
+    em.emit("}", depth)
+
+
+def key_blocks(em, node, calls, last_calls, tail_c: str, depth: int):
+    """An online chain's block of rows (see :class:`tcpy.loopir.Online`): the rows' running
+    maximum at -inf and sum at 0, the output rows at 0; per block of columns the head
+    product, the rows (folding the block into the running maximum and sum), the output rows
+    rescaled by the factor and the tail product adding the block's terms; then the rows
+    divided by their sums, and the flagged rows computed again whole."""
+    keys = node.online
+    T = node.tail.contraction.dtype
+    tail_fn = f"{em.symbol}_s{node.tail.stmt}"
+    mx, sm, factor = (c_name(b) for b in keys.running)
+    redo = c_name(keys.redo)
+    em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{ {mx}[r] = TCPY_MAX_IDENTITY_{T.numpy_name}; "
+              f"{sm}[r] = ({T.c_type})0; }}", depth)
+    em.emit(f"{tail_fn}_clear_rows({tail_c}, {BLOCK_ROWS});", depth)
+    em.emit(f"for (int64_t {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; {keys.var} += {keys.columns}) {{",
+              depth)
+    variants = [(calls, node.body)]
+    if keys.last is not None:
+        variants.append((last_calls, keys.last[1]))
+        em.emit(f"if ({keys.var} + {keys.columns} <= {keys.hi}) {{", depth + 1)
+    for k, (variant, body) in enumerate(variants):
+        if k:
+            em.emit("} else {", depth + 1)
+        d = depth + 1 + (keys.last is not None)
+        em.emit(variant[0][1], d)
+        block_rows(em, node.row_var, body, d)
+        em.emit(f"{tail_fn}_scale_rows({tail_c}, {BLOCK_ROWS}, {factor});", d)
+        em.emit(variant[1][1], d)
+    if keys.last is not None:
+        em.emit("}", depth + 1)
+    em.emit("}", depth)
+    head, body, tail, (numerator, row, divisor) = keys.whole
+    whole_calls, _ = _block_products(em, head, tail, "_whole", False, False)
+    em.emit(f"if ({tail_fn}_finish_rows({tail_c}, {BLOCK_ROWS}, {mx}, {sm}, {redo})) {{", depth)
+    em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth + 1)
+    em.emit(f"if (!{redo}[r]) continue;", depth + 2)
+    em.emit(f"const int64_t tcpy_row = {BLOCK_START} + r;", depth + 2)
+    em.emit("{  /* the row as the statements say: its quotient itself, all its columns at once */", depth + 2)
+    em.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", depth + 3)
+    em.emit(whole_calls[0][1], depth + 3)
+    block_rows(em, node.row_var, body, depth + 3)
+    quotient_rows(em, numerator, row, divisor, T.c_type, None, depth + 3)
+    em.emit(whole_calls[1][1], depth + 3)
+    em.emit("}", depth + 2)
+    em.emit("}", depth + 1)
+    em.emit("}", depth)
+
+
+def online_step(em, node, depth):
+    """An :class:`tcpy.loopir.OnlineStep`: a block's maximum or sum folded into the row's
+    running one (the factor is 0 while the running maximum is -inf: nothing was summed)."""
+    em.stmt_index = node.stmt
+    em.current_stmt = em.stmts[node.stmt]
+    T = em.types[node.local]
+    r = index_c(node.row)
+    run, factor, local = c_name(node.running), c_name(node.factor), c_name(node.local)
+    if node.kind == "sum":
+        em.emit(f"{run}[{r}] = {run}[{r}] * {factor}[{r}] + {local}[0];", depth)
+        return
+    em.env = em.point_env(node.point)
+    em.shapes[OLD_MAXIMUM], em.types[OLD_MAXIMUM] = (), T
+    em.emit("{", depth)
+    em.emit(f"const {T.c_type} {c_name(OLD_MAXIMUM)}[1] = {{{run}[{r}]}};", depth + 1)
+    em.emit(f"{local}[0] = tcpy_max_{T.numpy_name}({c_name(OLD_MAXIMUM)}[0], {local}[0]);", depth + 1)
+    rescale = convert(value(em, node.rescale), node.rescale.type, T)
+    em.emit(f"{factor}[{r}] = {c_name(OLD_MAXIMUM)}[0] == TCPY_MAX_IDENTITY_{T.numpy_name} ? "
+              f"({T.c_type})0 : {rescale};", depth + 1)
+    em.emit(f"{run}[{r}] = {local}[0];", depth + 1)
+    em.emit("}", depth)
+
+
+def deferred_tail(em, node, call: str, tail_c: str, depth: int):
+    """The tail product of a chain whose quotient ``X = Y / Z`` was deferred past it (see
+    :class:`tcpy.loopir.Deferral`): rows whose Z is below 1 in magnitude or not finite
+    (where Y / Z itself could overflow) divide Y in place (X itself) and set their Z to 1;
+    the product runs on Y; its rows are divided by Z; if a row with Z != 1 came out not
+    finite (its sum overflowed before the division), every such row takes X and the
+    product runs again."""
+    numerator, row, divisor = node.deferred
+    T = node.tail.contraction.dtype.c_type
+    divide = f"{em.symbol}_s{node.tail.stmt}_divide_rows"
+    quotient_rows(em, numerator, row, divisor, T, f"!(isfinite(zr) && fabs(zr) >= ({T})1)", depth)
+    em.emit(call, depth)
+    em.emit(f"if ({divide}({tail_c}, {BLOCK_ROWS}, {c_name(divisor)})) {{", depth)
+    quotient_rows(em, numerator, row, divisor, T, f"zr != ({T})1", depth + 1)
+    em.emit(call, depth + 1)
+    em.emit("}", depth)
+
+
+def quotient_rows(em, numerator: str, row: int, divisor: str, T: str, condition, depth: int):
+    """A deferred quotient ``X = Y / Z`` itself, in place in Y's block buffer (``row``
+    elements of C type ``T`` a row), for the block's rows whose ``zr`` meets ``condition``
+    (all, if None); their Z becomes 1."""
+    y, z = c_name(numerator), c_name(divisor)
+    em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth)
+    em.emit(f"const {T} zr = {z}[r];", depth + 1)
+    em.emit(f"if ({condition or 1}) {{", depth + 1)
+    em.emit(f"for (int64_t e = 0; e < {row}; e++) {y}[r * {row} + e] = {y}[r * {row} + e] / zr;", depth + 2)
+    em.emit(f"{z}[r] = ({T})1;", depth + 2)
+    em.emit("}", depth + 1)
+    em.emit("}", depth)
+
+
+def carve(em, base, slot, buffers, depth):
+    """Declare ``buffers`` (name, elements, type) in scratch ``slot``, each on a cache line."""
+    offsets, total, line = [], 0, em.ir.options.target.cache_line
+    for name, elements, type_ in buffers:
+        offsets.append((name, type_, total))
+        total += -(-elements * (type_.bits // 8) // line) * line
+    em.emit(f"char *{base} = (char *)tcpy_scratch({slot}, {max(total, 1)});", depth)
+    for name, type_, offset in offsets:
+        em.emit(f"{type_.c_type} *TCPY_RESTRICT {c_name(name)} = ({type_.c_type} *)({base} + {offset});", depth)

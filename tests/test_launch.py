@@ -339,3 +339,21 @@ def test_entry_validates_its_description(library):
     entry = LaunchEntry(address, 2, [((3, 4), "float32")], num_threads=2)
     assert entry.output_specs == (((3, 4), F32),) and entry.num_threads == 2
     assert repr(entry).endswith("inputs=2, outputs=[float32[3, 4]], temps=0, threads=2)")
+
+
+def test_large_outputs_kept_or_dropped_keep_their_values():
+    """Outputs above 32 MiB come from blocks reused once their arrays die: an output kept
+    (or a view of it) keeps its values through later calls, a dropped one is no loss."""
+    scale = tcpy.define("def scale(float(N) A, float k) -> (O) { O(i) = A(i) * k }")
+    A = np.arange(9 << 20, dtype=np.float32)  # 36 MiB
+    kept = [scale(A, 1.0), scale(A, 2.0)]
+    view = scale(A, 3.0)[::-1]
+    for k in (4.0, 5.0, 6.0):
+        dropped = scale(A, k)
+        np.testing.assert_array_equal(dropped, A * k)
+        del dropped
+    for k, out in zip((1.0, 2.0), kept):
+        assert out.flags.c_contiguous and out.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(out, A * k)
+    np.testing.assert_array_equal(view, (A * 3.0)[::-1])
+    assert len({out.ctypes.data for out in kept}) == 2 and not np.shares_memory(view, kept[0])

@@ -7,7 +7,9 @@ that says how to call the compiled kernel for that signature. The first call wit
 signature asks ``miss_handler(args)`` for the entry (binding, range inference, codegen and
 build happen there, with every argument check); later calls only look up the table, make
 inputs C-contiguous, allocate outputs and temporaries, and call the kernel with the GIL
-released.
+released. Outputs above 32 MiB live in blocks that, once their arrays die, wait (two at most,
+for two seconds at most) for the next output of their size: fresh pages would be zero-filled
+by the OS on first touch.
 
 Kernel ABI: ``int fn(void *const *buffers, int num_threads, int64_t *err, const volatile int
 *stop)``, buffers = inputs in signature order, outputs in return order, temporaries, then the
@@ -39,6 +41,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
+from posix.stdlib cimport posix_memalign
 from libc.string cimport memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 cimport openmp
@@ -272,6 +275,8 @@ cdef class _ArraySpec:
         return cnp.PyArray_ZEROS(self.nd, self.dims, self.typenum, 0)
 
     cdef inline cnp.ndarray empty(self):
+        if self.nbytes >= POOLED_MIN_BYTES:
+            return self.pooled_empty()
         if self.nbytes >= ALIGNED_MIN_BYTES:
             return self.aligned_empty()
         return cnp.PyArray_EMPTY(self.nd, self.dims, self.typenum, 0)
@@ -284,8 +289,78 @@ cdef class _ArraySpec:
         cdef Py_ssize_t skip = (-<Py_ssize_t>cnp.PyArray_DATA(raw)) & (CACHE_LINE - 1)
         return raw[skip:skip + self.nbytes].view(self.dtype).reshape(self.shape)
 
+    cdef cnp.ndarray pooled_empty(self):
+        """An uninitialised array in a block of :data:`_pool` (see :class:`_PooledBlock`)."""
+        cdef _PooledBlock block = _PooledBlock.take(self.nbytes)
+        cdef cnp.ndarray a = cnp.PyArray_SimpleNewFromData(self.nd, self.dims, self.typenum, block.data)
+        Py_INCREF(block)  # PyArray_SetBaseObject steals a reference
+        cnp.PyArray_SetBaseObject(a, block)
+        return a
+
     cdef inline cnp.ndarray new(self):
         return self.zeros() if self.zero else self.empty()
+
+
+cdef enum:
+    # Outputs from this size up live in blocks the launcher keeps for the next call when their
+    # arrays die. Smaller ones come from malloc's heap, which reuses freed memory already, but
+    # glibc maps blocks above 32 MiB (its largest mmap threshold) afresh on every allocation:
+    # the kernel then zero-fills every page on first touch (for a 64 MiB softmax, a quarter of
+    # the call).
+    POOLED_MIN_BYTES = 32 << 20
+    POOL_BLOCKS = 2  # blocks kept at most (the latest freed)
+    POOL_IDLE_S = 2  # seconds an unused block is kept at most (checked when blocks come and go)
+
+
+cdef list _pool = []  # (bytes, address, when freed), oldest first
+
+
+cdef double _now():
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return now.tv_sec + 1e-9 * now.tv_nsec
+
+
+cdef class _PooledBlock:
+    """A 64-byte aligned block of memory under a large output array; when the array (and every
+    view of it) dies, the block goes back to the pool for the next call's output of the same
+    size. At most POOL_BLOCKS blocks wait there, none longer than POOL_IDLE_S."""
+    cdef void *data
+    cdef Py_ssize_t nbytes
+
+    @staticmethod
+    cdef _PooledBlock take(Py_ssize_t nbytes):
+        cdef _PooledBlock block = _PooledBlock.__new__(_PooledBlock)
+        cdef Py_ssize_t i
+        _expire(_now())
+        for i in range(len(_pool)):
+            if _pool[i][0] == nbytes:
+                block.data = <void *><size_t>_pool.pop(i)[1]
+                block.nbytes = nbytes
+                return block
+        if posix_memalign(&block.data, CACHE_LINE, nbytes) != 0:
+            block.data = NULL
+            raise MemoryError(f"cannot allocate {nbytes} bytes for an output")
+        block.nbytes = nbytes
+        return block
+
+    def __dealloc__(self):
+        if self.data == NULL:
+            return
+        if _pool is None:  # the module is being torn down
+            free(self.data)
+            return
+        cdef double now = _now()
+        _pool.append((self.nbytes, <size_t>self.data, now))
+        if len(_pool) > POOL_BLOCKS:
+            free(<void *><size_t>_pool.pop(0)[1])
+        _expire(now)
+
+
+cdef _expire(double now):
+    """Free the pool's blocks unused for POOL_IDLE_S."""
+    while _pool and now - _pool[0][2] > POOL_IDLE_S:
+        free(<void *><size_t>_pool.pop(0)[1])
 
 
 cdef class LaunchEntry:
@@ -603,9 +678,7 @@ cdef _watch_load():
     """Resize the CPUs calls may hold to what other processes leave free, at most every
     SAMPLE_INTERVAL_S."""
     global _next_load_sample
-    cdef timespec now
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    cdef double t = now.tv_sec + 1e-9 * now.tv_nsec
+    cdef double t = _now()
     if t < _next_load_sample:
         return
     _next_load_sample = t + SAMPLE_INTERVAL_S

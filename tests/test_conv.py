@@ -443,6 +443,35 @@ def test_slivers_across_image_rows_zero_their_padded_lanes(dtype, target, window
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("dtype", ["float", "double"])
+@pytest.mark.parametrize("stride, pad", [(1, 1), (2, 1), (1, 2)])
+def test_weight_gradients_gather_the_window_runs_of_interior_rows(dtype, stride, pad):
+    """A padded convolution's weight gradient: its N is (c, kh, kw), so a sliver of lanes is
+    many runs of kw apart in the input; rows of pixels away from the padding gather them, the
+    others copy each run's valid part. Checked against the reference with the input's values
+    around it NaN (a gather reads no lane outside the window), on tiny caches too (many K
+    blocks and edge slivers)."""
+    src = f"""def dw({dtype}(N,F,P,Q) dO, {dtype}(N,C,H,W) I) -> (dWt) {{
+        dWt(f, c, kh, kw) +=! ({stride}*h + kh >= {pad} && {stride}*h + kh < H + {pad} &&
+                               {stride}*w + kw >= {pad} && {stride}*w + kw < W + {pad})
+                              ? dO(n, f, h, w) * I(n, c, {stride}*h + kh - {pad}, {stride}*w + kw - {pad}) : 0
+            where h in 0:P, w in 0:Q, kh in 0:3, kw in 0:3
+    }}"""
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(stride * 10 + pad)
+    size = 13
+    out = (size + 2 * pad - 3) // stride + 1
+    I = _after_nan(rng, (2, 11, size, size), np_type)
+    dO = rng.standard_normal((2, 6, out, out)).astype(np_type)
+    want = tcpy.define(src, backend="reference")(dO, I)
+    for t in (Target.preset("x86-64-v3"), tiny_caches(Target.preset("x86-64-v3"))):
+        kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=2))
+        assert _engine(kernel, dO, I)
+        got = kernel(dO, I)
+        assert got.shape == want.shape and got.dtype == np_type and np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_1x1_convolutions_are_plain_contractions():
     con = recognized("def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n, f, h, w) +=! I(n, c, h, w) * Wt(f, c) }",
                      (2, 8, 5, 5), (16, 8))

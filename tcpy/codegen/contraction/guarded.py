@@ -115,6 +115,9 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
         w(f"rg[runs][{i}] = gb[{i}] + {p}_off_g{i}_{role}(x);", 3)
     w("c += rn[runs];", 3)
     w("}", 2)
+    w(f"int64_t lane[{width}];  /* each lane's offset in the operand */", 2)
+    w(f"for (int r = 0; r < runs; r++) for (int64_t c = 0; c < rn[r]; c++) lane[r0[r] + c] = ro[r] + "
+      f"INT64_C({step}) * c;", 2)
     # guard i along a run: gk + rg + d_i * c >= 0, d_i its coefficient of the inner group
     slopes = [inner.stride(f"g{i}") for i in range(count)]
     # each guard's least value over the sliver's lanes: a guard is its K part plus its N (or
@@ -163,6 +166,13 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
         copy_sliver_row(ctx, w, "dk", "src + ro[0]", width, step, src_t, 4)
         w("continue;", 4)
         w("}", 3)
+    # a whole sliver's row where every guard holds on every lane, though its runs lie apart in
+    # the operand (a weight gradient's short kernel-window runs): one gather over the lanes
+    everywhere = " && ".join(f"gk{i} + gmin[{i}] >= 0" for i in range(count))
+    w(f"if (len == {width} && {everywhere}) {{", 3)
+    w(f"for (int c = 0; c < {width}; c++) dk[c] = ({T})src[lane[c]];", 4)
+    w("continue;", 4)
+    w("}", 3)
     w(f"for (int64_t c = 0; c < {width}; c++) dk[c] = ({T})0;", 3)
     w("for (int r = 0; r < runs; r++) {", 3)
     w("int64_t lo = 0, hi = rn[r];", 4)

@@ -67,6 +67,9 @@ class CostModel:
     # per output element of the direct convolution whose channels are not contiguous in the
     # output (NCHW): gathered from the register tile's buffer, one scalar at a time
     direct_conv_store: float = 1.0
+    # the implicit GEMM must cost this much more for the direct convolution to replace it (closer
+    # estimates are within the models' error: the GEMM's plans are the better measured)
+    direct_conv_gain_min: float = 1.05
     # Winograd's transforms (scalar C: loads, additions, stores): per tile and input channel, per
     # tile and output channel, per pair of channels (the weights')
     winograd_input: float = 16.0

@@ -224,7 +224,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
         direct = None
-        if dplan is not None:  # Winograd must also beat the direct convolution
+        if dplan is not None:  # Winograd must beat the direct convolution, which would run otherwise
             direct = batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2,
                                                 target.cost) / dplan.grid[2]
         wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, direct)
@@ -334,15 +334,15 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
 def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads: int, gemm: float,
                       forced: bool) -> Optional[Plan]:
     """The direct_conv path's plan when its estimated time (:mod:`.direct_conv`) is below
-    ``gemm``'s (the implicit GEMM's estimated cycles for all batch indices on one thread), or
-    when ``forced`` (``Options.plan``)."""
+    ``gemm``'s (the implicit GEMM's estimated cycles for all batch indices on one thread) by the
+    cost model's ``direct_conv_gain_min``, or when ``forced`` (``Options.plan``)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     cost = target.cost
     pixels, vectors = register_tile(form, lanes, target.vector_registers, cost)
     batch = con.size("batch")
     estimate = batch * direct_conv_cycles(form, pixels, vectors, lanes, s, target.l2, cost)
-    if estimate >= gemm and not forced:
+    if estimate * cost.direct_conv_gain_min >= gemm and not forced:
         return None
     blocks = -(-form.channel_count // (vectors * lanes))
     # an item is a row's tiles for one channel block; rows split into segments of tiles when
@@ -369,8 +369,8 @@ def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads:
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
                    unroll: int, direct: Optional[float] = None) -> Optional[Plan]:
     """The winograd path's plan when its estimated time beats the direct GEMM's (its FMAs over
-    all 9 taps) and the direct convolution's (``direct``: its estimated cycles per thread, if it
-    runs) by the cost model's ``winograd_gain_min``."""
+    all 9 taps), or the direct convolution's when that would run instead (``direct``: its
+    estimated cycles per thread), by the cost model's ``winograd_gain_min``."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s, form.tiles)
@@ -382,8 +382,8 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
     # (a few slivers cannot keep many threads busy)
     gemm = gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
-    if direct is not None:
-        gemm = min(gemm, direct)
+    if direct is not None:  # (the direct convolution would run instead of the GEMM)
+        gemm = direct
     fast = winograd_cycles(form, mr, nr, fmas, cost) * batch / min(threads, batch * slivers)
     if gemm < cost.winograd_gain_min * fast:
         return None
@@ -394,7 +394,7 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
     u_bytes = batch * POINTS * rows * form.K * s
-    baseline = "the GEMM over all 9 taps" if direct is None else "the faster of the GEMM and the direct convolution"
+    baseline = "the GEMM over all 9 taps" if direct is None else "the direct convolution"
     reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {baseline} "
                f"with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
                "transforms; the threads split the tile slivers)",

@@ -141,8 +141,8 @@ def unsupported(program: Program) -> Optional[str]:
     it can."""
     for statement in program.statements:
         if statement.engine is not None:
-            return (f"statement {statement.origin + 1} runs through the contraction engine, whose kernels are "
-                    "specialised to sizes (Options(contraction=False) runs it as loops)")
+            return (f"statement {statement.origin + 1} is a contraction the engine runs, with plans specialised "
+                    "to sizes (Options(contraction=False) runs it as loops)")
         if statement.origin < 0:
             return "a statement reads what it writes, through a copy planned at fixed sizes"
     if program.groups or program.epilogues:

@@ -544,7 +544,8 @@ TCPY_SIMD_DECLARE(tanh)
  * and operands packed per thread, 4 a fused chain's operands packed once for all threads
  * (the calling thread's buffer, shared through a pointer), 5 pack_b's table of B's column
  * offsets (a chain's products pack while its block buffers in slot 3 are live: a slot in use
- * must never be requested again, or it is overwritten, or freed when it grows) */
+ * must never be requested again, or it is overwritten, or freed when it grows); the renderer
+ * names them (tcpy.codegen.cwriter.ScratchSlot) */
 #define TCPY_SCRATCH_SLOTS 6
 static inline void *tcpy_scratch(int slot, size_t bytes) {
     static __thread void *buffers[TCPY_SCRATCH_SLOTS];

@@ -91,3 +91,13 @@ def test_a_stale_renderer_runs_from_its_source_with_a_warning(tmp_path):
     assert run.stdout.split() == ["False", *map(str, sources), "False"]
     assert "tcpy.codegen.contraction.stores and tcpy.codegen.emit are older than their sources" in run.stderr
     assert "pip install -e ." in run.stderr
+
+
+def test_the_named_scratch_slots_match_the_runtime_header():
+    """Every slot the renderer names exists in the runtime header, and each has one name."""
+    from tcpy.codegen.cwriter import ScratchSlot
+    from tcpy.runtime.build import runtime_include_dir
+    header = (Path(runtime_include_dir()) / "tcpy_runtime.h").read_text()
+    (count,) = [int(line.split()[2]) for line in header.splitlines() if line.startswith("#define TCPY_SCRATCH_SLOTS")]
+    assert sorted(int(slot) for slot in ScratchSlot) == list(range(count))
+    assert f"tcpy_scratch({ScratchSlot.B_COLUMNS}, " == "tcpy_scratch(5, "  # as the C text names it

@@ -48,7 +48,9 @@ class CostModel:
     pack: float = 0.5  # per packed element (one load, one store, no reuse)
     pack_far: float = 1.0  # the same when the operand does not fit in L2 (its loads come from L3)
     # per element of a convolution's window gathered into packed B (image rows that do not line
-    # up with the slivers; on AMD Zen 5 the gather kept a 64-channel 3x3 layer at 60-75% of peak)
+    # up with the slivers; on AMD Zen 5 the gather kept a 64-channel 3x3 layer at 60-75% of peak),
+    # times the window's stride along a row (at stride 2, 128 channels ran 20-40% below the
+    # direct convolution)
     pack_window: float = 1.0
     read: float = 0.25  # per element a cell reads in place from beyond L2 (memory bandwidth)
     combine: float = 2.0  # per element and partial of a split-K combination (written, then read)

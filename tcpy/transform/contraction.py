@@ -214,10 +214,11 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     dplan = gemm = None
     if conv is not None:
         # the implicit GEMM on one thread: its FMAs on whole micro-tiles, its packing (B's alone
-        # when A can be read in place) and the gather of the image's windows into B
+        # when A can be read in place) and the gather of the image's windows into B (each
+        # element of a strided window from its own stretch of a row)
         gemm = min(cell_cost(con, path, mr, nr, N, lanes, (1, 1, 1, 1), 1, target.cost)
                    for path in ("packed", "stream") if path == "packed" or _stream_layout_ok(con))
-        gemm += batch * K * N * (target.cost.pack_window - target.cost.pack)
+        gemm += batch * K * N * (target.cost.pack_window * max(1, abs(conv.run.image)) - target.cost.pack)
         dplan = _direct_conv_plan(con, conv, target, threads, gemm, forced=path_set == "direct_conv")
         if path_set == "direct_conv":
             return dplan

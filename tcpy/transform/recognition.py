@@ -287,7 +287,9 @@ def split_result_scale(stmt: ast.Stmt) -> Optional[tuple[ast.Stmt, ast.Stmt]]:
 
     Only a statement that overwrites its target (``+=!``) splits: ``C += P * f`` would scale
     ``C``'s earlier values too. As with literal factors, the sum is then scaled once instead of
-    each term: the results agree up to rounding (and overflow of the unscaled sum)."""
+    each term: the results agree up to rounding and overflow of the unscaled sum, except where
+    the scale is infinite (a divisor 0, a factor inf): there the sum's sign decides (inf, or NaN
+    for a zero sum) instead of each term's (NaN as soon as one term is 0 or two differ in sign)."""
     if stmt.reduction != "+" or not stmt.init or not stmt.reduction_vars or stmt.rhs.type is None:
         return None
     if any(isinstance(w, ast.Exists) for w in stmt.where) or any(not isinstance(e, ast.IndexVar) for e in stmt.lhs):

@@ -3,8 +3,9 @@
 ``define`` parses and checks TC source and infers ranges once. A kernel is then compiled once
 for every shape (size-generic, :mod:`tcpy.generic`) where its def allows, else specialised,
 compiled and cached per (dtypes, shapes, options) the first time it sees them; under
-``Options(specialize="auto")`` a shape called :data:`SPECIALIZE_AFTER_CALLS` times also gets a
-specialised kernel, compiled in the background. Repeated calls with the same shapes go straight
+``Options(specialize="auto")`` a shape called :data:`SPECIALIZE_AFTER_CALLS` times (fewer when
+its calls do much work: :data:`SPECIALIZE_AFTER_POINTS`) also gets a specialised kernel,
+compiled in the background. Repeated calls with the same shapes go straight
 from the Cython launcher to the compiled function.
 """
 from __future__ import annotations
@@ -71,6 +72,9 @@ SEMANTIC_FLAGS = ("-fwrapv", "-fno-math-errno", "-fno-trapping-math")
 #: after which a kernel specialised for that shape is compiled in the background (the shape's
 #: calls switch to it when it is ready).
 SPECIALIZE_AFTER_CALLS = 100
+#: ... or sooner, once the shape's calls have run this many iterations in all: a compile costs
+#: a fraction of a second, which a large shape's specialised (fused) kernel soon pays back.
+SPECIALIZE_AFTER_POINTS = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -320,19 +324,23 @@ class Kernel(Launcher):
         auto = self.options.specialize == "auto"
         options = self.options_for(sizes) if auto else None  # (the calling thread's count)
         holder = []
+        points = max(1, _points(ranges for _, ranges in statements))
+        hot_calls = max(1, min(SPECIALIZE_AFTER_CALLS, -(-SPECIALIZE_AFTER_POINTS // points)))
 
         def hot(table_key):
-            self._specialize_in_background(table_key, holder[0], sizes, options)
+            self._specialize_in_background(table_key, holder[0], sizes, options, hot_calls)
 
         entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0,
                             constants=(size_block(self.ranges.size_vars, sizes),),
-                            on_hot=hot if auto else None, hot_calls=SPECIALIZE_AFTER_CALLS)
+                            on_hot=hot if auto else None, hot_calls=hot_calls)
         holder.append(entry)
         return entry
 
-    def _specialize_in_background(self, table_key, generic_entry: LaunchEntry, sizes, options: Options) -> None:
-        """Compile the kernel specialised to ``sizes`` in a thread; the launcher's entry for
-        ``table_key`` switches to it when it is built (unless it changed meanwhile)."""
+    def _specialize_in_background(self, table_key, generic_entry: LaunchEntry, sizes, options: Options,
+                                  calls: int) -> None:
+        """Compile the kernel specialised to ``sizes`` (hot after ``calls`` calls) in a thread;
+        the launcher's entry for ``table_key`` switches to it when it is built (unless it
+        changed meanwhile)."""
 
         def run():
             try:
@@ -343,8 +351,8 @@ class Kernel(Launcher):
             if self.table.get(table_key) is generic_entry:
                 self.table[table_key] = entry
             self._served[_sizes_key(sizes)] = (
-                f"specialised to these sizes: compiled in the background after {SPECIALIZE_AFTER_CALLS} calls "
-                "(Options(specialize='auto'))")
+                f"specialised to these sizes: compiled in the background after {calls} "
+                f"call{'s' if calls > 1 else ''} (Options(specialize='auto'))")
 
         thread = threading.Thread(target=run, name=f"tcpy specialise {self.def_.name}", daemon=True)
         self._background = [t for t in self._background if t.is_alive()] + [thread]
@@ -396,7 +404,7 @@ def _generic_text(mode: str) -> str:
     if mode == "never":
         return "generic (compiled once for every shape, Options(specialize='never'))"
     return (f"generic (compiled once for every shape; specialised in the background after "
-            f"{SPECIALIZE_AFTER_CALLS} calls of a shape, Options(specialize='auto'))")
+            f"{SPECIALIZE_AFTER_CALLS} calls of a shape, fewer for a large one, Options(specialize='auto'))")
 
 
 def _sizes_key(sizes: Mapping[str, int]) -> tuple:

@@ -183,6 +183,19 @@ def test_tiering_switches_a_hot_shape_to_a_specialised_kernel(builds, monkeypatc
     assert len([s for s in builds if "generic" in s]) == 1
 
 
+def test_a_shape_with_much_work_is_specialised_sooner(builds, monkeypatch):
+    monkeypatch.setattr(tcpy.api, "SPECIALIZE_AFTER_POINTS", 2 * 9 * 20 * 3)  # two calls of this shape
+    kernel = tcpy.define(LAYERNORM)
+    args = _arguments("layernorm", np.random.default_rng(3), (9, 20))
+    first = kernel(*args)
+    kernel.finish_specializations(timeout=120)
+    assert not [s for s in builds if "generic" not in s]  # one call: not hot yet
+    np.testing.assert_array_equal(kernel(*args), first)
+    kernel.finish_specializations(timeout=120)
+    assert "compiled in the background after 2 calls" in kernel.explain(*args)
+    np.testing.assert_allclose(kernel(*args), first, rtol=1e-6, atol=1e-6)
+
+
 def test_a_def_the_generic_kernel_cannot_run_is_specialised_and_explain_says_why(builds):
     kernel = tcpy.define(MATMUL, options=tcpy.Options(specialize="never", target="x86-64-v3"))
     a, b = np.ones((8, 4), np.float32), np.ones((4, 8), np.float32)

@@ -276,9 +276,11 @@ def score_sized_temporaries(kernel, args) -> list[str]:
     return [name for name, (shape, _) in zip(names, entry.temp_specs) if np.prod(shape) >= score]
 
 
-def test_softmax_quotient_gradient_reads_the_quotient_it_keeps():
+def test_softmax_attention_gradient_keeps_the_quotient_and_drops_the_shift():
     """``P = E / Sm``, whose P the gradient of ``P * V`` reads anyway: Sm's cotangent reads P
-    (``-dP * P / Sm``), not ``E / Sm / Sm``, so E lives in a fused group's row buffer only."""
+    (``-dP * P / Sm``), not ``E / Sm / Sm``, so E lives in a fused group's row buffer only. The
+    row maximum only shifts the exponent of a normalised quotient: it gets no cotangent (no
+    arg-max mask, no sum over the row). Checked against the closed form in NumPy."""
     src = """def f(double(B,L,D) Q, double(B,S,D) K, double(B,S,D) V) -> (O) {
         Sc(b, l, s) +=! Q(b, l, d) * K(b, s, d)
         Mx(b, l) max=! Sc(b, l, s)
@@ -293,10 +295,26 @@ def test_softmax_quotient_gradient_reads_the_quotient_it_keeps():
     cots = cotangents(forward, args)
     backward = tcpy.grad(forward)
     assert "-(dP(b, l, s) * (P(b, l, s) / Sm(b, l)))" in backward.source
+    assert "dMx" not in backward.source and "min=!" not in backward.source  # (no arg-max mask)
     assert score_sized_temporaries(backward, [*args, *cots]) == ["Sc", "P", "dP", "dSc"]
-    want = tcpy.grad(tcpy.define(src, backend="reference"))(*args, *cots)
+    Q, K, V = args
+    (dO,) = cots
+    P = np.exp(Q @ K.transpose(0, 2, 1))
+    P /= P.sum(axis=2, keepdims=True)
+    dP = dO @ V.transpose(0, 2, 1)
+    dS = P * (dP - (dP * P).sum(axis=2, keepdims=True))
+    want = dS @ K, dS.transpose(0, 2, 1) @ Q, P.transpose(0, 2, 1) @ dO
     for got, expected in zip(backward(*args, *cots), want):
         np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_a_maximum_that_is_also_an_output_keeps_its_cotangent():
+    check_against_finite_differences("""def f(double(N,M) X) -> (Y, Mx) {
+        Mx(n) max=! X(n, m)
+        E(n, m) = exp(X(n, m) - Mx(n))
+        Sm(n) +=! E(n, m)
+        Y(n, m) = E(n, m) / Sm(n)
+    }""", [(3, 4)])
 
 
 def test_reference_kernels_give_reference_backwards():

@@ -15,7 +15,9 @@ statement's own index variables, pinned to their forward ranges by ``where`` cla
 
 ``max=!``/``min=!`` send the cotangent to the first arg-max/min in the reduction order (as
 PyTorch), found by a ``min=!`` over the linear position of the reduction variables among the
-points equal to the forward value; ``*=!`` gives each factor the product of the others. Forward tensors the backward reads are recomputed by their
+points equal to the forward value (except a softmax's row maximum, which the normalised
+quotient does not depend on: :meth:`_Reverse.normalising_shift`); ``*=!`` gives each factor the
+product of the others. Forward tensors the backward reads are recomputed by their
 forward statements inside the backward def (``value_and_grad`` returns them as outputs
 instead of computing them twice); the fusion pass then runs on the backward like on any def.
 """
@@ -154,9 +156,12 @@ class _Reverse:
                         f"(lines {self.stmts[ks[0]].span.line} and {self.stmts[ks[-1]].span.line})", s.span)
 
     def active_tensors(self) -> set[str]:
-        """The tensors whose values depend on ``wrt``; an integer output among them is an error."""
+        """The tensors whose values depend on ``wrt``; an integer output among them is an error.
+        A softmax's shift (:meth:`normalising_shift`) is not among them: nothing depends on it."""
         active = set(self.wrt)
-        for s in self.stmts:
+        for k, s in enumerate(self.stmts):
+            if self.normalising_shift(k):
+                continue
             if depends(s.rhs, self.is_active_with(active)):
                 info = self.def_.tensor(s.target)
                 if info.scalar.is_float:
@@ -166,6 +171,66 @@ class _Reverse:
                         f"cannot differentiate '{s}': output '{s.target}' is {info.scalar} and depends on "
                         f"{', '.join(self.wrt)}; integer values have no derivative", s.span)
         return active
+
+    def normalising_shift(self, k: int) -> bool:
+        """Whether statement ``k`` is ``M(r) max=! X(r, c)`` (or ``min=!``) read only by ``E(r, c)
+        = exp(u)``, ``u`` one of ``X - M``, ``a * (X - M)``, ``(X - M) * a``, ``(X - M) / a``
+        with ``a`` free of ``c``, whose ``E`` is read only by ``S(r) +=! E(r, c)`` and ``P(r, c)
+        = E(r, c) / S(r)``, ``S`` only by ``P``, all temporaries written once (the same
+        variable names throughout). Then ``P`` is the same for any value of ``M`` (``exp(-a M)``
+        cancels), so ``M`` passes no cotangent on: its derivative terms (a sum over the row and
+        the arg-max's mask) would add up to rounding noise."""
+        s = self.stmts[k]
+        temporaries = {t.name for t in self.def_.temporaries}
+
+        def names(indices):
+            return [getattr(e, "name", None) for e in indices]
+
+        def readers(tensor):
+            return [j for j, t in enumerate(self.stmts)
+                    if any(isinstance(a, ast.Access) and a.tensor == tensor for a in t.rhs.walk())]
+
+        def once(tensor):
+            return tensor in temporaries and len(self.writers.get(tensor, ())) == 1
+
+        if (s.reduction not in ("max", "min") or not s.init or s.where or not once(s.target)
+                or not isinstance(s.rhs, ast.Access) or None in names(s.rhs.indices)):
+            return False
+        rows, point = names(s.lhs), names(s.rhs.indices)
+        shifted = readers(s.target)
+        if len(shifted) != 1 or None in rows:
+            return False
+        e = self.stmts[shifted[0]]
+        if (e.reduction is not None or e.where or not once(e.target) or sorted(names(e.lhs)) != sorted(point)
+                or not isinstance(e.rhs, ast.Call) or e.rhs.func != "exp"):
+            return False
+
+        def same(node, tensor, want):
+            return isinstance(node, ast.Access) and node.tensor == tensor and names(node.indices) == want
+
+        def difference(node):
+            return (isinstance(node, ast.Binary) and node.op == "-" and same(node.lhs, s.rhs.tensor, point)
+                    and same(node.rhs, s.target, rows))
+
+        u = e.rhs.args[0]
+        if not difference(u):
+            if not isinstance(u, ast.Binary) or u.op not in ("*", "/"):
+                return False
+            factor = u.rhs if difference(u.lhs) else u.lhs if u.op == "*" and difference(u.rhs) else None
+            if factor is None or index_vars(factor) & set(s.reduction_vars) or any(
+                    isinstance(a, ast.Access) and a.tensor in (s.target, e.target) for a in factor.walk()):
+                return False
+        users = readers(e.target)
+        if len(users) != 2:
+            return False
+        total, quotient = (self.stmts[j] for j in users)
+        if not (total.reduction == "+" and total.init and not total.where and once(total.target)
+                and names(total.lhs) == rows and same(total.rhs, e.target, point)
+                and quotient.reduction is None and not quotient.where and once(quotient.target)
+                and isinstance(quotient.rhs, ast.Binary) and quotient.rhs.op == "/"
+                and same(quotient.rhs.lhs, e.target, point) and same(quotient.rhs.rhs, total.target, rows)):
+            return False
+        return readers(total.target) == [users[1]]
 
     @staticmethod
     def is_active_with(active: set[str]):

@@ -156,6 +156,8 @@ class _DirectConv:
             w(f"for (int64_t j = 0; j < nch; j++) {{", depth + 1)
             put(f"o[r * INT64_C({run_c}) + blk * {nr} + j]", f"tile[r * {nr} + j]", depth + 2)
             w("}", depth + 1)
+        elif self.transposed:
+            self.transposed_store(w, depth)
         else:  # a channel's pixels along the run
             w("for (int64_t j = 0; j < nch; j++)", depth)
             w("for (int64_t r = 0; r < count; r++) {", depth + 1)
@@ -168,6 +170,51 @@ class _DirectConv:
             w("for (int64_t j = 0; j < nch; j++)", depth)
             w("for (int64_t r = 0; r < count; r++)", depth + 1)
             w(f"{self.epi}(tcpy_buffers, bi, {at}, 1, o + coff[j] + r * INT64_C({run_c}));", depth + 2)
+
+    @property
+    def transposed(self) -> bool:
+        """Whether the tile is stored transposed in registers (NCHW: a channel's pixels are
+        contiguous in the output): blocks of lanes x lanes, pixels x channels."""
+        return not self.form.channels_last and self.form.run.c == 1 and self.plan.lanes > 1
+
+    def transposed_store(self, w: CWriter, depth: int):
+        """The tile into the output as blocks of ``lanes`` pixels x ``lanes`` channels, each
+        transposed by shuffles (log2(lanes) rounds) into one vector of pixels per channel; a
+        block of fewer pixels is stored whole when its overhang stays within the item's pixels
+        (a later tile of this item overwrites it, before its epilogue reads it) and the output
+        is overwritten, else element by element."""
+        p, T, nr, L, con = self.p, self.T, self.plan.nr, self.plan.lanes, self.con
+        for g in range(-(-self.plan.mr // L)):
+            w(f"if (count > {g * L}) {{", depth)
+            w(f"const int64_t n = count - {g * L};", depth + 1)
+            for v in range(self.plan.nr_vectors):
+                w("{", depth + 1)
+                d = depth + 2
+                w(f"{p}_v " + ", ".join(f"t{r} = *(const {p}_v *)(tile + {(g * L + r) * nr + v * L})" for r in range(L))
+                  + ";", d)
+                h = L // 2
+                while h >= 1:
+                    lo = ", ".join(str(j if not j & h else L + j - h) for j in range(L))
+                    hi = ", ".join(str(j + h if not j & h else L + j) for j in range(L))
+                    for i in range(L):
+                        if not i & h:
+                            w(f"{{ const {p}_v a = t{i}, b = t{i + h}; t{i} = __builtin_shuffle(a, b, ({p}_m){{{lo}}}); "
+                              f"t{i + h} = __builtin_shuffle(a, b, ({p}_m){{{hi}}}); }}", d)
+                    h //= 2
+                whole = "n >= " + str(L)
+                if con.init:
+                    whole += f" || x0 + {g * L + L} <= x2"
+                for j in range(L):
+                    ch = v * L + j
+                    w(f"if ({ch} < nch) {{", d)
+                    w(f"{T} *e = o + coff[{ch}] + {g * L};", d + 1)
+                    value = f"alpha * t{j}" if con.init else f"*({p}_vu *)e + alpha * t{j}"
+                    w(f"if ({whole}) *({p}_vu *)e = {value};", d + 1)
+                    w(f"else for (int64_t r = 0; r < n; r++) e[r] = {'' if con.init else 'e[r] + '}alpha * t{j}[r];",
+                      d + 1)
+                    w("}", d)
+                w("}", depth + 1)
+            w("}", depth)
 
     def row(self, w: CWriter):
         """``<p>_row``: one item, all tiles of one row for one block of output channels."""
@@ -186,7 +233,8 @@ class _DirectConv:
             for i, g in enumerate(guards):
                 w(f"g0[{i}] = INT64_C({g.const}) + {p}_off_g{i}_batch(bi) + {p}_cg{i}_rows(row);", 1)
         align = max(self.plan.lanes * self.ctx.element_bytes, 16)
-        w(f"{T} tile[{mr * nr}] __attribute__((aligned({align})));", 1)
+        rows = -(-mr // self.plan.lanes) * self.plan.lanes if self.transposed else mr  # (whole blocks to transpose)
+        w(f"{T} tile[{rows * nr}] __attribute__((aligned({align})));", 1)
         w(f"for (int64_t x0 = x1; x0 < x2; x0 += {mr}) {{", 1)
         w(f"const int64_t count = tcpy_min_int64({mr}, {form.run.extent} - x0);", 2)
         w(f"const {T} *x = xr + x0 * INT64_C({form.run.image});", 2)

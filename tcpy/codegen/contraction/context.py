@@ -20,43 +20,26 @@ class Context:
     names: dict
     prefix: str
     epilogue: Optional[str] = None
+    # derived (__post_init__): the C types of the output (and packed operands), A and B, the
+    # output's element size, and the linear extents of the roles
+    T: str = dataclasses.field(init=False)
+    TA: str = dataclasses.field(init=False)
+    TB: str = dataclasses.field(init=False)
+    element_bytes: int = dataclasses.field(init=False)
+    batch: int = dataclasses.field(init=False)
+    M: int = dataclasses.field(init=False)
+    N: int = dataclasses.field(init=False)
+    K: int = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        con = self.con
+        derived = (con.dtype.c_type, con.a.dtype.c_type, con.b.dtype.c_type, con.dtype.bits // 8, *con.sizes)
+        for name, value in zip(("T", "TA", "TB", "element_bytes", "batch", "M", "N", "K"), derived):
+            object.__setattr__(self, name, value)  # (frozen)
 
     def with_plan(self, plan: Plan) -> "Context":
         """The same contraction with another plan (a micro-kernel's narrower tile)."""
         return dataclasses.replace(self, plan=plan)
-
-    @property
-    def T(self) -> str:
-        """The C type of the output and of the packed operands."""
-        return self.con.dtype.c_type
-
-    @property
-    def TA(self) -> str:
-        return self.con.a.dtype.c_type
-
-    @property
-    def TB(self) -> str:
-        return self.con.b.dtype.c_type
-
-    @property
-    def element_bytes(self) -> int:
-        return self.con.dtype.bits // 8
-
-    @property
-    def batch(self) -> int:
-        return self.con.sizes[0]
-
-    @property
-    def M(self) -> int:
-        return self.con.sizes[1]
-
-    @property
-    def N(self) -> int:
-        return self.con.sizes[2]
-
-    @property
-    def K(self) -> int:
-        return self.con.sizes[3]
 
     # what the micro-kernels and cells take and pass on for the epilogue
     @property

@@ -248,7 +248,7 @@ class _Emitter:
         if simd and node.simd_reduction and not node.parallel:
             strips = self._strips(node)
             if strips:
-                self.strip_reduction(node, *strips, depth)
+                self.strip_reduction(node, depth, *strips)
                 return
         reduction = ""
         if node.simd_reduction:
@@ -300,27 +300,50 @@ class _Emitter:
     def _strips(self, node):
         """``(lo, strip, hi)`` when the SIMD reduction loop ``node`` runs as REDUCTION_STRIPS
         strips: constant bounds, points only in its body, at least two vectors per strip. A
-        strip is whole vectors (no scalar tail per strip); what is left runs after them."""
-        if node.step != 1 or not isinstance(node.lo, Const) or not all(isinstance(n, Point) for n in node.body):
+        strip is whole vectors (no scalar tail per strip); what is left runs after them. In a
+        size-generic kernel, bounds that depend on the sizes give C texts, and ``strip`` the name
+        of a local computed at run time (0 when the strips would be shorter)."""
+        if node.step != 1 or not all(isinstance(n, Point) for n in node.body):
             return None
         cond = node.cond
-        if not (isinstance(cond, BinOp) and cond.op in ("<", "<=") and cond.lhs == Var(node.var)
-                and isinstance(cond.rhs, Const)):
+        if not (isinstance(cond, BinOp) and cond.op in ("<", "<=") and cond.lhs == Var(node.var)):
             return None
-        lo, hi = node.lo.value, cond.rhs.value + (cond.op == "<=")
         acc_type = accumulator_type(self.types[self.stmts[self.stmt_index].target])
         lanes = self.ir.options.target.lanes(acc_type.bits // 8)
+        if not (isinstance(node.lo, Const) and isinstance(cond.rhs, Const)):
+            if self.generic is None or node.var in index_c(cond.rhs):
+                return None
+            return (index_c(node.lo), f"{node.var}_strip_length",
+                    f"{index_c(cond.rhs)}{' + 1' if cond.op == '<=' else ''}", lanes)
+        lo, hi = node.lo.value, cond.rhs.value + (cond.op == "<=")
         strip = (hi - lo) // REDUCTION_STRIPS // lanes * lanes
         if strip < 2 * lanes:
             return None
         return lo, strip, hi
 
-    def strip_reduction(self, node, lo, strip, hi, depth):
+    def strip_reduction(self, node, depth, lo, strip, hi, lanes=None):
         """A long SIMD reduction as REDUCTION_STRIPS contiguous strips, each with its own
         accumulator, one loop over all of them: one accumulator's chain of dependent vector adds
         (or compares) bounds a single loop at one vector per add latency. The strips combine in a
         fixed order after the loop (a reduction's order already differs from the sequential one:
-        ``omp simd`` reassociates). ``tcpy_acc`` (and ``tcpy_nan``) carry in and out."""
+        ``omp simd`` reassociates). ``tcpy_acc`` (and ``tcpy_nan``) carry in and out. With
+        ``lanes``, ``lo``, ``strip`` and ``hi`` are C texts (see :meth:`_strips`)."""
+        if lanes is not None:  # (the strip's length, at run time)
+            lo_c, hi_c = f"{node.var}_lo", f"{node.var}_hi"
+            self.emit("{", depth)
+            self.emit(f"const int64_t {lo_c} = {lo}, {hi_c} = {hi};", depth + 1)
+            self.emit(f"int64_t {strip} = ({hi_c} - {lo_c}) / {REDUCTION_STRIPS} / {lanes} * {lanes};", depth + 1)
+            self.emit(f"if ({strip} < {2 * lanes}) {strip} = 0;", depth + 1)
+            self._strips_c(node, depth + 1, lo_c, f"{lo_c} + {strip}", f"{lo_c} + {REDUCTION_STRIPS} * {strip}", hi_c,
+                           [f"{k} * {strip}" for k in range(REDUCTION_STRIPS)], True)
+            self.emit("}", depth)
+            return
+        self._strips_c(node, depth, lo, lo + strip, lo + REDUCTION_STRIPS * strip, hi,
+                       [k * strip for k in range(REDUCTION_STRIPS)], lo + REDUCTION_STRIPS * strip < hi)
+
+    def _strips_c(self, node, depth, lo, strips_end, rest, hi, offsets, tail):
+        """:meth:`strip_reduction`'s C: strips from ``lo`` to ``strips_end``, the k-th at
+        ``offsets[k]`` from there; then (when ``tail``) the rest from ``rest`` to ``hi``."""
         stmt = self.stmts[self.stmt_index]
         acc_type = accumulator_type(self.types[stmt.target])
         op = node.simd_reduction
@@ -334,19 +357,19 @@ class _Emitter:
         if flagged:
             self.emit(f"int {', '.join(f'{n} = 0' for n in nans[1:])};", depth + 1)
         self.emit(f"#pragma omp simd{clause}", depth + 1)
-        self.emit(f"for (int64_t {start} = {lo}; {start} < {lo + strip}; {start}++) {{", depth + 1)
+        self.emit(f"for (int64_t {start} = {lo}; {start} < {strips_end}; {start}++) {{", depth + 1)
         self.in_simd += 1
         for k in range(REDUCTION_STRIPS):
-            self.emit(f"{{ const int64_t {node.var} = {start} + {k * strip};", depth + 2)
+            self.emit(f"{{ const int64_t {node.var} = {start} + {offsets[k]};", depth + 2)
             self.strip = str(k) if k else ""  # this strip's accumulator
             self.nodes(node.body, depth + 3)
             self.strip = ""
             self.emit("}", depth + 2)
         self.emit("}", depth + 1)
-        if lo + REDUCTION_STRIPS * strip < hi:
+        if tail:
             self.emit(f"#pragma omp simd reduction({op}:tcpy_acc)" + (" reduction(|:tcpy_nan)" if flagged else ""),
                       depth + 1)
-            self.emit(f"for (int64_t {node.var} = {lo + REDUCTION_STRIPS * strip}; {node.var} < {hi}; "
+            self.emit(f"for (int64_t {node.var} = {rest}; {node.var} < {hi}; "
                       f"{node.var}++) {{", depth + 1)
             self.nodes(node.body, depth + 2)
             self.emit("}", depth + 1)

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .schedule import StmtSchedule
     from .contraction_ir import Contraction, Plan
     from .transform.recognition import Base
-    from .generic import GenericSizes
 
 
 class Mode(enum.Enum):
@@ -366,7 +365,7 @@ class Program:
     groups: tuple[FusedGroup, ...] = ()
     shrunk: tuple[str, ...] = ()
     epilogues: tuple[Epilogue, ...] = ()
-    generic: Optional["GenericSizes"] = None
+    generic: Optional[object] = None  # a tcpy.generic.GenericSizes (which reads this module)
 
     def __post_init__(self):
         for name in ("shapes", "types", "sizes"):

@@ -209,19 +209,23 @@ def resnet_cases():
     for n in (1, 8):
         yield from (demo.resnet_conv_case(n, c, f, hw, k, s) for c, f, hw, k, s in RESNET)
     yield from (demo.resnet_conv_case(n, 256, 256, 56, 3, 1, depthwise=True) for n in (1, 8))
+    for n in (1, 8):  # the 3x3 layers without padding (the image read whole, no guard)
+        yield from (demo.resnet_conv_case(n, c, f, hw, k, s, padded=False) for c, f, hw, k, s in RESNET if k == 3)
 
 
 def torch_conv(case):
     """PyTorch's convolution of a resnet case, NCHW and channels_last (the faster one counts)."""
     stride = int(case.shapes.rsplit("s", 1)[1])
     depthwise = case.shapes.startswith("depthwise")
+    padded = "unpadded" not in case.shapes
 
     def conv(memory_format):
         def fn(I, Wt):
             weight = Wt[:, None] if depthwise else Wt
             return torch.nn.functional.conv2d(I.contiguous(memory_format=memory_format),
                                               weight.contiguous(memory_format=memory_format), stride=stride,
-                                              padding=Wt.shape[-1] // 2, groups=I.shape[1] if depthwise else 1)
+                                              padding=Wt.shape[-1] // 2 if padded else 0,
+                                              groups=I.shape[1] if depthwise else 1)
         return fn
     return {"torch": conv(torch.contiguous_format), "torch-cl": conv(torch.channels_last)}
 
@@ -391,7 +395,7 @@ def main(argv=None) -> int:
                              "(benchmarks/compare.py compares two such files)")
     parser.add_argument("--suite", choices=("default", "resnet", "long"), default="default",
                         help="resnet: the ResNet-50 convolution layers (padded by guarded reads) at N=1 and 8, "
-                             "a depthwise 3x3, and the memory the N=8 56x56 layer needs beyond its arrays; "
+                             "a depthwise 3x3, the 3x3 layers unpadded, and the memory the N=8 56x56 layer needs beyond its arrays; "
                              "long: attention over sequences whose score rows do not fit L2, and its memory")
     args = parser.parse_args(argv)
     if args.threads is not None:

@@ -148,14 +148,16 @@ def conv2d_case(n: int, c: int, f: int, hw: int, k: int = 3) -> Case:
                 im2col_conv2d, 2.0 * n * f * hw * hw * c * k * k)
 
 
-def resnet_conv_case(n: int, c: int, f: int, hw: int, k: int, stride: int = 1, depthwise: bool = False) -> Case:
+def resnet_conv_case(n: int, c: int, f: int, hw: int, k: int, stride: int = 1, depthwise: bool = False,
+                     padded: bool = True) -> Case:
     """A ResNet layer: k x k, c -> f channels, an hw x hw input, "same" zero padding (k // 2)
-    written as a guarded read, NCHW float32; ``depthwise``: f = c, one channel per group."""
-    pad = k // 2
+    written as a guarded read, NCHW float32; ``depthwise``: f = c, one channel per group;
+    ``padded=False``: the same layer without padding (an output k - 1 smaller)."""
+    pad = k // 2 if padded else 0
     out = (hw + 2 * pad - k) // stride + 1
     reference = depthwise_conv2d(pad) if depthwise else im2col_padded_conv2d(stride, pad)
     w_shape = (c, k, k) if depthwise else (f, c, k, k)
-    kind = "depthwise " if depthwise else ""
+    kind = ("depthwise " if depthwise else "") + ("" if padded else "unpadded ")
     return Case("conv", padded_conv2d_source(k, stride, pad, depthwise),
                 f"{kind}N={n} {c}->{f} {hw}x{hw} {k}x{k} s{stride}",
                 lambda rng: (_f32(rng, n, c, hw, hw), _f32(rng, *w_shape)),

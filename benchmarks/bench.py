@@ -397,6 +397,10 @@ def main(argv=None) -> int:
                         help="resnet: the ResNet-50 convolution layers (padded by guarded reads) at N=1 and 8, "
                              "a depthwise 3x3, the 3x3 layers unpadded, and the memory the N=8 56x56 layer needs beyond its arrays; "
                              "long: attention over sequences whose score rows do not fit L2, and its memory")
+    parser.add_argument("--specialize", choices=("always", "never", "auto"), default="always",
+                        help="tcpy's kernels specialised to each case's shapes (always, the default: the "
+                             "speed of a kernel called repeatedly), size-generic (never), or tcpy's default "
+                             "tiering (auto)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
@@ -405,11 +409,12 @@ def main(argv=None) -> int:
         tcpy.set_num_threads(args.threads)
         if torch is not None:
             torch.set_num_threads(args.threads)
-    options = tcpy.Options(target=args.target)
+    options = tcpy.Options(target=args.target, specialize=args.specialize)
 
     report = {"date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
               "machine": machine(), "commit": git_commit(), "threads": tcpy.get_num_threads(),
-              "target": options.target.describe(), "suite": args.suite, "quick": args.quick,
+              "target": options.target.describe(), "specialize": args.specialize, "suite": args.suite,
+              "quick": args.quick,
               "header": [], "cases": [], "lines": []}
 
     def show(line: str, section: str = "lines") -> None:
@@ -425,7 +430,8 @@ def main(argv=None) -> int:
          f"torch {torch.__version__ if torch else 'not installed'}", "header")
     for line in blas_info():
         show(f"threadpool: {line}", "header")
-    show(f"tcpy threads: {tcpy.get_num_threads()}; target: {options.target.describe()}", "header")
+    show(f"tcpy threads: {tcpy.get_num_threads()}; target: {options.target.describe()}; "
+         f"specialize: {args.specialize}", "header")
     show("peak of one core (benchmarks/peak.py): float {:.1f}, double {:.1f} GFLOP/s".format(
         fma_peak(options.target, "float"), fma_peak(options.target, "double")), "header")
     show("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} (other work on the machine skews timings)"

@@ -503,13 +503,18 @@ def test_second_order(src, shapes):
     check_against_finite_differences(backward.source, shapes + [np.shape(o) for o in outputs])
 
 
-def test_strided_window_gradient_sums_over_the_window():
-    """A stride-2 window's input gradient solves for the output position (a divisibility test),
-    not a sum over every output point."""
+def test_strided_window_gradient_is_split_by_phase():
+    """A stride-2 window's input gradient is one gather per phase (input rows and columns even
+    or odd) over the taps of that phase, interleaved: no sum over every output point, no ``% 2``
+    inside a sum."""
     backward = tcpy.grad(tcpy.define(layer("max_pool")[0]))
-    statement = backward.source.splitlines()[-2]
-    assert statement.startswith("    dI(n, i1, i2) +=! i1 - kh >= 0 && i1 - kh < (2 * dO.1)")
-    assert "(i1 - kh) % 2 == 0" in statement and statement.endswith("where n in 0:N, kh in 0:2, kw in 0:2, i1 in 0:H, i2 in 0:W")
+    lines = backward.source.splitlines()
+    phases = [line for line in lines if line.startswith("    dI_phase")]
+    assert [line.split("(")[0].strip() for line in phases] == ["dI_phase00", "dI_phase01", "dI_phase10", "dI_phase11"]
+    assert all("%" not in line for line in phases)
+    assert lines[-2] == ("    dI(i0, i1, i2) +=! i1 % 2 == 0 ? i2 % 2 == 0 ? dI_phase00(i0, i1 / 2, i2 / 2) : "
+                         "dI_phase01(i0, i1 / 2, i2 / 2) : i2 % 2 == 0 ? dI_phase10(i0, i1 / 2, i2 / 2) : "
+                         "dI_phase11(i0, i1 / 2, i2 / 2) where i0 in 0:N, i1 in 0:H, i2 in 0:W")
 
 
 def test_cotangent_of_the_wrong_shape():

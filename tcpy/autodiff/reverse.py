@@ -10,6 +10,10 @@ statement's own index variables, pinned to their forward ranges by ``where`` cla
 * an affine index with a unit coefficient on some variable ``v`` gets a new variable ``x``
   and ``v`` is solved for (``v = x - rest``), guarded by ``v``'s forward range: a convolution's
   input gradient becomes a transposed convolution;
+* an index ``s*x + y + a`` (``s > 1``, ``x`` an output and ``y`` a reduction variable: a
+  strided window) is split by phase: one gather per residue of the input index modulo ``s``,
+  over the taps of that residue, then one statement interleaving the phases (a strided
+  convolution's input gradient is ``s*s`` transposed convolutions of stride 1);
 * any other index (data-dependent, ``2*i``, ``i + j`` with both used) gets a new variable
   ``x`` over the whole dimension and a mask ``index == x``: the scatter of a gather, as a sum.
 
@@ -381,23 +385,123 @@ class _Reverse:
         return (" where " + ", ".join(f"{v} in {lo}:{hi}" for v, (lo, hi) in ranges.items())) if ranges else ""
 
     def contribute(self, c: _Contribution) -> None:
-        """One statement adding ``c.term`` into the cotangent of the tensor ``c.access`` reads."""
+        """One statement adding ``c.term`` into the cotangent of the tensor ``c.access`` reads
+        (or, for a strided read, one per phase and one interleaving them: :meth:`by_phase`)."""
         s = self.stmts[c.index]
         tensor = c.access.tensor
         ranges = {v: r for v, r in self.range_texts(c.index).items() if v not in c.outside}
+        dims = [self.dim_text(tensor, d) for d in range(len(c.access.indices))]
+        if self.by_phase(c, ranges, dims):
+            return
+        lhs, term, all_ranges = self.gathered(s, c.access, c.term, ranges, dims)
+        self.accumulate(tensor, lhs, term, all_ranges, s)
+
+    def by_phase(self, c: _Contribution, ranges, dims: list[str]) -> bool:
+        """For a read whose index along some dimensions is ``s*x + y + a`` (``s > 1`` a literal,
+        ``x`` an output variable, ``y`` a reduction variable from 0 or absent, neither in another
+        index): one gather-form statement per phase ``r`` (input positions ``s*p + r``) over the
+        taps ``y = s*t + q`` with ``q = (r - a) mod s``, into a temporary indexed by ``p``, then
+        one element-wise statement interleaving the phases into the cotangent. A strided
+        convolution's input gradient is then a few transposed convolutions of stride 1, which
+        the contraction engine runs, instead of one sum masked by ``% s``. False (nothing
+        emitted) for any other read."""
+        s = self.stmts[c.index]
+        indices = c.access.indices
+        strided: dict[int, tuple[int, str, Optional[str], int]] = {}  # d -> (s, x, y, a)
+        for d, index in enumerate(indices):
+            others = set().union(*(index_vars(e) for j, e in enumerate(indices) if j != d))
+            if isinstance(index, ast.IndexVar):
+                if ranges.get(index.name, ("0", dims[d])) != ("0", dims[d]):
+                    return False  # the phase temporaries would not cover their dimension
+                continue
+            terms = _linear(index)
+            if terms is None:
+                continue
+            scaled = [v for v, k in terms.items() if v is not None and k > 1 and v in s.output_vars]
+            taps = [v for v, k in terms.items() if v is not None and k == 1 and v in s.reduction_vars]
+            if (len(scaled) != 1 or len(taps) > 1 or len(terms) != 1 + len(taps) + (None in terms)
+                    or (set(scaled) | set(taps)) & others or scaled[0] not in ranges
+                    or not self.guard_range(s, scaled[0], ranges)
+                    or any(ranges.get(y, ("",))[0] != "0" for y in taps)):
+                continue
+            strided[d] = (terms[scaled[0]], scaled[0], taps[0] if taps else None, terms.get(None, 0))
+        if not strided:
+            return False
+        tensor = c.access.tensor
+        phase_dims = [f"({dims[d]} + {strided[d][0] - 1}) / {strided[d][0]}" if d in strided else dims[d]
+                      for d in range(len(dims))]
+        phases: dict[tuple[int, ...], Optional[str]] = {}  # None: no tap reaches it
+        combos = [()]
+        for d in strided:
+            combos = [combo + (r,) for combo in combos for r in range(strided[d][0])]
+        for combo in combos:
+            subst: dict[str, ast.Expr] = {}
+            phase_ranges = dict(ranges)
+            phase_indices = list(indices)
+            empty = False
+            for (d, (stride, x, y, a)), r in zip(strided.items(), combo):
+                q = (r - a) % stride
+                if y is None:
+                    empty |= q != 0
+                    shifted: ast.Expr = ast.IndexVar(x)
+                else:
+                    t = self.fresh(f"{y}_{q}")
+                    tap = ast.Binary("*", ast.IntLit(stride), ast.IndexVar(t))
+                    subst[y] = ast.Binary("+", tap, ast.IntLit(q)) if q else tap
+                    hi = ranges[y][1]
+                    phase_ranges[t] = ("0", f"({hi} + {stride - 1 - q}) / {stride}" if stride - 1 - q
+                                       else f"{hi} / {stride}")
+                    del phase_ranges[y]
+                    shifted = ast.Binary("+", ast.IndexVar(x), ast.IndexVar(t))
+                # s*x + s*t + q + a = s*p + r: p = x + t + (q + a - r) / s
+                phase_indices[d] = _canonical(ast.Binary("+", shifted, ast.IntLit((q + a - r) // stride)))
+            if empty:
+                phases[combo] = None
+                continue
+            name = self.fresh(f"{self.adjoint.get(tensor, 'd' + tensor)}_phase{''.join(map(str, combo))}")
+            phase = ast.Access(name, tuple(phase_indices))
+            lhs, term, all_ranges = self.gathered(s, phase, _substitute(c.term, subst), phase_ranges, phase_dims)
+            self.lines.append(f"{name}({', '.join(lhs)}) +=! {term}{self.where(all_ranges)}")
+            phases[combo] = name
+        # the cotangent: position i of a strided dimension is phase i % s, at i / s
+        lhs = [self.fresh(f"{tensor.lower()}{d}") for d in range(len(dims))]
+        steps = [(d, strided[d][0]) for d in strided]
+
+        def interleave(level: int, combo: tuple[int, ...]) -> ast.Expr:
+            if level == len(steps):
+                if phases[combo] is None:
+                    return ZERO
+                return ast.Access(phases[combo], tuple(
+                    ast.Binary("/", ast.IndexVar(v), ast.IntLit(strided[d][0])) if d in strided else ast.IndexVar(v)
+                    for d, v in enumerate(lhs)))
+            d, stride = steps[level]
+            result = interleave(level + 1, combo + (stride - 1,))
+            for r in reversed(range(stride - 1)):
+                test = ast.Binary("==", ast.Binary("%", ast.IndexVar(lhs[d]), ast.IntLit(stride)), ast.IntLit(r))
+                result = ternary(test, interleave(level + 1, combo + (r,)), result)
+            return result
+
+        self.accumulate(tensor, lhs, interleave(0, ()), {v: ("0", dims[d]) for d, v in enumerate(lhs)}, s)
+        return True
+
+    def gathered(self, s: ast.Stmt, access: ast.Access, term: ast.Expr, ranges, dims: list[str]):
+        """``term``, the cotangent of the read ``access`` of statement ``s``, as a gather: the
+        index variables of the cotangent (of dimensions ``dims``), the term over them and the
+        ranges of all its variables."""
+        tensor = access.tensor
         candidates = list(s.output_vars) + list(s.reduction_vars)
         lhs: list[str] = []
         subst: dict[str, ast.Expr] = {}
         bounds: list[ast.Expr] = []   # affine: range inference sees which reads they guard
         checks: list[ast.Expr] = []   # divisibility and masks: tested inside the bounds
         new_ranges: dict[str, tuple[str, str]] = {}
-        for d, index in enumerate(c.access.indices):
+        for d, index in enumerate(access.indices):
             index = _substitute(index, subst)
             if isinstance(index, ast.IndexVar) and index.name in ranges and index.name not in lhs:
                 lhs.append(index.name)
                 continue
             x = self.fresh(f"{tensor.lower()}{d}")
-            new_ranges[x] = ("0", self.dim_text(tensor, d))
+            new_ranges[x] = ("0", dims[d])
             lhs.append(x)
             # solve for an output variable if one appears (it has the long range: a strided
             # window's input gradient then sums over the window, not over all outputs)
@@ -421,7 +525,7 @@ class _Reverse:
             else:
                 checks.append(ast.Binary("==", _canonical(index), ast.IndexVar(x)))
         read = ast.Access(tensor, tuple(ast.IndexVar(v) for v in lhs))
-        term = map_expr(c.term, lambda n: read if n == c.access else None)
+        term = map_expr(term, lambda n: read if n == access else None)
         inner = None
         for extra in checks:
             inner = conj(inner, extra)
@@ -438,7 +542,7 @@ class _Reverse:
         all_ranges = {**ranges, **new_ranges}
         if set(all_ranges) - set(lhs):  # summed: make it a product of two reads if it nearly is
             term = self.two_reads(term, all_ranges)
-        self.accumulate(tensor, lhs, term, all_ranges, s)
+        return lhs, term, all_ranges
 
     def two_reads(self, term: ast.Expr, ranges) -> ast.Expr:
         """``A * B * f`` (``f`` factors over ``A``'s variables, or constants) as ``S * B`` with

@@ -1,0 +1,100 @@
+"""Strided convolutions' input gradients, derived per output phase (one transposed convolution
+of stride 1 per residue of the input index modulo the stride): against an exact NumPy scatter,
+central finite differences and torch.autograd."""
+import numpy as np
+import pytest
+
+import tcpy
+from tcpy import demo
+
+
+def conv_source(k: int, stride: int, pad: int) -> str:
+    return demo.padded_conv2d_source(k, stride, pad).replace("float(", "double(")
+
+
+def scatter_input_gradient(dO, W, stride: int, pad: int, hw) -> np.ndarray:
+    """The NCHW input gradient by the definition: each output point adds its window back."""
+    n, f, oh, ow = dO.shape
+    _, c, kh, kw = W.shape
+    padded = np.zeros((n, c, hw[0] + 2 * pad + kh, hw[1] + 2 * pad + kw))
+    for a in range(kh):
+        for b in range(kw):
+            padded[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride] += np.einsum(
+                "nfhw,fc->nchw", dO, W[:, :, a, b])
+    return padded[:, :, pad:pad + hw[0], pad:pad + hw[1]]
+
+
+CASES = [(3, 2, 1, (7, 8)), (3, 2, 1, (8, 8)), (1, 2, 0, (8, 7)), (3, 2, 0, (9, 9)),
+         (3, 3, 0, (8, 10)), (1, 3, 0, (7, 7)), (3, 3, 1, (9, 8))]
+
+
+@pytest.mark.parametrize("k, stride, pad, hw", CASES)
+def test_strided_conv_input_gradient_matches_scatter(k, stride, pad, hw):
+    rng = np.random.default_rng(k * 10 + stride)
+    I, W = rng.standard_normal((2, 3, *hw)), rng.standard_normal((4, 3, k, k))
+    forward = tcpy.define(conv_source(k, stride, pad))
+    O = forward(I, W)
+    dO = rng.standard_normal(O.shape)
+    dI, dW = tcpy.grad(forward, wrt=("I", "Wt"))(I, W, dO)
+    assert dI.shape == I.shape and dI.dtype == np.float64
+    np.testing.assert_allclose(dI, scatter_input_gradient(dO, W, stride, pad, hw), rtol=1e-10, atol=1e-10)
+    padded = np.pad(I, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = O.shape[2:]
+    windows = np.stack([np.stack([padded[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride]
+                                  for b in range(k)], -1) for a in range(k)], -2)
+    np.testing.assert_allclose(dW, np.einsum("nfhw,nchwab->fcab", dO, windows), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("k, stride, pad, hw", [(3, 2, 1, (5, 6)), (1, 3, 0, (7, 5))])
+def test_strided_conv_gradient_matches_finite_differences(k, stride, pad, hw):
+    rng = np.random.default_rng(3)
+    I, W = rng.standard_normal((1, 2, *hw)), rng.standard_normal((3, 2, k, k))
+    forward = tcpy.define(conv_source(k, stride, pad))
+    dO = rng.standard_normal(forward(I, W).shape)
+    dI, _ = tcpy.grad(forward, wrt=("I", "Wt"))(I, W, dO)
+    eps = 1e-6
+    numeric = np.zeros_like(I)
+    for point in np.ndindex(*I.shape):
+        up, down = I.copy(), I.copy()
+        up[point] += eps
+        down[point] -= eps
+        numeric[point] = np.sum((forward(up, W) - forward(down, W)) * dO) / (2 * eps)
+    np.testing.assert_allclose(dI, numeric, rtol=1e-6, atol=1e-7)
+
+
+NHWC = """
+def conv_nhwc(double(N,H,W,C) I, double(KH,KW,C,F) Wt) -> (O) {
+    O(n, h, w, f) +=! I(n, 2*h + kh, 3*w + kw, c) * Wt(kh, kw, c, f)
+        where h in 0:(H - KH) / 2 + 1, w in 0:(W - KW) / 3 + 1, kh in 0:KH, kw in 0:KW
+}
+"""
+
+
+def test_strided_nhwc_conv_gradient_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    I, W = rng.standard_normal((2, 9, 11, 3)), rng.standard_normal((3, 2, 3, 4))
+    forward = tcpy.define(NHWC)
+    dO = rng.standard_normal(forward(I, W).shape)
+    dI, dW = tcpy.grad(forward, wrt=("I", "Wt"))(I, W, dO)
+    ti, tw = torch.from_numpy(I).requires_grad_(), torch.from_numpy(W).requires_grad_()
+    out = torch.nn.functional.conv2d(ti.permute(0, 3, 1, 2), tw.permute(3, 2, 0, 1), stride=(2, 3))
+    out.backward(torch.from_numpy(dO).permute(0, 3, 1, 2))
+    np.testing.assert_allclose(dI, ti.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dW, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("k, stride, pad", [(3, 2, 1), (1, 2, 0), (3, 3, 1)])
+def test_strided_conv_gradient_matches_torch_float32(k, stride, pad):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    I = rng.standard_normal((2, 5, 11, 10)).astype(np.float32)
+    W = rng.standard_normal((6, 5, k, k)).astype(np.float32)
+    forward = tcpy.define(demo.padded_conv2d_source(k, stride, pad))
+    dO = rng.standard_normal(forward(I, W).shape).astype(np.float32)
+    dI, dW = tcpy.grad(forward, wrt=("I", "Wt"))(I, W, dO)
+    ti, tw = torch.from_numpy(I).requires_grad_(), torch.from_numpy(W).requires_grad_()
+    torch.nn.functional.conv2d(ti, tw, stride=stride, padding=pad).backward(torch.from_numpy(dO))
+    assert dI.dtype == np.float32
+    np.testing.assert_allclose(dI, ti.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dW, tw.grad.numpy(), rtol=1e-4, atol=1e-4)

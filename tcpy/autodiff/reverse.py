@@ -461,6 +461,7 @@ class _Reverse:
             name = self.fresh(f"{self.adjoint.get(tensor, 'd' + tensor)}_phase{''.join(map(str, combo))}")
             phase = ast.Access(name, tuple(phase_indices))
             lhs, term, all_ranges = self.gathered(s, phase, _substitute(c.term, subst), phase_ranges, phase_dims)
+            term = map_expr(term, _canonical_comparison)  # a guard's 2 * (p - t) + 2 * t is 2 * p
             self.lines.append(f"{name}({', '.join(lhs)}) +=! {term}{self.where(all_ranges)}")
             phases[combo] = name
         # the cotangent: position i of a strided dimension is phase i % s, at i / s
@@ -707,6 +708,14 @@ def _substitute(expr: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
             return dataclasses.replace(node, indices=tuple(_canonical(i) for i in node.indices))
         return None
     return map_expr(expr, replace)
+
+
+def _canonical_comparison(node: ast.Expr) -> Optional[ast.Expr]:
+    """A comparison of affine expressions with both sides written canonically, else None."""
+    if isinstance(node, ast.Binary) and node.op in ("<", "<=", ">", ">=", "==", "!=") and \
+            _linear(node.lhs) is not None and _linear(node.rhs) is not None:
+        return dataclasses.replace(node, lhs=_canonical(node.lhs), rhs=_canonical(node.rhs))
+    return None
 
 
 def _factors(expr: ast.Expr) -> tuple[int, list[tuple[ast.Expr, bool]]]:

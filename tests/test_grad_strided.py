@@ -98,3 +98,30 @@ def test_strided_conv_gradient_matches_torch_float32(k, stride, pad):
     assert dI.dtype == np.float32
     np.testing.assert_allclose(dI, ti.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dW, tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_strided_depthwise_conv_gradient_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    I, W = rng.standard_normal((2, 4, 9, 8)), rng.standard_normal((4, 3, 3))
+    forward = tcpy.define(demo.padded_conv2d_source(3, 2, 1, depthwise=True).replace("float(", "double("))
+    dO = rng.standard_normal(forward(I, W).shape)
+    dI, dW = tcpy.grad(forward)(I, W, dO)
+    ti, tw = torch.from_numpy(I).requires_grad_(), torch.from_numpy(W).requires_grad_()
+    torch.nn.functional.conv2d(ti, tw[:, None], stride=2, padding=1, groups=4).backward(torch.from_numpy(dO))
+    np.testing.assert_allclose(dI, ti.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dW, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("length", [9, 10, 11])
+def test_strided_elementwise_read_gradient(length):
+    """No taps: one phase receives the cotangent, the others are zero, over every length."""
+    src = "def down(double(N,H) I) -> (O) { O(n, h) = I(n, 3*h + 1) * I(n, 3*h + 1) where h in 0:(H - 2) / 3 + 1 }"
+    rng = np.random.default_rng(length)
+    I = rng.standard_normal((2, length))
+    forward = tcpy.define(src)
+    out = forward(I)
+    dO = rng.standard_normal(out.shape)
+    want = np.zeros_like(I)
+    want[:, 1:1 + 3 * out.shape[1]:3] = 2 * I[:, 1:1 + 3 * out.shape[1]:3] * dO
+    np.testing.assert_array_equal(tcpy.grad(forward)(I, dO), want)

@@ -460,7 +460,8 @@ class _Reverse:
                 continue
             name = self.fresh(f"{self.adjoint.get(tensor, 'd' + tensor)}_phase{''.join(map(str, combo))}")
             phase = ast.Access(name, tuple(phase_indices))
-            lhs, term, all_ranges = self.gathered(s, phase, _substitute(c.term, subst), phase_ranges, phase_dims)
+            lhs, term, all_ranges = self.gathered(s, phase, _substitute(c.term, subst), phase_ranges, phase_dims,
+                                                  fresh=set(strided))
             term = map_expr(term, _canonical_comparison)  # a guard's 2 * (p - t) + 2 * t is 2 * p
             self.lines.append(f"{name}({', '.join(lhs)}) +=! {term}{self.where(all_ranges)}")
             phases[combo] = name
@@ -485,10 +486,12 @@ class _Reverse:
         self.accumulate(tensor, lhs, interleave(0, ()), {v: ("0", dims[d]) for d, v in enumerate(lhs)}, s)
         return True
 
-    def gathered(self, s: ast.Stmt, access: ast.Access, term: ast.Expr, ranges, dims: list[str]):
+    def gathered(self, s: ast.Stmt, access: ast.Access, term: ast.Expr, ranges, dims: list[str],
+                 fresh: set[int] = frozenset()):
         """``term``, the cotangent of the read ``access`` of statement ``s``, as a gather: the
         index variables of the cotangent (of dimensions ``dims``), the term over them and the
-        ranges of all its variables."""
+        ranges of all its variables. Dimensions in ``fresh`` get a new variable over the whole
+        dimension even when the index is a loop variable (whose range may be shorter)."""
         tensor = access.tensor
         candidates = list(s.output_vars) + list(s.reduction_vars)
         lhs: list[str] = []
@@ -498,7 +501,8 @@ class _Reverse:
         new_ranges: dict[str, tuple[str, str]] = {}
         for d, index in enumerate(access.indices):
             index = _substitute(index, subst)
-            if isinstance(index, ast.IndexVar) and index.name in ranges and index.name not in lhs:
+            if (isinstance(index, ast.IndexVar) and index.name in ranges and index.name not in lhs
+                    and d not in fresh):
                 lhs.append(index.name)
                 continue
             x = self.fresh(f"{tensor.lower()}{d}")

@@ -125,3 +125,17 @@ def test_strided_elementwise_read_gradient(length):
     want = np.zeros_like(I)
     want[:, 1:1 + 3 * out.shape[1]:3] = 2 * I[:, 1:1 + 3 * out.shape[1]:3] * dO
     np.testing.assert_array_equal(tcpy.grad(forward)(I, dO), want)
+
+
+def test_large_strides_keep_the_masked_sum():
+    """A 5x5 window moved by 5 would be 25 phases: its gradient stays one masked statement."""
+    src = ("def pool(double(N,H,W) I) -> (O) { O(n, h, w) +=! I(n, 5*h + kh, 5*w + kw) "
+           "where h in 0:H / 5, w in 0:W / 5, kh in 0:5, kw in 0:5 }")
+    forward = tcpy.define(src)
+    backward = tcpy.grad(forward)
+    assert "_phase" not in backward.source
+    I = np.random.default_rng(0).standard_normal((1, 11, 12))
+    dO = np.random.default_rng(1).standard_normal(forward(I).shape)
+    want = np.zeros_like(I)
+    want[:, :10, :10] = np.repeat(np.repeat(dO, 5, 1), 5, 2)
+    np.testing.assert_allclose(backward(I, dO), want, rtol=1e-12)

@@ -28,6 +28,7 @@ instead of computing them twice); the fusion pass then runs on the backward like
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -42,6 +43,10 @@ from ..ranges import DefRanges, format_expr
 from .derivatives import NotDifferentiable, add, conj, depends, div, mul, neg, partials, ternary, ZERO
 
 __all__ = ["backward_source", "default_wrt"]
+
+# A strided read's cotangent is split into at most this many phases (one statement each, to
+# compile and run); a larger stride (a 7x7 pooling window moved by 7) keeps the masked sum.
+MAX_PHASES = 16
 
 
 def default_wrt(def_: ast.Def) -> tuple[str, ...]:
@@ -404,7 +409,7 @@ class _Reverse:
         one element-wise statement interleaving the phases into the cotangent. A strided
         convolution's input gradient is then a few transposed convolutions of stride 1, which
         the contraction engine runs, instead of one sum masked by ``% s``. False (nothing
-        emitted) for any other read."""
+        emitted) for any other read, or for more than :data:`MAX_PHASES` phases."""
         s = self.stmts[c.index]
         indices = c.access.indices
         strided: dict[int, tuple[int, str, Optional[str], int]] = {}  # d -> (s, x, y, a)
@@ -425,7 +430,7 @@ class _Reverse:
                     or any(ranges.get(y, ("",))[0] != "0" for y in taps)):
                 continue
             strided[d] = (terms[scaled[0]], scaled[0], taps[0] if taps else None, terms.get(None, 0))
-        if not strided:
+        if not strided or math.prod(stride for stride, *_ in strided.values()) > MAX_PHASES:
             return False
         tensor = c.access.tensor
         phase_dims = [f"({dims[d]} + {strided[d][0] - 1}) / {strided[d][0]}" if d in strided else dims[d]

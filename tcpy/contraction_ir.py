@@ -204,6 +204,11 @@ class Contraction:
     def role_vars(self, role: str) -> tuple[str, ...]:
         return tuple(v for g in getattr(self, role) for v in g.vars)
 
+    def image_operands(self) -> tuple[str, ...]:
+        """The operands that may be a convolution's image, in the order to try them: the
+        guarded one (a padded read), else b (NCHW), then a (NHWC)."""
+        return (self.guarded,) if self.guarded else ("b", "a")
+
     def describe(self) -> str:
         def role(r):
             groups = getattr(self, r)
@@ -327,16 +332,11 @@ class Axis:
 
 
 @dataclass(frozen=True)
-class WinogradForm:
-    """A contraction as F(2x2, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC puts it
-    on a's side), the two window axes and the remaining variables."""
+class ImageForm:
+    """A convolution's form: which operand is the image (``"a"`` or ``"b"``); the other holds
+    the weights."""
 
     image: Operand
-    rows: Axis
-    cols: Axis
-    m: tuple[Var, ...]  # output channels (the weights' and the output's)
-    n: tuple[Var, ...]  # the image's and output's variables besides the axes (images)
-    k: tuple[Var, ...]  # the reduction besides the taps (input channels)
 
     def __post_init__(self):
         object.__setattr__(self, "image", Operand(self.image))
@@ -344,6 +344,18 @@ class WinogradForm:
     @property
     def weights(self) -> str:
         return "b" if self.image == "a" else "a"
+
+
+@dataclass(frozen=True)
+class WinogradForm(ImageForm):
+    """A contraction as F(2x2, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC puts it
+    on a's side), the two window axes and the remaining variables."""
+
+    rows: Axis
+    cols: Axis
+    m: tuple[Var, ...]  # output channels (the weights' and the output's)
+    n: tuple[Var, ...]  # the image's and output's variables besides the axes (images)
+    k: tuple[Var, ...]  # the reduction besides the taps (input channels)
 
     @property
     def M(self) -> int:
@@ -365,24 +377,16 @@ class WinogradForm:
 
 
 @dataclass(frozen=True)
-class ConvForm:
+class ConvForm(ImageForm):
     """A contraction as a direct convolution: which operand is the image (``"a"`` or ``"b"``),
     the output pixel variables (``run``: the one a register tile walks along, ``rows``: the
     others, outer first), the output channels (the weights' and the output's) and the taps (the
     reduction: input channels and window)."""
 
-    image: Operand
     run: Var
     rows: tuple[Var, ...]
     channels: tuple[Var, ...]
     taps: tuple[Var, ...]
-
-    def __post_init__(self):
-        object.__setattr__(self, "image", Operand(self.image))
-
-    @property
-    def weights(self) -> str:
-        return "b" if self.image == "a" else "a"
 
     @property
     def channels_last(self) -> bool:

@@ -39,11 +39,7 @@ def conv_form(con) -> Optional[ConvForm]:
     and output channels on the weights' side."""
     if not con.extents:
         return None
-    for image in (con.guarded,) if con.guarded else ("b", "a"):
-        form = _form(con, image)
-        if form is not None:
-            return form
-    return None
+    return next(filter(None, (_form(con, image) for image in con.image_operands())), None)
 
 
 def _form(con, image: str) -> Optional[ConvForm]:

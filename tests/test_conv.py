@@ -382,6 +382,30 @@ def test_stride_two_rows_longer_than_a_sliver(dtype, window, pad, target):
 
 
 @pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("dtype, window, threads", [("float", 1, 1), ("double", 1, 2), ("float", 7, 2)])
+def test_stride_two_slivers_across_rows_shorter_than_a_sliver(dtype, window, threads, target):
+    """Unpadded stride-2 convolutions (ResNet's 1x1 downsampling, the 7x7 stem) with output
+    rows of 21 pixels on the packed path: a sliver spans several rows, copied row part by row
+    part by vector loads and shuffles (parts longer and shorter than a vector; tiny caches put
+    the panels at columns that start inside a row)."""
+    src = f"""def conv({dtype}(N,C,H,W) I, {dtype}(F,C,{window},{window}) Wt) -> (O) {{
+        O(n, f, h, w) +=! I(n, c, 2*h + kh, 2*w + kw) * Wt(f, c, kh, kw)
+            where h in 0:(H - {window}) / 2 + 1, w in 0:(W - {window}) / 2 + 1, kh in 0:{window}, kw in 0:{window}
+    }}"""
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(window)
+    I = rng.standard_normal((2, 3, 19 + window, 41 + window)).astype(np_type)
+    Wt = rng.standard_normal((5, 3, window, window)).astype(np_type)
+    want = tcpy.define(src, backend="reference")(I, Wt)
+    for t in (Target.preset(target), tiny_caches(Target.preset(target))):
+        kernel = tcpy.define(src, options=tcpy.Options(target=t, num_threads=threads, plan={"path": "packed"}))
+        assert [node.plan.path for node in _engine(kernel, I, Wt)] == ["packed"]
+        got = kernel(I, Wt)
+        assert got.shape == want.shape == (2, 5, 10, 21) and got.dtype == np_type
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("dtype", ["float", "double"])
 @pytest.mark.parametrize("threads", [1, 2, 7])
 @pytest.mark.parametrize("stride", [1, 2])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..cwriter import CWriter, ScratchSlot
 from .context import Context
-from .copies import copy_sliver_row, transpose_block
+from .copies import copy_run, copy_sliver_row, transpose_block
 from .guarded import packed_guarded
 
 PACK_B_AHEAD = 2  # pack_b asks for the rows of the sliver this many slivers ahead
@@ -74,12 +74,37 @@ def packed_b(ctx: Context, w: CWriter):
         w("}", 3)
     w("continue;", 3)
     w("}", 2)
+    if run:
+        whole_sliver_across_runs(ctx, w, nr, step, run)
     w("for (int64_t k = 0; k < kc; k++) {", 2)
     w(f"const {TB} *TCPY_RESTRICT src = bb + {p}_off_b_k(p0 + k);", 3)
     w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = s + c < nc ? ({T})src[{col('c')}] : ({T})0;", 3)
     w("}", 2)
     w("}", 1)
     w("}")
+
+
+def whole_sliver_across_runs(ctx: Context, w: CWriter, nr: int, step: int, run: int):
+    """A whole sliver of ``pack_b`` that spans runs of the inner N group (a stride-2 1x1
+    convolution's sliver of 48 pixels over rows of 28): copied segment by segment, each one
+    run's part at the run's stride by whole vectors (:func:`copy_run`), instead of element by
+    element through the column offsets. Writes nothing when copy_run does not apply."""
+    p, TB = ctx.prefix, ctx.TB
+    segment = CWriter()
+    if not copy_run(ctx, segment, f"d + k * {nr} + a", f"r + co[s + a]", nr, step, TB, 5):
+        return
+    w(f"if (s + {nr} <= nc) {{", 2)
+    w(f"for (int64_t a = 0, b; a < {nr}; a = b) {{", 3)
+    w(f"b = a + {run} - (j0 + s + a) % {run};", 4)
+    w(f"if (b > {nr}) b = {nr};", 4)
+    w("for (int64_t k = 0; k < kc; k++) {", 4)
+    w(f"const {TB} *TCPY_RESTRICT r = bb + {p}_off_b_k(p0 + k);", 5)
+    w("const int64_t lo = 0, hi = b - a;", 5)
+    w.lines.extend(segment.lines)
+    w("}", 4)
+    w("}", 3)
+    w("continue;", 3)
+    w("}", 2)
 
 
 def packed_a(ctx: Context, w: CWriter):

@@ -209,6 +209,21 @@ class Contraction:
         guarded one (a padded read), else b (NCHW), then a (NHWC)."""
         return (self.guarded,) if self.guarded else ("b", "a")
 
+    def image_vars(self, image: str) -> dict[str, "Var"]:
+        """Every index variable as a convolution form's :class:`Var`, ``image`` (``"a"`` or
+        ``"b"``) the image operand: its extent, its strides in the image, the weights, the
+        output and each guard, and its stride in its role's linear index (M or N)."""
+        img, wts = getattr(self, image), getattr(self, "b" if image == "a" else "a")
+        extents = dict(self.extents)
+        line = {}
+        for role in ("m", "n"):
+            stride = 1
+            for v in reversed(self.role_vars(role)):
+                line[v] = stride
+                stride *= extents[v]
+        return {v: Var(v, extent, img.stride(v), wts.stride(v), self.c.stride(v),
+                       tuple(g.stride(v) for g in self.guards), line.get(v, 0)) for v, extent in extents.items()}
+
     def describe(self) -> str:
         def role(r):
             groups = getattr(self, r)

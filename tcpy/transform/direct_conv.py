@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..contraction_ir import ConvForm, Var
+from ..contraction_ir import ConvForm
 from ..target import CostModel
 
 MAX_TILE_PIXELS = 14  # pixels per register tile (longer runs gain no reuse of the weight vectors)
@@ -43,9 +43,8 @@ def conv_form(con) -> Optional[ConvForm]:
 
 
 def _form(con, image: str) -> Optional[ConvForm]:
-    weights = "b" if image == "a" else "a"
     pixel_role, channel_role = ("n", "m") if image == "b" else ("m", "n")
-    img, wts = getattr(con, image), getattr(con, weights)
+    img = getattr(con, image)
     if img.dtype is not con.dtype or img.elements <= 0:
         return None
     extents = dict(con.extents)
@@ -54,16 +53,7 @@ def _form(con, image: str) -> Optional[ConvForm]:
         return None
     if not any(_overlap(img.stride(p), extents[p], img.stride(t), extents[t]) for p in pixels for t in taps):
         return None  # each image element read once per output channel: a GEMM's operand
-    line = {}
-    for role in ("m", "n"):
-        stride = 1
-        for v in reversed(con.role_vars(role)):
-            line[v] = stride
-            stride *= extents[v]
-
-    def var(v: str) -> Var:
-        return Var(v, extents[v], img.stride(v), wts.stride(v), con.c.stride(v),
-                   tuple(g.stride(v) for g in con.guards), line.get(v, 0))
+    var = con.image_vars(image).__getitem__  # (a name -> its Var)
 
     # the run: the pixel variable nearest in the image (consecutive pixels share cache lines),
     # then in the output

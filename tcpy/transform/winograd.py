@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..contraction_ir import POINTS, TAPS, TILE, Axis, Var, WinogradForm
+from ..contraction_ir import POINTS, TAPS, TILE, Axis, WinogradForm
 from ..target import CostModel
 
 MAX_SLIVERS = 8  # tile slivers per block (the block buffers grow with it)
@@ -55,20 +55,10 @@ def winograd_form(con) -> Optional[WinogradForm]:
 def _form(con, image: str) -> Optional[WinogradForm]:
     """:func:`winograd_form` with ``image`` the image operand (``con``: a
     :class:`~tcpy.contraction_ir.Contraction`)."""
-    weights = "b" if image == "a" else "a"
     pixel_role, channel_role = ("n", "m") if image == "b" else ("m", "n")
-    img, wts = getattr(con, image), getattr(con, weights)
+    img = getattr(con, image)
     extents = dict(con.extents)
-    line = {}
-    for role in ("m", "n"):
-        stride = 1
-        for v in reversed(con.role_vars(role)):
-            line[v] = stride
-            stride *= extents[v]
-
-    def var(v: str) -> Var:
-        return Var(v, extents[v], img.stride(v), wts.stride(v), con.c.stride(v),
-                   tuple(g.stride(v) for g in con.guards), line.get(v, 0))
+    var = con.image_vars(image).__getitem__  # (a name -> its Var)
 
     pixels, taps = con.role_vars(pixel_role), con.role_vars("k")
     axes: list[Axis] = []

@@ -136,24 +136,6 @@ def linear_case(m: int, n: int, k: int) -> demo.Case:
                      lambda a, b, bias: np.maximum(a @ b + bias, 0), 2.0 * m * n * k)
 
 
-SOFTMAX = """
-def softmax(float(N,D) I) -> (O) {
-    mx(n) max=! I(n, d)
-    e(n, d) = exp(I(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
-}
-"""
-
-LAYERNORM = """
-def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
-    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
-}
-"""
-
-
 def numpy_softmax(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -167,13 +149,13 @@ def numpy_layernorm(x, g, b):
 
 def softmax_case(n: int, d: int) -> demo.Case:
     """Softmax over the rows of an n x d matrix (4 statements: max, exp, sum, divide)."""
-    return demo.Case("softmax", SOFTMAX, f"{n}x{d} rows", lambda rng: (demo._f32(rng, n, d),),
+    return demo.Case("softmax", demo.SOFTMAX, f"{n}x{d} rows", lambda rng: (demo._f32(rng, n, d),),
                      numpy_softmax, 4.0 * n * d)
 
 
 def layernorm_case(n: int, d: int) -> demo.Case:
     """Layer norm over the rows of an n x d matrix, with gain and bias."""
-    return demo.Case("layernorm", LAYERNORM, f"{n}x{d} rows",
+    return demo.Case("layernorm", demo.LAYERNORM, f"{n}x{d} rows",
                      lambda rng: (demo._f32(rng, n, d), demo._f32(rng, d), demo._f32(rng, d)),
                      numpy_layernorm, 8.0 * n * d)
 

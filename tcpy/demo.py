@@ -39,6 +39,24 @@ def attention(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V, float scale)
 }
 """
 
+# Softmax and layer norm over the rows of a matrix (bench.py's row cases).
+SOFTMAX = """
+def softmax(float(N,D) I) -> (O) {
+    mx(n) max=! I(n, d)
+    e(n, d) = exp(I(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}
+"""
+
+LAYERNORM = """
+def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
+    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
+}
+"""
+
 
 def numpy_gemm(A, B):
     """C = A @ B."""

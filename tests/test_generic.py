@@ -9,23 +9,9 @@ from hypothesis import strategies as st
 
 import tcpy
 import tcpy.api
+from tcpy.demo import LAYERNORM, SOFTMAX
 from tcpy.target import Target
 
-SOFTMAX = """
-def softmax(float(N,D) I) -> (O) {
-    mx(n) max=! I(n, d)
-    e(n, d) = exp(I(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
-}
-"""
-LAYERNORM = """
-def layernorm(float(N,D) X, float(D) g, float(D) b) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
-    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * g(d) + b(d)
-}
-"""
 # a window (the output is shorter than the input), a size in a value, an integer max
 WINDOW = """
 def window(float(N) I, float(K) W, int32(N) J) -> (O, P, Q) {

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 
 from ..contraction_ir import POINTS, Contraction, ConvForm, Plan, WinogradForm
 from ..errors import TCOptionError
+from ..options import PLAN_PATHS
 from ..schedule import CHUNKS_PER_THREAD
 from ..target import DEFAULT_COST_MODEL, CostModel, Target
 from .direct_conv import conv_form, register_tile
@@ -76,7 +77,6 @@ def _round_down(x: int, m: int) -> int:
 
 # ----------------------------------------------------------------------------- plan overrides
 
-PATHS = ("packed", "small", "stream", "direct", "batch_lanes", "direct_conv")  # the paths Options.plan may ask for
 
 
 def _bad_plan(name: str, expected: str, got) -> None:
@@ -162,7 +162,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     unroll = 4
     path_set = overrides.get("path")
     if path_set is not None and not _path_runs(path_set, con):
-        _bad_plan("path", f"a path this contraction can run ({', '.join(p for p in PATHS if _path_runs(p, con))})",
+        _bad_plan("path", f"a path this contraction can run ({', '.join(p for p in PLAN_PATHS if _path_runs(p, con))})",
                   path_set)
     if path_set in (None, "batch_lanes") and _batch_lanes_ok(con):
         # cells split M: each thread reads and writes whole rows of batch lanes (a pixel's

@@ -41,11 +41,11 @@ def attention(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V, float scale)
 
 # Softmax and layer norm over the rows of a matrix (bench.py's row cases).
 SOFTMAX = """
-def softmax(float(N,D) I) -> (O) {
-    mx(n) max=! I(n, d)
-    e(n, d) = exp(I(n, d) - mx(n))
+def softmax(float(N,D) X) -> (Y) {
+    mx(n) max=! X(n, d)
+    e(n, d) = exp(X(n, d) - mx(n))
     s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
+    Y(n, d) = e(n, d) / s(n)
 }
 """
 

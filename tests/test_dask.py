@@ -17,9 +17,9 @@ da = pytest.importorskip("dask.array")
 import tcpy  # noqa: E402
 import tcpy.dask as tcd  # noqa: E402
 from tcpy.binding import numpy_dtype  # noqa: E402
+from tcpy.demo import SOFTMAX  # noqa: E402
 
 from strategies import programs  # noqa: E402
-from test_reference import SOFTMAX  # noqa: E402
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 rng = np.random.default_rng(0)

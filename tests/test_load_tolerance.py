@@ -22,7 +22,7 @@ from tcpy.target import available_cpus
 
 from test_chain import RUNNABLE
 from test_conv import PADDED
-from test_reference import SOFTMAX
+from tcpy.demo import SOFTMAX
 
 PRESETS = [name for name in RUNNABLE if name != "host"]
 ROW_SUMS = "def rows(float(M,K) A) -> (y) { y(m) +=! A(m, k) }"

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tcpy
+from tcpy.demo import SOFTMAX
 from tcpy.reference import ReferenceKernel, define_reference, evaluate
 
 rng = np.random.default_rng(0)
@@ -107,15 +108,6 @@ def test_pooling():
         Y(n, c, h, w) +=! X(n, c, 2 * h + kh, 2 * w + kw) / 4.0 where kh in 0:2, kw in 0:2
     }"""
     check(ref(avgpool)(X), X.reshape(2, 3, 4, 2, 3, 2).mean(axis=(3, 5)))
-
-
-SOFTMAX = """
-def softmax(float(N,D) X) -> (Y) {
-    mx(n) max=! X(n, d)
-    e(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    Y(n, d) = e(n, d) / s(n)
-}"""
 
 
 def test_softmax_with_temporaries():

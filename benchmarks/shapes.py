@@ -1,0 +1,187 @@
+"""Many shapes, one def: compiles and time when a def meets shapes it has not seen.
+
+Two measurements, each in a fresh kernel cache (a temporary ``TCPY_CACHE_DIR``):
+
+``sweep``: for GEMM, a convolution, attention and softmax, one kernel is called with ``--count``
+random shapes. Per def: the libraries compiled (size-generic and specialised), the first call
+(which compiles), and for every later new shape its first call minus the kernel's own time
+(the best of three repeat calls): what a new shape costs beyond the kernel.
+
+``varlen``: attention over ``--batches`` batches whose sequence length is drawn from 64 to 2048
+(one head size), the total wall time of the loop, compiles included, for tcpy under
+``specialize="never"``, ``"auto"`` and ``"always"``, and for NumPy.
+
+    python benchmarks/shapes.py --threads 1
+    python benchmarks/shapes.py --only varlen --threads 2 --json varlen.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+import tcpy
+from tcpy import demo
+from tcpy.runtime.build import cache_info
+
+SWEEP_CASES = ("gemm", "conv", "attention", "softmax")
+VARLEN_MODES = ("never", "auto", "always", "numpy")
+
+
+@contextmanager
+def fresh_cache():
+    """A new, empty kernel cache for the duration (compiles are counted from it)."""
+    before = os.environ.get("TCPY_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="tcpy-shapes-") as directory:
+        os.environ["TCPY_CACHE_DIR"] = directory
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["TCPY_CACHE_DIR"]
+            else:
+                os.environ["TCPY_CACHE_DIR"] = before
+
+
+def random_shapes(case: str, count: int, rng: np.random.Generator) -> list[tuple]:
+    """``count`` distinct argument shapes for ``case`` (sizes drawn log-uniformly)."""
+    def size(lo: int, hi: int) -> int:
+        return int(round(np.exp(rng.uniform(np.log(lo), np.log(hi)))))
+
+    shapes: list[tuple] = []
+    while len(shapes) < count:
+        if case == "gemm":
+            m, n, k = size(8, 768), size(8, 768), size(8, 768)
+            shape = ((m, k), (k, n))
+        elif case == "conv":  # 3x3 over a pre-padded NCHW image
+            n, c, f, hw = size(1, 4), size(3, 96), size(8, 96), size(6, 48)
+            shape = ((n, c, hw + 2, hw + 2), (f, c, 3, 3))
+        elif case == "attention":
+            h, length, d = size(1, 8), size(16, 768), int(rng.choice((32, 64)))
+            shape = ((1, h, length, d),) * 3
+        else:
+            shape = ((size(1, 2048), size(8, 4096)),)
+        if shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
+def make_args(case: str, shape: tuple, rng: np.random.Generator) -> tuple:
+    arrays = tuple(rng.standard_normal(s, dtype=np.float32) for s in shape)
+    return arrays + ((float(1.0 / np.sqrt(shape[0][-1])),) if case == "attention" else ())
+
+
+SOURCES = {"gemm": demo.GEMM, "conv": demo.CONV2D, "attention": demo.ATTENTION, "softmax": demo.SOFTMAX}
+
+
+def sweep(case: str, count: int, threads: int, seed: int) -> dict:
+    """One kernel (``specialize="auto"``) called with ``count`` new shapes of ``case``."""
+    rng = np.random.default_rng(seed)
+    shapes = random_shapes(case, count, rng)
+    with fresh_cache():
+        kernel = tcpy.define(SOURCES[case], options=tcpy.Options(num_threads=threads))
+        start = time.perf_counter()
+        first, beyond = None, []
+        for shape in shapes:
+            args = make_args(case, shape, rng)
+            t0 = time.perf_counter()
+            kernel(*args)
+            call = time.perf_counter() - t0
+            own = min(_timed(kernel, args) for _ in range(3))
+            if first is None:
+                first = call
+            else:
+                beyond.append(call - own)
+        wall = time.perf_counter() - start
+        kernel.finish_specializations()
+        info = cache_info()
+    return {"case": case, "shapes": len(shapes), "compiles_generic": info["generic"],
+            "compiles_specialised": info["entries"] - info["generic"], "first_call_s": first,
+            "new_shape_ms_median": 1e3 * statistics.median(beyond), "new_shape_ms_max": 1e3 * max(beyond),
+            "wall_s": wall}
+
+
+def _timed(fn, args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def varlen(batches: int, threads: int, seed: int, modes=VARLEN_MODES, heads: int = 8, head_size: int = 64) -> dict:
+    """Attention over ``batches`` batches of sequence lengths drawn from 64 to 2048: the total
+    wall time of the loop, compiles included, per mode (and NumPy's)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(64, 2049, size=batches)
+    data = [make_args("attention", ((1, heads, int(t), head_size),) * 3, rng) for t in lengths]
+    result = {"batches": batches, "distinct_lengths": len(set(lengths.tolist())), "heads": heads,
+              "head_size": head_size, "modes": {}}
+    for mode in modes:
+        with fresh_cache():
+            if mode == "numpy":
+                run = demo.numpy_attention
+            else:
+                run = tcpy.define(demo.ATTENTION, options=tcpy.Options(num_threads=threads, specialize=mode))
+            t0 = time.perf_counter()
+            for args in data:
+                run(*args)
+            wall = time.perf_counter() - t0
+            compiles = cache_info()["entries"] if mode != "numpy" else 0
+        result["modes"][mode] = {"wall_s": wall, "compiles": compiles}
+        print(f"  varlen {mode:>7}: {wall:8.2f} s, {compiles} compiles", file=sys.stderr)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--count", type=int, default=50, help="shapes per def in the sweep")
+    parser.add_argument("--batches", type=int, default=100, help="batches of the variable-length attention loop")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", choices=("sweep", "varlen"), default=None)
+    parser.add_argument("--modes", default=",".join(VARLEN_MODES),
+                        help="the varlen contenders, comma-separated (never, auto, always, numpy)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH")
+    args = parser.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(args.threads)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    unknown = [m for m in modes if m not in VARLEN_MODES]
+    if unknown:
+        parser.error(f"--modes takes {', '.join(VARLEN_MODES)}, got {', '.join(unknown)}")
+    load = os.getloadavg()[0]
+    print(f"# tcpy {tcpy.__version__} shape sweeps, {platform.processor() or platform.machine()}, "
+          f"target {tcpy.Options().target.describe()}, threads {args.threads}, load {load:.2f}")
+    report: dict = {"threads": args.threads, "load": load, "target": tcpy.Options().target.describe()}
+    if args.only in (None, "sweep"):
+        print(f"{'def':<10} {'shapes':>6} {'generic':>8} {'special.':>8} {'1st call s':>10} "
+              f"{'new shape ms (median / max)':>28} {'wall s':>8}")
+        report["sweep"] = []
+        for case in SWEEP_CASES:
+            row = sweep(case, args.count, args.threads, args.seed)
+            report["sweep"].append(row)
+            print(f"{case:<10} {row['shapes']:>6} {row['compiles_generic']:>8} {row['compiles_specialised']:>8} "
+                  f"{row['first_call_s']:>10.2f} {row['new_shape_ms_median']:>16.2f} / {row['new_shape_ms_max']:<9.2f}"
+                  f"{row['wall_s']:>8.2f}")
+    if args.only in (None, "varlen"):
+        row = varlen(args.batches, args.threads, args.seed, modes)
+        report["varlen"] = row
+        print(f"varlen attention: {row['batches']} batches, {row['distinct_lengths']} lengths from 64 to 2048, "
+              f"H={row['heads']} D={row['head_size']}")
+        for mode, figures in row["modes"].items():
+            print(f"  {mode:>7}: {figures['wall_s']:8.2f} s  {figures['compiles']:>4} compiles")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -157,8 +157,9 @@ def test_gemm_backward_is_two_contractions():
 
 def test_conv_input_gradient_is_a_transposed_convolution():
     source = tcpy.grad(tcpy.define(layer("conv")[0])).source
+    # the taps run backwards: the image is read through a forward window, the weights reversed
     assert ("dI(n, c, i2, i3) +=! i2 - h >= 0" not in source
-            and "dO(n, f, i2 - kh, i3 - kw) * Wt(f, c, kh, kw)" in source)
+            and "dO(n, f, i2 - KH + kh + 1, i3 - KW + kw + 1) * Wt(f, c, KH - kh - 1, KW - kw - 1)" in source)
     assert "dWt(f, c, kh, kw) +=! dO(n, f, h, w) * I(n, c, h + kh, w + kw)" in source
 
 

@@ -25,7 +25,7 @@ def scatter_input_gradient(dO, W, stride: int, pad: int, hw) -> np.ndarray:
 
 
 CASES = [(3, 2, 1, (7, 8)), (3, 2, 1, (8, 8)), (1, 2, 0, (8, 7)), (3, 2, 0, (9, 9)),
-         (3, 3, 0, (8, 10)), (1, 3, 0, (7, 7)), (3, 3, 1, (9, 8))]
+         (3, 3, 0, (8, 10)), (1, 3, 0, (7, 7)), (3, 3, 1, (9, 8)), (3, 1, 1, (6, 7)), (5, 1, 2, (7, 6))]
 
 
 @pytest.mark.parametrize("k, stride, pad, hw", CASES)
@@ -43,6 +43,22 @@ def test_strided_conv_input_gradient_matches_scatter(k, stride, pad, hw):
     windows = np.stack([np.stack([padded[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride]
                                   for b in range(k)], -1) for a in range(k)], -2)
     np.testing.assert_allclose(dW, np.einsum("nfhw,nchwab->fcab", dO, windows), rtol=1e-10, atol=1e-10)
+
+
+def test_padded_conv_input_gradient_takes_the_forward_winograd_path():
+    """The input gradient's taps run backwards (the weights read reversed), so the transposed
+    convolution reads its image through a forward window, as the engine's forms want."""
+    rng = np.random.default_rng(7)
+    I, W = rng.standard_normal((1, 32, 16, 16)), rng.standard_normal((32, 32, 3, 3))
+    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=tcpy.Options(target="x86-64-v3"))
+    backward = tcpy.grad(forward, wrt=("I",))
+    dO = rng.standard_normal((1, 32, 16, 16))
+    plan = backward.explain(I.shape, W.shape, dO.shape)
+    assert "winograd path: Winograd F(2x2, 3x3) over (i2 + kh, i3 + kw)" in plan
+    dI = backward(I.astype(np.float32), W.astype(np.float32), dO.astype(np.float32))
+    assert dI.shape == I.shape and dI.dtype == np.float32
+    expected = scatter_input_gradient(dO, W, 1, 1, (16, 16))
+    np.testing.assert_allclose(dI, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("k, stride, pad, hw", [(3, 2, 1, (5, 6)), (1, 3, 0, (7, 5))])

@@ -548,6 +548,7 @@ class _Reverse:
             term = ternary(outer, term, ZERO)
         for _ in range(len(subst) + 1):  # a solution may use variables solved for later
             term = _substitute(term, subst)
+        term = _flip_taps(term, {v: r for v, r in ranges.items() if v not in lhs}, set(new_ranges))
         self.needed.update(a.tensor for a in term.walk() if isinstance(a, ast.Access))
         all_ranges = {**ranges, **new_ranges}
         if set(all_ranges) - set(lhs):  # summed: make it a product of two reads if it nearly is
@@ -719,10 +720,38 @@ def _substitute(expr: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
     return map_expr(expr, replace)
 
 
+def _flip_taps(term: ast.Expr, summed: dict[str, tuple[str, str]], solved: set[str]) -> ast.Expr:
+    """``term`` with each summed variable ``y`` over ``0:n`` that some read indexes as ``x - y``
+    (``x`` a cotangent variable solved for: a transposed convolution's image index, ``i - kh +
+    1``) run backwards (``y`` replaced by ``n - 1 - y``): the image is then read as ``x + y``,
+    a forward convolution's window, and the reversed taps fall on the other operand (the
+    weights, ``Wt(f, c, KH - 1 - kh, ...)``), so the engine's Winograd and direct-convolution
+    forms take the input gradient as they take the forward. Only the order of the sum
+    changes."""
+    flips: dict[str, ast.Expr] = {}
+    for read in term.walk():
+        if not isinstance(read, ast.Access):
+            continue
+        for index in read.indices:
+            terms = _linear(index) or {}
+            if not any(terms.get(x) == 1 for x in solved):
+                continue
+            for y, coef in terms.items():
+                if coef != -1 or y not in summed or y in flips:
+                    continue
+                lo, hi = summed[y]
+                extent = ast.IntLit(int(hi)) if hi.isdigit() else ast.SizeVar(hi) if hi.isidentifier() else None
+                if lo == "0" and extent is not None:
+                    flips[y] = _canonical(ast.Binary("-", ast.Binary("-", extent, ast.IntLit(1)), ast.IndexVar(y)))
+    if not flips:
+        return term
+    return map_expr(_substitute(term, flips), _canonical_comparison)
+
+
 def _canonical_comparison(node: ast.Expr) -> Optional[ast.Expr]:
-    """A comparison of affine expressions with both sides written canonically, else None."""
-    if isinstance(node, ast.Binary) and node.op in ("<", "<=", ">", ">=", "==", "!=") and \
-            _linear(node.lhs) is not None and _linear(node.rhs) is not None:
+    """A comparison with each affine side written canonically (a side that is not affine, such
+    as a size-expression atom, kept as is), else None."""
+    if isinstance(node, ast.Binary) and node.op in ("<", "<=", ">", ">=", "==", "!="):
         return dataclasses.replace(node, lhs=_canonical(node.lhs), rhs=_canonical(node.rhs))
     return None
 

@@ -214,7 +214,7 @@ class Kernel(Launcher):
                     lines.append(f"  fused {describe_group(spec.ir.program, nest.group)}")
                     for node in nest.body:
                         if isinstance(node, BlockChain):
-                            for product in (node.head, node.tail):
+                            for product in node.heads + node.tails:
                                 packed = f"; b packed once per batch ({product.prepacked})" if product.prepacked else ""
                                 lines.append(f"    {product.describe()}{packed}")
                 elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:

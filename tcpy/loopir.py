@@ -223,6 +223,20 @@ class FusedGroup:
     chain: Optional["Chain"] = None
     parallel: bool = False  # the shared loops run in parallel (stamped by tcpy.transform.chains)
 
+    @property
+    def products(self) -> tuple[int, ...]:
+        """A chain's products (those before its rows, then those after), in statement order."""
+        if self.chain is None:
+            return ()
+        return self.statements[:self.chain.heads] + self.statements[len(self.statements) - self.chain.tails:]
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        """The statements that run row by row (a chain's: those between its products)."""
+        if self.chain is None:
+            return self.statements
+        return self.statements[self.chain.heads:len(self.statements) - self.chain.tails]
+
 
 @dataclass(frozen=True)
 class Chain:
@@ -233,7 +247,14 @@ class Chain:
     ``blocked`` pairs each temporary the products share with the rows in between with its
     per-thread block buffer and the elements of one of its whole rows; ``deferred`` and
     ``online`` are the forms the rows allow; ``reasons`` say why. How it runs (rows per block,
-    online or not, parallel loops, packed operands) is its ``plan``."""
+    online or not, parallel loops, packed operands) is its ``plan``.
+
+    The group's first ``heads`` statements are products writing rows (attention's backward:
+    the scores and the cotangent of the probabilities, both from a block of query rows), its
+    last ``tails`` products reading them. A tail whose reduction runs over ``block_var``
+    (``dV(s, d) +=! P(l, s) * dO(l, d)`` blocked on ``l``) is in ``accumulating``: each block
+    adds its terms to the whole output, so a batch's blocks run one after the other, in one
+    thread, and rows per block divide the range of ``block_var``."""
 
     block_var: str
     blocked: tuple[tuple[str, str, int], ...]  # (tensor, block buffer, elements of a whole row)
@@ -241,6 +262,9 @@ class Chain:
     deferred: Optional["Deferral"] = None
     online: Optional["Online"] = None
     plan: Optional["ChainPlan"] = None  # how it runs: stamped by tcpy.transform.chains
+    heads: int = 1
+    tails: int = 1
+    accumulating: tuple[int, ...] = ()  # tails summing over block_var (statement indices)
 
 
 class Prepack(enum.Enum):
@@ -256,13 +280,16 @@ class ChainProduct:
     """One of a chain's products on a block of rows (and of columns): ``contraction`` is the
     block's (:func:`tcpy.transform.recognition.block_contraction`), planned for one thread;
     its operands a, b, c start at ``bases``; ``prepacked`` names the buffer holding its b
-    packed once per batch (None: the plan packs or reads b itself)."""
+    packed once per batch (None: the plan packs or reads b itself); ``cleared``: its output
+    sums the blocks of rows (they are its reduction), set to zero before a batch's first
+    block."""
 
     stmt: int
     contraction: "Contraction"
     plan: "Plan"
     bases: tuple["Base", ...]
     prepacked: Optional[str] = None
+    cleared: bool = False
 
 
 @dataclass(frozen=True)
@@ -275,7 +302,8 @@ class ChainPlan:
     loop over the batches and blocks of rows has ``chunks`` iterations to share (when its group
     is parallel); ``prepack`` says where its products' b is packed, into the ``packed`` buffers
     (name, elements, type; an online chain's hold every block of columns', ``panels`` elements
-    a block, per buffer). ``products`` are its two products on a block, ``last_products`` an
+    a block, per buffer). ``products`` are its products on a block (those before the rows,
+    then those after), ``last_products`` an
     online chain's on its shorter last block of columns, ``whole_products`` on one whole row,
     for the rows computed again as the statements say, in the ``whole`` buffers (tensor,
     buffer, row elements). ``reasons`` say why."""
@@ -285,7 +313,7 @@ class ChainPlan:
     blocked: tuple[tuple[str, str, int], ...]
     chunks: int
     prepack: Prepack
-    products: tuple[ChainProduct, ChainProduct]
+    products: tuple[ChainProduct, ...]
     last_products: Optional[tuple[ChainProduct, ChainProduct]] = None
     whole_products: Optional[tuple[ChainProduct, ChainProduct]] = None
     whole: tuple[tuple[str, str, int], ...] = ()
@@ -569,7 +597,8 @@ class BlockProduct:
     """A contraction on one block of rows (:func:`tcpy.transform.recognition.block_contraction`):
     operands ``a``, ``b``, ``c`` start at ``bases`` (tensor, element offset in the loops'
     variables); ``rows`` is the block's row count; ``prepacked`` names the buffer holding b
-    packed once per batch (None: the plan packs or reads b itself)."""
+    packed once per batch (None: the plan packs or reads b itself); ``cleared``: its output
+    sums the blocks of rows, set to zero before a batch's first block."""
 
     stmt: int
     contraction: "Contraction"
@@ -577,6 +606,7 @@ class BlockProduct:
     bases: tuple[tuple[str, "IExpr"], ...]
     rows: "IExpr"
     prepacked: Optional[str] = None
+    cleared: bool = False
 
     def describe(self) -> str:
         return f"S{self.stmt} on a block of rows: {self.contraction.describe()}; {self.plan.describe()}"
@@ -586,8 +616,11 @@ class BlockProduct:
 class BlockChain:
     """The loops of a fused :class:`Chain`: ``loops`` (variable, lo, hi) over the shared
     variables, the last one stepping by ``rows`` (parallel over all, ``chunks`` iterations);
-    per-thread ``buffers`` (name, elements, type); per block: ``head``, then ``body`` for each
-    row (``row_var`` from the block's first row), then ``tail``. Prepacked operands are packed
+    per-thread ``buffers`` (name, elements, type); per block: the ``heads`` products, then
+    ``body`` for each row (``row_var`` from the block's first row), then the ``tails``
+    (``head`` and ``tail``: the first and the last product, a deferred quotient's and an
+    online chain's, which have one each). With a product that sums the blocks of rows
+    (``cleared``), only the loops before the last run in parallel. Prepacked operands are packed
     again when the loops before the last change: by each thread into its own buffer, or, with
     ``shared`` buffers (fewer batches than threads), once by one thread for all, the batch loops
     then running in every thread and only the blocks of a batch split between threads."""
@@ -597,9 +630,9 @@ class BlockChain:
     row_var: str
     buffers: tuple[tuple[str, int, ScalarType], ...]
     shared: tuple[tuple[str, int, ScalarType], ...]
-    head: BlockProduct
+    heads: tuple[BlockProduct, ...]
     body: tuple["Node", ...]
-    tail: BlockProduct
+    tails: tuple[BlockProduct, ...]
     parallel: bool
     chunks: int
     # a Deferral's (numerator's block buffer, its row elements, divisor's block buffer): the
@@ -607,6 +640,19 @@ class BlockChain:
     deferred: Optional[tuple[str, int, str]] = None
     online: Optional["KeyBlocks"] = None
     prepack: Prepack = Prepack.NONE  # where the products' b is packed (the plan's)
+
+    @property
+    def head(self) -> BlockProduct:
+        return self.heads[0]
+
+    @property
+    def tail(self) -> BlockProduct:
+        return self.tails[-1]
+
+    @property
+    def accumulates(self) -> bool:
+        """Whether a product sums the blocks of rows (they then run in order, per batch)."""
+        return any(p.cleared for p in self.heads + self.tails)
 
     def children(self) -> tuple[tuple["Node", ...], ...]:
         """The sequences of nodes inside this node, in order (see :func:`map_nodes`): the rows'
@@ -825,15 +871,16 @@ def describe_group(program: Program, group: FusedGroup) -> str:
     return text
 
 
-def _dump_products(label: str, head: BlockProduct, body, tail: BlockProduct, row_var: str, depth: int,
-                   lines: list[str], between: str = "") -> None:
+def _dump_products(label: str, heads: tuple[BlockProduct, ...], body, tails: tuple[BlockProduct, ...],
+                   row_var: str, depth: int, lines: list[str], between: str = "") -> None:
     inner = "  " * depth
-    for product in (head, tail):
-        if product is tail and between:
+    for product in heads + tails:
+        if product is tails[-1] and between:
             lines.append(f"{inner}{between}")
         prepacked = f"; b prepacked in {product.prepacked} per batch" if product.prepacked else ""
-        lines.append(f"{inner}{label}{product.describe()}{prepacked}")
-        if product is head:
+        cleared = "; its output set to 0 before a batch's first block" if product.cleared else ""
+        lines.append(f"{inner}{label}{product.describe()}{prepacked}{cleared}")
+        if product is heads[-1]:
             lines.append(f"{inner}for {row_var} in the block's rows")
             _dump_nodes(body, depth + 1, lines)
 
@@ -888,7 +935,7 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
             for depth_, (var, lo, hi) in enumerate(node.loops):
                 step = node.rows if depth_ == len(node.loops) - 1 else 1
                 parallel_at = len(node.loops) - 1 if node.prepack is Prepack.SHARED else 0
-                tag = (f"  [parallel({len(node.loops) - parallel_at}, {node.chunks} chunks)]"
+                tag = (f"  [parallel({len(node.loops) - parallel_at - node.accumulates}, {node.chunks} chunks)]"
                        if node.parallel and depth_ == parallel_at else "")
                 lines.append(f"{'  ' * (depth + depth_)}for {var} = {lo}; {var} < {hi}; +{step}{tag}")
             inner = "  " * (depth + len(node.loops))
@@ -896,9 +943,10 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
             if keys is not None:
                 lines.append(f"{inner}running {', '.join(keys.running)} = -inf, 0; S{node.tail.stmt}'s rows = 0")
                 lines.append(f"{inner}for {keys.var} = {keys.lo}; {keys.var} < {keys.hi}; +{keys.columns}")
-            products = [("", node.head, node.body, node.tail)]
+            products = [("", node.heads, node.body, node.tails)]
             if keys is not None and keys.last is not None:
-                products.append(("last block of columns: ", *keys.last))
+                head, body, tail = keys.last
+                products.append(("last block of columns: ", (head,), body, (tail,)))
             for label, head, body, tail in products:
                 _dump_products(label, head, body, tail, node.row_var, depth + len(node.loops) + (keys is not None),
                                lines)
@@ -906,7 +954,7 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
                 lines.append(f"{inner}divide the rows of S{node.tail.stmt}'s output by {keys.running[1]}; "
                              f"rows flagged in {keys.redo}, whole:")
                 head, body, tail, (numerator, _, divisor) = keys.whole
-                _dump_products("", head, body, tail, node.row_var, depth + len(node.loops) + 1, lines,
+                _dump_products("", (head,), body, (tail,), node.row_var, depth + len(node.loops) + 1, lines,
                                f"{numerator} divided by {divisor} before S{tail.stmt}")
             elif node.deferred is not None:
                 lines.append(f"{inner}divide the rows of S{node.tail.stmt}'s output by {node.deferred[2]}")

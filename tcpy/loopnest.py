@@ -286,7 +286,7 @@ def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     a block declaring its per-iteration buffers; each statement in ``steps`` followed by its
     step (an online chain's, :class:`tcpy.loopir.OnlineStep`)."""
     chain = group.chain
-    rows = group.statements[1:-1] if chain else group.statements
+    rows = group.rows
     if chain and chain.deferred:
         rows = tuple(i for i in rows if i != chain.deferred.statement)  # (divides the product's rows)
     body: list[Node] = []

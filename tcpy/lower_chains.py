@@ -42,7 +42,8 @@ def lower_chain(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     loops += ((BLOCK_START, *ranges[chain.block_var]),)
     blocked = {tensor: (buffer, row) for tensor, buffer, row in plan.blocked}
     scratch = [(buffer, plan.rows * row, program.types[tensor]) for tensor, buffer, row in plan.blocked]
-    head, tail = _block_products(program, group, loop_vars, plan.products, plan.columns > 0)
+    products = _block_products(program, group, loop_vars, plan.products, plan.columns > 0)
+    heads, tails = products[:chain.heads], products[chain.heads:]
     if not plan.columns:
         body = group_rows(program, group, loop_vars, blocked, {})
     else:
@@ -58,12 +59,12 @@ def lower_chain(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
     packed = list(plan.packed)
     if plan.prepack is not Prepack.SHARED:
         scratch, packed = scratch + packed, []
-    return BlockChain(loops, plan.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), head, body,
-                      tail, group.parallel, plan.chunks, deferred, online, plan.prepack)
+    return BlockChain(loops, plan.rows, loop_vars[chain.block_var], tuple(scratch), tuple(packed), heads, body,
+                      tails, group.parallel, plan.chunks, deferred, online, plan.prepack)
 
 
 def _block_products(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
-                    products: tuple[ChainProduct, ChainProduct], on_columns: bool) -> list[BlockProduct]:
+                    products: tuple[ChainProduct, ...], on_columns: bool) -> tuple[BlockProduct, ...]:
     """The chain's ``products`` with their operands' bases in the loops' variables (the block's
     first row, and with ``on_columns`` the block's first column)."""
     chain = group.chain
@@ -79,8 +80,8 @@ def _block_products(program: Program, group: FusedGroup, loop_vars: Mapping[str,
                 offset = BinOp("+", offset, BinOp("*", Const(stride), BinOp("-", at, Const(ranges[v][0]))))
             exprs.append((base.tensor, offset))
         out.append(BlockProduct(product.stmt, product.contraction, product.plan, tuple(exprs), Var(BLOCK_ROWS),
-                                product.prepacked))
-    return out
+                                product.prepacked, product.cleared))
+    return tuple(out)
 
 
 def _online_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],

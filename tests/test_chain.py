@@ -201,8 +201,9 @@ def test_a_row_read_at_another_row_stays_unchained():
     check(source, args, {"num_threads": 2}, 2e-4)
 
 
-def test_a_product_reducing_the_shared_loop_stays_unchained():
-    # the last product sums over m, the rows' shared loop: it needs every row before it runs
+def test_a_product_summing_the_shared_loop_adds_each_block():
+    # the last product sums over m, the rows' shared loop: each block of rows adds its terms
+    # to the whole output (zeroed first), the blocks one after the other
     source = """def f(float(M,K) X, float(N,K) Y, float(M,P) Z) -> (O) {
         T(m, n) +=! X(m, k) * Y(n, k)
         R(m) max=! T(m, n)
@@ -210,9 +211,14 @@ def test_a_product_reducing_the_shared_loop_stays_unchained():
         O(n, p) +=! E(m, n) * Z(m, p)
     }"""
     rng = np.random.default_rng(3)
-    args = [rng.standard_normal(s).astype(np.float32) for s in ((19, 7), (29, 7), (19, 5))]
-    assert chains_of(tcpy.define(source), *args) == []
-    check(source, args, {"num_threads": 2}, 2e-4)
+    for m in (19, 48):
+        args = [rng.standard_normal(s).astype(np.float32) for s in ((m, 7), (29, 7), (m, 5))]
+        for rows in ((), (24,)) if m == 48 else ((),):
+            options = {"num_threads": 2, "plan": {"rows": rows[0]}} if rows else {"num_threads": 2}
+            (chain,) = chains_of(tcpy.define(source, options=tcpy.Options(**options)), *args)
+            assert [p.cleared for p in chain.heads + chain.tails] == [False, True]
+            assert m % chain.rows == 0 and (not rows or chain.rows == 24)
+            check(source, args, options, 2e-4)
 
 
 def test_a_score_tensor_that_is_an_output_stays_unchained():

@@ -35,9 +35,9 @@ from typing import Optional
 import sympy
 
 from ..errors import TCArgumentError, TCSemanticError
-from ..lang import ast
+from ..lang import ast, parse
 from ..lang.builtins import BUILTINS, MIN_MAX
-from ..lang.visit import index_vars, inline_lets, map_expr
+from ..lang.visit import accesses, index_vars, inline_lets, map_expr
 from ..lang.writer import fresh_name
 from ..ranges import DefRanges, format_expr
 from .derivatives import NotDifferentiable, add, conj, depends, div, mul, neg, partials, ternary, ZERO
@@ -692,8 +692,13 @@ class _Reverse:
             if self.adjoint[name] not in self.written:
                 body.append(self.full(self.adjoint[name], name, ast.Cast(d.tensor(name).scalar, ZERO)))
         suffix = "value_and_grad" if self.with_values else "grad"
-        text = f"def {d.name}_{suffix}({', '.join(params)}) -> ({', '.join(returns)}) {{\n"
-        return text + "".join(f"    {line}\n" for line in body) + "}\n"
+        head = f"def {d.name}_{suffix}({', '.join(params)}) -> ({', '.join(returns)}) {{\n"
+
+        def text(lines):
+            return head + "".join(f"    {line}\n" for line in lines) + "}\n"
+
+        (checked,) = parse(text(body)).defs
+        return text([body[k] for k in _fusable_order(checked.stmts)])
 
     def output_dims(self, output: str) -> list[str]:
         declared = self.returns[output].type
@@ -706,6 +711,35 @@ class _Reverse:
             else:  # not a size variable: the cotangent's own size, checked by its reads
                 dims.append(self.fresh(f"{output}_{d}"))
         return dims
+
+
+def _fusable_order(stmts) -> list[int]:
+    """An order of ``stmts`` that keeps every dependence and lets the fusion pass group them:
+    each statement as early as its inputs allow (its level: one more than the statements it
+    depends on), then the statements whose result nothing reads (the cotangents returned),
+    those reading the latest statements first. Attention's backward is then the two products
+    of a block of query rows (scores, the probabilities' cotangent), the statements on those
+    rows, then the products reading them (dQ, dK, dV): one chain, no score-sized tensor. In
+    the reverse walk's order the products reading the probabilities came between the rows."""
+    touched = [[(a.tensor, write) for a, write in accesses(s)] for s in stmts]
+    before: list[list[int]] = []
+    for j, mine in enumerate(touched):
+        writes = {t for t, w in mine if w}
+        reads = {t for t, w in mine if not w}
+        before.append([i for i in range(j) if any(t in writes | reads if w else t in writes for t, w in touched[i])])
+    level: list[int] = []
+    for j in range(len(stmts)):
+        level.append(1 + max((level[i] for i in before[j]), default=-1))
+    read = {t for mine in touched for t, w in mine if not w}
+    sinks = [j for j, s in enumerate(stmts) if s.target not in read]
+    order = sorted((j for j in range(len(stmts)) if j not in sinks), key=lambda j: (level[j], j))
+    waiting = list(sinks)
+    while waiting:  # (a sink may add to another's target: it waits for it)
+        ready = [j for j in waiting if not set(before[j]) & set(waiting)]
+        chosen = max(ready, key=lambda j: (level[j], -j))
+        order.append(chosen)
+        waiting.remove(chosen)
+    return order
 
 
 def _substitute(expr: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:

@@ -17,13 +17,13 @@ def block_chain(em, node, depth):
     shared (ScratchSlot.CHAIN_SHARED), by one thread for all, every thread running the batch loops and the
     blocks of the batch split between the threads."""
     keys = node.online
-    calls, tail_c = _block_products(em, node.head, node.tail, "", node.deferred is not None and not keys,
-                                         keys is not None, keys)
+    calls, tail_c = _block_products(em, node.heads + node.tails, "", node.deferred is not None and not keys,
+                                    keys is not None, keys)
     prepacks = " ".join(p for p, _ in calls if p)
     last_calls = None
     if keys is not None:
         if keys.last is not None:
-            last_calls = _block_products(em, keys.last[0], keys.last[2], "_last", False, False, keys)[0]
+            last_calls = _block_products(em, (keys.last[0], keys.last[2]), "_last", False, False, keys)[0]
         if prepacks:  # b of every block of columns
             if last_calls is not None:
                 last = " ".join(p for p, _ in last_calls if p)
@@ -46,7 +46,8 @@ def block_chain(em, node, depth):
     *batch_loops, (var, lo, hi) = node.loops
     threads = em.ir.options.threads
     if node.parallel and not shared:
-        collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
+        collapsed = len(node.loops) - node.accumulates  # (a batch's blocks, summed, run in one thread)
+        collapse = f" collapse({collapsed})" if collapsed > 1 else ""
         em.emit(f"#pragma omp for {dynamic_schedule(node.chunks, threads)}{collapse}", d)
     for loop_var, lo_, hi_ in batch_loops:
         em.emit(f"for (int64_t {loop_var} = {lo_}; {loop_var} < {hi_}; {loop_var}++)", d)
@@ -69,12 +70,20 @@ def block_chain(em, node, depth):
     if keys is not None:
         key_blocks(em, node, calls, last_calls, tail_c, d + 1)
     else:
-        em.emit(calls[0][1], d + 1)
+        for product in node.heads + node.tails:
+            if product.cleared:  # its output sums the batch's blocks: zero before the first
+                pointer = c_name(product.bases[2][0]) + " + " + index_c(product.bases[2][1])
+                em.emit(f"if ({var} == {lo}) {em.symbol}_s{product.stmt}_clear_rows({pointer}, "
+                        f"{product.contraction.size('m')});", d + 1)
+        for _, call in calls[:len(node.heads)]:
+            em.emit(call, d + 1)
         block_rows(em, node.row_var, node.body, d + 1)
+        for _, call in calls[len(node.heads):-1]:
+            em.emit(call, d + 1)
         if node.deferred is None:
-            em.emit(calls[1][1], d + 1)
+            em.emit(calls[-1][1], d + 1)
         else:
-            deferred_tail(em, node, calls[1][1], tail_c, d + 1)
+            deferred_tail(em, node, calls[-1][1], tail_c, d + 1)
     em.emit("}", d)
     if shared:
         em.emit("}", d - 1)
@@ -82,22 +91,24 @@ def block_chain(em, node, depth):
     em.emit("}", depth)
 
 
-def _block_products(em, head, tail, suffix: str, divided: bool, online: bool, keys=None):
-    """The C of a chain's two products (helpers added to the file; ``suffix`` tells apart
-    the products of one statement): ``([(prepack, call), (prepack, call)], tail's output
+def _block_products(em, products, suffix: str, divided: bool, online: bool, keys=None):
+    """The C of a chain's products (helpers added to the file; ``suffix`` tells apart
+    the products of one statement): ``([(prepack, call) per product], the last one's output
     pointer)``. With ``keys`` (an online chain's blocks of columns), b packed once per batch
-    is the current block's."""
+    is the current block's. A product summing the blocks runs on all its rows (the block's
+    are its sum)."""
     names = {name: c_name(name) for name in em.buffer_names()}
     calls, tail_c = [], ""
-    for k, product in enumerate((head, tail)):
+    for k, product in enumerate(products):
         pointers = tuple(f"{c_name(tensor)} + {index_c(offset)}" for tensor, offset in product.bases)
-        last = product is tail
+        last = product is products[-1]
         prepacked = c_name(product.prepacked) if product.prepacked else None
         if prepacked and keys is not None:
             prepacked = f"{prepacked} + ({keys.var} - {keys.lo}) / {keys.columns} * INT64_C({keys.panels[k]})"
+        rows = str(product.contraction.size("m")) if product.cleared else index_c(product.rows)
         helpers, prepack, call = contraction_c.render_block(
             product.contraction, product.plan, names, f"{em.symbol}_s{product.stmt}{suffix}", pointers,
-            index_c(product.rows), prepacked, divided and last, online and last)
+            rows, prepacked, divided and last, online and last, product.cleared)
         em.helpers.append(helpers)
         calls.append((prepack, call))
         tail_c = pointers[2]  # the block's rows of the last product's output
@@ -148,7 +159,7 @@ def key_blocks(em, node, calls, last_calls, tail_c: str, depth: int):
         em.emit("}", depth + 1)
     em.emit("}", depth)
     head, body, tail, (numerator, row, divisor) = keys.whole
-    whole_calls, _ = _block_products(em, head, tail, "_whole", False, False)
+    whole_calls, _ = _block_products(em, (head, tail), "_whole", False, False)
     em.emit(f"if ({tail_fn}_finish_rows({tail_c}, {BLOCK_ROWS}, {mx}, {sm}, {redo})) {{", depth)
     em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth + 1)
     em.emit(f"if (!{redo}[r]) continue;", depth + 2)

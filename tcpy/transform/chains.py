@@ -57,29 +57,30 @@ def _parallel(program: Program, group: FusedGroup, options: Options) -> tuple[bo
     """Whether a fused group's shared loops run in parallel (there is enough work, and they
     have at least two iterations), and if not why not."""
     ranges = program.statements[group.statements[0]].ranges
-    iterations = volume(max(ranges[v][1] - ranges[v][0], 0) for v in group.shared)
+    # (a chain summing its blocks of rows runs a batch's blocks in one thread)
+    loops = group.shared[:-1] if group.chain is not None and group.chain.accumulating else group.shared
+    iterations = volume(max(ranges[v][1] - ranges[v][0], 0) for v in loops)
     work = sum(volume(program.statements[i].extents().values()) for i in group.statements)
     if not options.parallel or options.threads < 2:
         return False, "one thread"
     if work < PARALLEL_MIN_WORK:
         return False, f"{work} points in all, fewer than {PARALLEL_MIN_WORK}: too little work for threads"
     if iterations < 2:
-        return False, "one iteration"
+        return False, "one iteration" if loops == group.shared else "one batch (its blocks of rows are summed in order)"
     return True, ""
 
 
 def _plan(program: Program, group: FusedGroup, serial: str, options: Options) -> ChainPlan:
     """The plan of ``group``'s chain (``serial``: why its loops do not run in parallel)."""
     chain = group.chain
-    first, last = group.statements[0], group.statements[-1]
-    head, tail = program.statements[first].engine.plan, program.statements[last].engine.plan
-    ranges = program.statements[first].ranges
-    mr = math.lcm(head.mr, tail.mr)
-    rows, reasons = row_block(program, chain.blocked, ranges, group.shared, mr, options)
+    ranges = program.statements[group.statements[0]].ranges
+    mr = math.lcm(*(program.statements[i].engine.plan.mr for i in group.products))
+    rows, reasons = row_block(program, chain.blocked, ranges, group.shared, mr, options, bool(chain.accumulating))
     blocked, columns = chain.blocked, 0
     whole_bytes = rows * _row_bytes(program, blocked)
     if chain.online is not None and whole_bytes > options.target.l2 // 2:
-        columns = _key_block(program, chain, head.nr, mr, options)
+        head, last = group.statements[0], group.statements[-1]  # (an online chain has one product each side)
+        columns = _key_block(program, chain, program.statements[head].engine.plan.nr, mr, options)
         blocked = tuple((tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in blocked)
         rows, reasons = row_block(program, blocked, ranges, group.shared, mr, options)
         reasons += (_online_reason(program, chain, columns, whole_bytes, last),)
@@ -90,11 +91,12 @@ def _plan(program: Program, group: FusedGroup, serial: str, options: Options) ->
     # b depends on the batch loops only: packed once per batch when a thread runs several of
     # its blocks in a row (static schedule: consecutive iterations), else by the cell per block;
     # with fewer batches than threads, once for all threads (one copy, not one per thread).
-    # An online chain packs b of every block of columns, one after the other.
-    shared = group.parallel and batches < threads and blocks >= 2
-    reuse = shared or (blocks >= 2 and batches * blocks >= 2 * threads)
+    # An online chain packs b of every block of columns, one after the other. A chain summing
+    # its blocks runs a batch's blocks in one thread, in order.
+    shared = group.parallel and batches < threads and blocks >= 2 and not chain.accumulating
+    reuse = shared or (blocks >= 2 and (bool(chain.accumulating) or batches * blocks >= 2 * threads))
     prepack = Prepack.SHARED if shared else Prepack.PER_THREAD if reuse else Prepack.NONE
-    chunks = blocks if shared else batches * blocks
+    chunks = blocks if shared else batches if chain.accumulating else batches * blocks
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     products, packed = _products(program, group, options, rows, buffers, reuse, columns, columns)
     last_products = whole_products = None
@@ -124,27 +126,32 @@ def _row_bytes(program: Program, blocked) -> int:
     return sum(row * program.types[tensor].bits // 8 for tensor, _, row in blocked)
 
 
-def row_block(program: Program, blocked, ranges, shared, mr: int, options: Options) -> tuple[int, tuple[str, ...]]:
+def row_block(program: Program, blocked, ranges, shared, mr: int, options: Options,
+              dividing: bool = False) -> tuple[int, tuple[str, ...]]:
     """Rows per block of a chain whose ``blocked`` tensors have rows of the elements given
     there, and why: the block buffers fit half of L2 (the other half holds the operands'
-    slivers), a multiple of ``mr`` (both products' micro-tile rows), and enough blocks for
-    every thread; ``Options.plan['rows']`` instead, if given."""
+    slivers), a multiple of ``mr`` (the products' micro-tile rows), and enough blocks for
+    every thread (with ``dividing``, a chain summing its blocks: a divisor of the rows, whose
+    batches are the threads' work); ``Options.plan['rows']`` instead, if given."""
     target = options.target
     block_var = shared[-1]
     row_bytes = _row_bytes(program, blocked)
     extent = ranges[block_var][1] - ranges[block_var][0]
+    if dividing:  # whole micro-tiles where the rows allow: multiples of what mr and they share
+        mr = math.gcd(mr, extent) or mr
     rows = max(mr, target.l2 // 2 // row_bytes // mr * mr)
     rows = min(rows, -(-extent // mr) * mr)
     outer = volume(ranges[v][1] - ranges[v][0] for v in shared[:-1])
     threads = options.threads if options.parallel else 1
-    while rows > mr and outer * -(-extent // rows) < threads:
-        rows -= mr  # fewer rows per block so that every thread has one
+    while rows > mr and (extent % rows if dividing else outer * -(-extent // rows) < threads):
+        rows -= mr  # fewer rows per block so that every thread has one (or that they divide the rows)
     names = ", ".join(tensor for tensor, _, _ in blocked)
     if "rows" in options.plan:
         rows = options.plan["rows"]
-        if rows % mr:
-            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr}), "
-                                f"got {rows!r}")
+        if rows % mr or (dividing and extent % rows):
+            divides = f" dividing the {extent} rows (a product sums the blocks)" if dividing else ""
+            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr})"
+                                f"{divides}, got {rows!r}")
         return rows, (f"row block {rows} rows of {block_var}: set by Options.plan",)
     reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tiles' {mr}): the block buffers "
                f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "
@@ -152,7 +159,9 @@ def row_block(program: Program, blocked, ranges, shared, mr: int, options: Optio
     if rows * row_bytes > target.l2 // 2:
         reasons.append(f"one block's rows ({rows * row_bytes // 1024} KiB) exceed half of L2: they stream "
                        "through L3 (the rows are not a softmax whose columns could run in blocks too)")
-    if outer * -(-extent // rows) < threads:
+    if dividing:
+        reasons.append(f"{rows} rows divide the {extent} rows of {block_var}: a product sums the blocks")
+    elif outer * -(-extent // rows) < threads:
         reasons.append(f"{outer * -(-extent // rows)} blocks for {threads} threads")
     return rows, tuple(reasons)
 
@@ -210,33 +219,36 @@ def _online_reason(program: Program, chain: Chain, columns: int, whole: int, tai
 
 
 def _products(program: Program, group: FusedGroup, options: Options, rows: int, buffers: Mapping[str, str],
-              reuse: bool, columns: int = 0, width: int = 0) -> tuple[tuple[ChainProduct, ChainProduct], list]:
-    """A chain's two products on a block of ``rows`` rows (and of ``columns`` columns, if > 0,
+              reuse: bool, columns: int = 0, width: int = 0) -> tuple[tuple[ChainProduct, ...], list]:
+    """A chain's products on a block of ``rows`` rows (and of ``columns`` columns, if > 0,
     of the ``width`` a block buffer's row holds), the tensors in ``buffers`` in those
-    per-thread buffers; with ``reuse``, b packed once per batch (the buffers to hold one
-    block's b come second: name, elements, type)."""
+    per-thread buffers; with ``reuse``, b packed once per batch when it depends on the batch
+    loops only (the buffers to hold one block's b come second: name, elements, type). A
+    product summing over the blocks adds each block's terms to its output."""
     chain = group.chain
     block_columns = (chain.online.column_var, columns, width) if columns else None
     packed, products = [], []
-    for k, index in enumerate((group.statements[0], group.statements[-1])):
+    for k, index in enumerate(group.products):
         statement = program.statements[index]
         block, bases = block_contraction(statement.engine.contraction, statement.stmt, statement.ranges,
                                          group.shared[:-1], chain.block_var, rows, buffers, program, block_columns)
-        if columns and k == 1:
-            block = dataclasses.replace(block, init=False)  # sums over the blocks of columns (rows start at 0)
-        block_plan = plan_block(block, options, b_packed_once=reuse)
+        summed = index in chain.accumulating
+        if (columns and index == group.statements[-1]) or summed:
+            block = dataclasses.replace(block, init=False)  # sums over the blocks of columns or rows
+        own_b = summed or bases[1].tensor in buffers  # (b moves with the blocks)
+        block_plan = plan_block(block, options, b_packed_once=reuse and not own_b)
         prepacked = None
-        if reuse:
+        if reuse and not own_b:
             prepacked = f"{PREPACK_PREFIX}{k}"
             padded_n = -(-block.size("n") // block_plan.nr) * block_plan.nr
             packed.append((prepacked, block.size("k") * padded_n, block.dtype))
-        products.append(ChainProduct(index, block, block_plan, bases, prepacked))
+        products.append(ChainProduct(index, block, block_plan, bases, prepacked, cleared=summed))
     return tuple(products), packed
 
 
 def _parallel_reason(group: FusedGroup, chunks: int, threads: int, shared: bool, serial: str) -> str:
-    loops = f"blocks of {group.chain.block_var}" if shared else ", ".join(
-        group.shared[:-1] + (f"blocks of {group.chain.block_var}",))
+    blocks = () if group.chain.accumulating else (f"blocks of {group.chain.block_var}",)
+    loops = f"blocks of {group.chain.block_var}" if shared else ", ".join(group.shared[:-1] + blocks)
     if not group.parallel:
         return f"one thread runs the loops over {loops} ({serial})"
     return f"parallel over {loops}: {chunks} iterations for {threads} threads"

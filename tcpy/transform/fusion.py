@@ -179,56 +179,71 @@ def _with_product_pairs(program: Program, uses, groups: list[FusedGroup], option
 
 
 def _chain(program: Program, uses, group: FusedGroup, options: Options, first: int = -1) -> Optional[FusedGroup]:
-    """``group`` widened by the contraction right before it and the one right after it, when the
-    first produces rows the group consumes and the last consumes rows the group produces (scores,
-    softmax, times V), both along the shared loops: one parallel loop over blocks of rows then
-    computes a block's products with the micro-kernel and its rows in cache. An empty ``group``
-    (with the pair's shared loops) chains statement ``first`` and the next, the second reading
-    the first's rows. None otherwise."""
+    """``group`` widened by the contractions right before it and those right after it, when the
+    first ones produce rows the group consumes and the last ones consume rows the group
+    produces (scores, softmax, times V; attention's backward: scores and the probabilities'
+    cotangent, the rows, then dQ, dK and dV), all along the shared loops but the last, which
+    the products before write along: one parallel loop over blocks of rows then computes a
+    block's products with the micro-kernel and its rows in cache. A product after the rows may
+    sum over the last shared variable instead (``dK(s, d) +=! dSc(l, s) * Q(l, d)`` blocked on
+    ``l``): each block adds its terms (:attr:`Chain.accumulating`). An empty ``group`` (with
+    the pair's shared loops) chains statement ``first`` and the next, the second reading the
+    first's rows. None otherwise."""
     statements = program.statements
-    if group.statements:
-        first, last = group.statements[0] - 1, group.statements[-1] + 1
-    else:
-        last = first + 1
-    if first < 0 or last >= len(statements):
-        return None
-    head, tail = statements[first], statements[last]
-    engines = [s.engine for s in (head, tail)]
-    if (None in engines or head.origin < 0 or tail.origin < 0
-            or any(e.producer in (first, last) for e in program.epilogues)):
-        return None  # (a product with an epilogue runs it in its own store)
-    shared = group.shared
-    ranges = head.ranges
-    if not shared:
-        return None
-    block_var, fixed = shared[-1], shared[:-1]
-    if any(not set(shared) <= set(s.stmt.output_vars) or any(s.ranges[v] != ranges[v] for v in shared)
-           for s in (head, tail)):
-        return None
-    members = (first,) + group.statements + (last,)
     temporaries = {t.name for t in program.def_.temporaries}
-    produced = head.stmt.target
-    head_plan, tail_con, tail_plan = engines[0].plan, engines[1].contraction, engines[1].plan
-    consumed = [acc.tensor for acc in (tail_con.a, tail_con.b) if acc.tensor in temporaries]
     inner = [statements[i].stmt for i in group.statements]
-    if produced not in temporaries or len(consumed) != 1 or (consumed[0] == produced) != (not inner):
+    if group.statements:
+        read = {a.tensor for s in inner for a, w in accesses(s) if not w}
+        written = {s.target for s in inner}
+        heads = _products_next_to(program, group.statements[0], -1, lambda s: s.target in read)
+        tails = _products_next_to(program, group.statements[-1], 1, lambda s: any(
+            a.tensor in written for a, w in accesses(s) if not w))
+    elif first + 1 < len(statements) and _product_alone(program, first) and _product_alone(program, first + 1):
+        heads, tails = [first], [first + 1]
+    else:
         return None
-    if inner and (not any(a.tensor == produced for s in inner for a, w in accesses(s) if not w)
-                  or not any(s.target == consumed[0] for s in inner)):
+    shared = group.shared
+    if not heads or not tails or not shared:
         return None
-    if not all(_row_buffer_ok(program, uses, members, t, shared) for t in (produced, consumed[0])) or not _legal(
+    ranges = statements[heads[0]].ranges
+    block_var, fixed = shared[-1], shared[:-1]
+    engines = [statements[i].engine for i in heads + tails]
+    accumulating = tuple(i for i in tails if block_var in statements[i].engine.contraction.role_vars("k"))
+    for i in heads + tails:
+        along = shared if i not in accumulating else fixed
+        if not set(along) <= set(statements[i].stmt.output_vars) or any(
+                statements[i].ranges[v] != ranges[v] for v in shared):
+            return None
+    if any(not statements[i].stmt.init for i in accumulating):
+        return None  # (its blocks' terms are added to what a `+=!` sets to zero first)
+    members = tuple(heads) + group.statements + tuple(tails)
+    produced = [statements[i].stmt.target for i in heads]
+    rows_written = {s.target for s in inner} | set(produced)
+    consumed = []
+    for i in tails:
+        con = statements[i].engine.contraction
+        reads = [acc.tensor for acc in (con.a, con.b) if acc.tensor in temporaries]
+        if len(reads) != 1 or reads[0] not in rows_written:
+            return None
+        consumed.append(reads[0])
+    if not set(produced) <= temporaries or any((c in produced) != (not inner) for c in consumed):
+        return None
+    row_tensors: tuple[str, ...] = tuple(dict.fromkeys(produced + consumed))
+    if not all(_row_buffer_ok(program, uses, members, t, shared) for t in row_tensors) or not _legal(
             program, [statements[i] for i in members], shared):
         return None
-    row_tensors: tuple[str, ...] = tuple(dict.fromkeys((produced, consumed[0])))
-    deferral = _deferral(program, uses, group, produced, consumed[0], tail_con) if inner else None
-    if deferral is not None and all(_row_buffer_ok(program, uses, members, t, shared)
-                                    for t in (deferral.numerator, deferral.divisor)):
-        deferred_tail = restamp(_reading_numerator(tail, deferral), program, options)
-        if deferred_tail.engine is not None:
-            tail, engines[1], tail_plan = deferred_tail, deferred_tail.engine, deferred_tail.engine.plan
-            row_tensors = (produced, deferral.numerator, deferral.divisor)
-    if len(row_tensors) < 3:
-        deferral = None
+    deferral = None
+    if inner and len(heads) == len(tails) == 1 and not accumulating:
+        tail = statements[tails[0]]
+        deferral = _deferral(program, uses, group, produced[0], consumed[0], tail.engine.contraction)
+        if deferral is not None and all(_row_buffer_ok(program, uses, members, t, shared)
+                                        for t in (deferral.numerator, deferral.divisor)):
+            deferred_tail = restamp(_reading_numerator(tail, deferral), program, options)
+            if deferred_tail.engine is not None:
+                engines[1] = deferred_tail.engine
+                row_tensors = (produced[0], deferral.numerator, deferral.divisor)
+        if len(row_tensors) < 3:
+            deferral = None
     blocked = []
     for k, tensor in enumerate(row_tensors):
         row = 1
@@ -237,23 +252,59 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
             row *= 1 if isinstance(e, ast.IndexVar) and e.name in shared else n
         blocked.append((tensor, f"{BLOCK_PREFIX}{k}", row))
     blocked = tuple(blocked)
-    mr = math.lcm(head_plan.mr, tail_plan.mr)
+    mr = _micro_rows(engines)
     if not inner and not rereads_pay(program, engines, blocked, ranges, shared, mr, options):
         return None  # (a softmax's chain keeps its rows in blocks whatever the b: its rows are the memory)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     # (whether a product runs on blocks depends on its roles, not on how many rows or columns)
-    for s, con in zip((head, tail), (e.contraction for e in engines)):
-        if block_contraction(con, s.stmt, s.ranges, fixed, block_var, mr, buffers, program) is None:
+    for i, engine in zip(heads + tails, engines):
+        stmt = _reading_numerator(statements[i], deferral).stmt if deferral and i == tails[-1] else statements[i].stmt
+        if block_contraction(engine.contraction, stmt, statements[i].ranges, fixed, block_var, mr, buffers,
+                             program) is None:
             return None
-    online = _online(program, group, produced, deferral, engines[0].contraction, engines[1].contraction)
+    online = None
+    if deferral is not None:
+        online = _online(program, group, produced[0], deferral, engines[0].contraction, engines[1].contraction)
     reasons = ()
     if deferral is not None:
+        last = tails[0]
         reasons += (f"{deferral.quotient} = {deferral.numerator} / {deferral.divisor} is read only by "
                     f"S{last}, and {deferral.divisor} is one value per row: S{last} reads {deferral.numerator} "
-                    f"and divides its rows of {tail.stmt.target} by {deferral.divisor} (S{deferral.statement} "
-                    f"does not run; rows whose {deferral.divisor} is below 1 in magnitude or not finite, or "
-                    f"whose result is not, take {deferral.quotient} itself)",)
-    return FusedGroup(members, shared, chain=Chain(block_var, blocked, reasons, deferral, online))
+                    f"and divides its rows of {statements[last].stmt.target} by {deferral.divisor} "
+                    f"(S{deferral.statement} does not run; rows whose {deferral.divisor} is below 1 in magnitude "
+                    f"or not finite, or whose result is not, take {deferral.quotient} itself)",)
+    if accumulating:
+        reasons += (f"S{', S'.join(map(str, accumulating))} sum{'s' if len(accumulating) == 1 else ''} over "
+                    f"{block_var}: each block of rows adds its terms, so a batch's blocks run in order in one "
+                    f"thread (the loops over {', '.join(fixed) or 'no batch'} in parallel)",)
+    return FusedGroup(members, shared, chain=Chain(block_var, blocked, reasons, deferral, online, heads=len(heads),
+                                                   tails=len(tails), accumulating=accumulating))
+
+
+def _micro_rows(engines) -> int:
+    """The rows of a block of a chain of these products' engines are a multiple of this (every
+    product's micro-tile rows)."""
+    return math.lcm(*(e.plan.mr for e in engines))
+
+
+def _product_alone(program: Program, index: int) -> bool:
+    """Whether statement ``index`` is a contraction the engine runs, of the def, without an
+    epilogue (a product with an epilogue runs it in its own store)."""
+    statement = program.statements[index]
+    return (statement.engine is not None and statement.origin >= 0
+            and not any(e.producer == index for e in program.epilogues))
+
+
+def _products_next_to(program: Program, index: int, step: int, wanted) -> list[int]:
+    """The products (:func:`_product_alone`) whose statement is ``wanted`` right before
+    statement ``index`` (``step`` -1) or right after it (1), in statement order."""
+    found = []
+    k = index + step
+    while (0 <= k < len(program.statements) and _product_alone(program, k)
+           and wanted(program.statements[k].stmt)):
+        found.append(k)
+        k += step
+    return sorted(found)
 
 
 def _online(program: Program, group: FusedGroup, produced: str, deferral: Optional[Deferral],
@@ -484,7 +535,7 @@ def _shrink_temporaries(program: Program) -> Program:
         members = set(group.statements)
         # a chain's products read and write their block buffers directly; its rows see views
         blocked = {tensor for tensor, _, _ in group.chain.blocked} if group.chain else set()
-        rewritten = members - {group.statements[0], group.statements[-1]} if group.chain else members
+        rewritten = members - set(group.products)
         locals_: list[tuple[str, str]] = []
         local_bytes = 0
         deferred = group.chain.deferred if group.chain else None

@@ -421,8 +421,9 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
                       rows: int, buffers: Mapping[str, str], program,
                       columns: Optional[tuple[str, int, int]] = None
                       ) -> Optional[tuple[Contraction, tuple[Base, Base, Base]]]:
-    """``con`` restricted to one block of ``rows`` rows of ``block_var`` (an M variable) inside
-    loops over ``fixed`` (the batch and other M variables): those variables leave the roles and
+    """``con`` restricted to one block of ``rows`` rows of ``block_var`` (an M variable, or the
+    only K variable: the block's terms of a sum over the rows) inside loops over ``fixed`` (the
+    batch and other M variables): those variables leave the roles and
     move into the operands' bases, so the same micro-kernel runs on each block. A tensor in
     ``buffers`` lives in the named per-thread block buffer, one row (its dimensions not indexed
     by ``fixed``) per value of ``block_var``. ``columns`` (variable, count, width) restricts an
@@ -430,8 +431,9 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
     along it; a block buffer's row holds ``width`` of them). None when the roles do not allow
     it, or when the contraction has guards (padding)."""
     fixed_set = set(fixed)
-    if (con.guards or not {v for v in con.role_vars("batch")} <= fixed_set or block_var not in con.role_vars("m")
-            or not set(con.role_vars("m")) <= fixed_set | {block_var}
+    summed = con.role_vars("k") == (block_var,)
+    if (con.guards or not {v for v in con.role_vars("batch")} <= fixed_set
+            or not (summed or block_var in con.role_vars("m") and set(con.role_vars("m")) <= fixed_set | {block_var})
             or fixed_set & set(con.role_vars("n") + con.role_vars("k"))):
         return None
     extents = {v: ranges[v][1] - ranges[v][0] for v in stmt.index_vars}

@@ -87,8 +87,9 @@ def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Opt
 
 
 def render_block(con: Contraction, plan: Plan, names: dict, prefix: str, pointers: tuple[str, str, str], rows: str,
-                 prepacked, divided: bool = False, online: bool = False) -> tuple[str, str, str]:
+                 prepacked, divided: bool = False, online: bool = False,
+                 cleared: bool = False) -> tuple[str, str, str]:
     """``(helpers, prepack, call)`` of a contraction on one block of rows inside a fused chain
     (see :func:`.rows.render_block`); ``divided`` adds ``<prefix>_divide_rows``, ``online`` the
-    row helpers of an online chain's last product."""
-    return _render_block(Context(con, plan, names, prefix), pointers, rows, prepacked, divided, online)
+    row helpers of an online chain's last product, ``cleared`` ``<prefix>_clear_rows``."""
+    return _render_block(Context(con, plan, names, prefix), pointers, rows, prepacked, divided, online, cleared)

@@ -11,10 +11,11 @@ from .packing import prepack
 
 
 def render_block(ctx: Context, pointers: tuple[str, str, str], rows: str, prepacked,
-                 divided: bool = False, online: bool = False) -> tuple[str, str, str]:
+                 divided: bool = False, online: bool = False, cleared: bool = False) -> tuple[str, str, str]:
     """``(helpers, prepack, call)`` for one block of rows inside a fused chain (one thread,
     no grid): ``pointers`` are the C pointers of a, b and c at the block; ``prepacked`` the
-    C buffer holding B packed once per batch (None: the cell packs or reads B itself)."""
+    C buffer holding B packed once per batch (None: the cell packs or reads B itself);
+    ``cleared`` adds ``void <p>_clear_rows(T *C, int64_t rows)`` (see :func:`online_rows`)."""
     helpers = CWriter()
     header(ctx, helpers)
     path_helpers(ctx, helpers)
@@ -22,6 +23,8 @@ def render_block(ctx: Context, pointers: tuple[str, str, str], rows: str, prepac
         divide_rows(ctx, helpers)
     if online:
         online_rows(ctx, helpers)
+    elif cleared:
+        rows_helper(ctx, helpers, "clear_rows", "", element=(f"*e = ({ctx.T})0;",))
     prepack_call = ""
     if prepacked is not None:
         prepack(ctx, helpers)

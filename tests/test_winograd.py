@@ -181,7 +181,7 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
         kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(target=target, num_threads=threads))
         assert _paths(kernel, I, Wt, bias) == ["winograd"]
     for tensor, at, value in ((I, (0, 3, 5, 6), np.inf), (Wt, (7, 2, 0, 0), np.nan), (I, (0, 9, 0, 0), -np.inf),
-                              (I, (0, 1, 4, 4), 3e30)):
+                              (I, (0, 1, 4, 4), 3e30), (Wt, (63, 63, 2, 2), -np.inf), (Wt, (0, 5, 1, 1), 3e30)):
         original = tensor[at]
         tensor[at] = value
         got, want = kernel(I, Wt, bias), reference(I, Wt, bias)

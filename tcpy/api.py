@@ -24,7 +24,7 @@ import numpy as np
 
 from . import binding, ranges
 from .codegen.emit import emit_kernel
-from .generic import generic_sizes, size_block, unsupported
+from .generic import engine_statements, generic_sizes, size_block, unsupported
 from .errors import (TCArgumentError, TCCompilerError, TCLookupError, TCOptionError, TCOverflowError,
                      TCMemoryError, TCProgramError, TCShapeError, TCWarning)
 from .lang import ast, parse
@@ -208,6 +208,11 @@ class Kernel(Launcher):
                 planned = ", ".join(f"{k}={v}" for k, v in generic.sizes.items())
                 lines.append(f"  planned at {planned or 'no sizes'} (unfused), its loops run over each call's sizes; "
                              "the schedule below is the kernel specialised to these sizes")
+                from .transform.runtime_plan import describe
+                program = generic.ir.program
+                for index, buffer in zip(engine_statements(program), self._engine_plans(generic, bound_sizes)):
+                    statement = program.statements[index]
+                    lines.append(f"  generic kernel: {statement.stmt}: {describe(buffer, statement.engine.plan)}")
             lines.append("schedule:")
             for nest in spec.ir.nests:
                 if nest.group is not None:
@@ -295,6 +300,9 @@ class Kernel(Launcher):
             generic = self._generic if isinstance(self._generic, str) else self._generic[1]
         if isinstance(generic, str):
             return f"specialised to these sizes: no generic kernel, {generic}", None
+        plans = self._engine_plans(generic, sizes)
+        if isinstance(plans, str):
+            return f"specialised to these sizes: no generic kernel, {plans}", None
         return served or _generic_text(self.options.specialize), generic
 
     def finish_specializations(self, timeout: Optional[float] = None) -> None:
@@ -311,12 +319,40 @@ class Kernel(Launcher):
         if self.options.specialize != "always" and tuned_options(self, sizes) is None:
             generic = self._generic_kernel(sizes)
             if not isinstance(generic, str):
-                return self._generic_entry(*generic, sizes)
+                plans = self._engine_plans(generic[1], sizes)
+                if not isinstance(plans, str):
+                    return self._generic_entry(*generic, sizes, plans)
+                generic = plans
             self._served[_sizes_key(sizes)] = f"specialised to these sizes: no generic kernel, {generic}"
         return self._specialized_entry(self.specialize(**sizes), sizes)
 
-    def _generic_entry(self, address: int, generic: Specialization, sizes: Mapping[str, int]) -> LaunchEntry:
-        """The generic kernel's entry for ``sizes``: their checks, shapes and size block."""
+    def _engine_plans(self, generic: Specialization, sizes: Mapping[str, int]):
+        """The plan buffers of the generic kernel's contractions at ``sizes``
+        (:func:`tcpy.transform.runtime_plan.plan_buffer`), or why these sizes need a
+        specialised kernel (text)."""
+        program = generic.ir.program
+        engines = engine_statements(program)
+        if not engines:
+            return ()
+        from .transform.runtime_plan import plan_buffer
+        bound = self.ranges.bind(sizes)
+        shapes = {**{p.name: p.type.shape(sizes) for p in self.def_.params}, **bound.shapes}
+        threads = self.options.num_threads or get_num_threads()
+        plans = []
+        for index in engines:
+            statement = program.statements[index]
+            buffer = plan_buffer(statement, bound.statements[statement.origin], shapes, program.types,
+                                 sizes, generic.ir.options, threads)
+            if buffer is None:
+                return (f"statement {statement.origin + 1} is no contraction the generic kernel's engine runs "
+                        "at these sizes")
+            plans.append(buffer)
+        return tuple(plans)
+
+    def _generic_entry(self, address: int, generic: Specialization, sizes: Mapping[str, int],
+                       plans: tuple = ()) -> LaunchEntry:
+        """The generic kernel's entry for ``sizes``: their checks, shapes, size block and the
+        plan buffers of its contractions (``plans``)."""
         bound = self.ranges.bind(sizes)  # the preconditions, as a specialised kernel's
         key = _sizes_key(sizes)
         self._served.setdefault(key, _generic_text(self.options.specialize))
@@ -331,7 +367,7 @@ class Kernel(Launcher):
             self._specialize_in_background(table_key, holder[0], sizes, options, hot_calls)
 
         entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0,
-                            constants=(size_block(self.ranges.size_vars, sizes),),
+                            constants=(size_block(self.ranges.size_vars, sizes), *plans),
                             on_hot=hot if auto else None, hot_calls=hot_calls)
         holder.append(entry)
         return entry

@@ -9,9 +9,12 @@ reads the sizes at run time from a *size block*: one int64 buffer after its temp
 def's size variables in order (:func:`size_block`).
 
 What runs generically today: statements that run as loop nests (element-wise statements,
-reductions, contractions with ``Options(contraction=False)``), planned unfused, without
-register tiles and split reductions (:func:`tcpy.schedule.choose_schedule` with ``generic``),
-and without snapshots. :func:`unsupported` says why a planned program is not generic; such a
+reductions), planned unfused, without register tiles and split reductions
+(:func:`tcpy.schedule.choose_schedule` with ``generic``), and without snapshots; and the
+contractions the engine takes (GEMM, batched GEMM, convolutions as implicit GEMM, attention's
+products), on the run-time engine (:mod:`tcpy.codegen.contraction.runtime`): one routine for
+every size, whose extents, offset tables, cache blocks and thread grid come per call shape from
+a plan buffer after the size block (:mod:`tcpy.transform.runtime_plan`). :func:`unsupported` says why a planned program is not generic; such a
 def gets a kernel specialised for each shape.
 """
 from __future__ import annotations
@@ -136,13 +139,17 @@ def size_block(names: tuple[str, ...], sizes: Mapping[str, int]) -> np.ndarray:
     return np.array([sizes[n] for n in names] or [0], dtype=np.int64)
 
 
+def engine_statements(program: Program) -> tuple[int, ...]:
+    """The statements of ``program`` the contraction engine runs, in order: in a generic
+    kernel, each reads its plan buffer from the buffer after the size block and the plan
+    buffers of those before it (:mod:`tcpy.codegen.contraction.runtime`)."""
+    return tuple(index for index, statement in enumerate(program.statements) if statement.engine is not None)
+
+
 def unsupported(program: Program) -> Optional[str]:
     """Why ``program`` (after the passes before lowering) cannot run generically, or None when
     it can."""
     for statement in program.statements:
-        if statement.engine is not None:
-            return (f"statement {statement.origin + 1} is a contraction the engine runs, with plans specialised "
-                    "to sizes (Options(contraction=False) runs it as loops)")
         if statement.origin < 0:
             return "a statement reads what it writes, through a copy planned at fixed sizes"
     if program.groups or program.epilogues:

@@ -32,7 +32,7 @@ from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.chains import block_chain, online_step
 from tcpy.codegen.cwriter import CWriter, dynamic_schedule
 from tcpy.codegen.expressions import access, c_name, combine, convert, identity, index_c, nan_flagged, value
-from tcpy.generic import size_c_name
+from tcpy.generic import engine_statements, size_c_name
 from tcpy.schedule import PARALLEL_MIN_WORK
 from tcpy.runtime.build import GENERIC_MARK
 
@@ -414,7 +414,11 @@ class _Emitter:
                 if node.epilogue is not None:
                     epilogue = f"{prefix}_epilogue"
                     self.helpers.append(self.epilogue(node, epilogue))
-                helpers, body = contraction_c.render(node.contraction, node.plan, names, prefix, epilogue)
+                if self.generic is not None:  # extents, blocks and grid from its plan buffer
+                    slot = len(names) + 1 + engine_statements(self.program).index(node.stmt)
+                    helpers, body = contraction_c.render_runtime(node.contraction, node.plan, names, prefix, slot)
+                else:
+                    helpers, body = contraction_c.render(node.contraction, node.plan, names, prefix, epilogue)
                 self.helpers.append(helpers)
                 for line in body.splitlines():
                     self.emit(line, depth)

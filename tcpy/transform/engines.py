@@ -24,7 +24,7 @@ from ..loopir import Engine, Loops, Program, Statement
 from ..options import Options
 from ..contraction_ir import Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
-from .contraction import plan
+from .contraction import micro_tile, plan
 from .recognition import recognize, split_result_scale
 
 
@@ -90,12 +90,41 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         return None
     if set(options.tile_sizes) & set(stmt.index_vars) or set(options.loop_order) & set(stmt.index_vars):
         return None  # the user asked for a loop schedule of this statement (or autotuning tries one)
-    con = recognize(stmt, ranges, program.shapes, program.types, program.sizes)
+    shapes = program.shapes
+    if program.generic is not None:
+        # an empty range or tensor at the nominal sizes: the kernel serves other sizes too (as
+        # tcpy.transform.runtime_plan recognises such a call)
+        ranges = {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges.items()}
+        shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
+    con = recognize(stmt, ranges, shapes, program.types, program.sizes)
     if con is None:
         return None
     overrides = {k: v for k, v in options.plan.items() if k != "rows"}  # (rows: a chain's, see chains)
+    if program.generic is not None:
+        # the run-time engine (tcpy.codegen.contraction.runtime): the packed path's loops with a
+        # micro-tile for every N; its blocks and grid are planned per call (shape_engine)
+        element_bytes = con.dtype.bits // 8
+        mr, vectors = micro_tile(options.target, element_bytes)
+        overrides = {"path": "packed", "mr": mr, "nr": vectors * options.target.lanes(element_bytes)}
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
+
+
+def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options, tile: Plan,
+                 threads: int) -> Optional[tuple[Contraction, Plan]]:
+    """A size-generic kernel's contraction at one call's ``ranges``, ``shapes``, ``types`` and
+    ``sizes`` (:mod:`tcpy.transform.runtime_plan`): recognised, and planned for ``threads``
+    threads on the packed path with the kernel's micro-tile (``tile``'s) and no split K (the
+    run-time engine's loops); None when at these sizes it is no contraction."""
+    con = recognize(stmt, ranges, shapes, types, sizes)
+    if con is None:
+        return None
+    overrides = {"path": "packed", "mr": tile.mr, "nr": tile.nr}
+    threads = threads if options.parallel else 1
+    shaped = plan(con, options.target, threads, overrides=overrides)
+    if shaped.grid[3] > 1:
+        shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)})
+    return con, shaped
 
 
 def plan_block(block: Contraction, options: Options, b_packed_once: bool) -> Plan:

@@ -56,7 +56,7 @@ from typing import Optional
 
 from ...contraction_ir import Contraction, Path, Plan
 from ..cwriter import CWriter
-from . import direct_conv, winograd
+from . import direct_conv, runtime, winograd
 from .context import Context, header
 from .grid import driver, path_helpers
 from .rows import render_block as _render_block
@@ -84,6 +84,14 @@ def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Opt
     body = CWriter()
     driver(ctx, body)
     return helpers.text(), body.text()
+
+
+def render_runtime(con: Contraction, plan: Plan, names: dict, prefix: str, plan_slot: int) -> tuple[str, str]:
+    """``(helpers, body)`` of a contraction in a size-generic kernel (:mod:`.runtime`): ``con``
+    and ``plan`` as recognised and planned at the kernel's nominal sizes give what holds at
+    every size (operands, types, scale, guards, micro-tile); the rest comes at run time from
+    the plan buffer ``tcpy_buffers[plan_slot]``."""
+    return runtime.render(Context(con, plan, names, prefix), plan_slot)
 
 
 def render_block(con: Contraction, plan: Plan, names: dict, prefix: str, pointers: tuple[str, str, str], rows: str,

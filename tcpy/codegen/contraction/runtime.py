@@ -1,0 +1,306 @@
+"""The run-time engine: one contraction of a size-generic kernel (:mod:`tcpy.generic`), rendered
+once for every size, as BLIS runs: the micro-kernel is fixed by the dtype and the Target, while
+the extents, cache blocks and thread grid are read at run time from the statement's *plan
+buffer* (:data:`tcpy.contraction_ir.RUNTIME_FIELDS`, made per shape by
+:mod:`tcpy.transform.runtime_plan`).
+
+The loops are the packed path's (:mod:`.packed`): cells of the thread grid claimed by the
+threads, B panels (kc x nc) and A blocks (mc x kc) packed into slivers, MR x NR micro-kernels
+(:func:`.kernel.accumulate_loop`). Every access goes through offset tables (one int64 element
+offset per linear index of each role, per tensor), so any affine access (transposes, strides,
+batches, a convolution's windows) packs into the same slivers; B rows that are one unit-stride
+run copy whole vectors, and output rows that are one unit-stride run take vector stores. A
+guarded operand (a padded convolution's image) is packed with zeros where a guard fails, its
+guards' values read from tables too; as on the specialised paths, an operand holding inf or NaN
+beside it (or an inf or NaN scale by rank-0 tensors) sums point by point (:mod:`.exact`'s rule).
+"""
+from __future__ import annotations
+
+from ...contraction_ir import RUNTIME_FIELDS
+from ..cwriter import CWriter, ScratchSlot
+from .context import Context
+from .copies import copy_sliver_row
+from .exact import nonfinite
+from .kernel import accumulate_loop
+from .stores import spill, tile_row, whole_tile
+
+F = {name: index for index, name in enumerate(RUNTIME_FIELDS)}
+
+
+def _field(name: str) -> str:
+    return f"pl[{F[name]}]"
+
+
+def _table(name: str) -> str:
+    return f"(pl + pl[{F[name + '_table']}])"
+
+
+def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
+    """``(helpers, body)`` of the contraction ``ctx.con`` (its roles, dtypes, scale and guards:
+    the same at every size) run with the plan buffer ``tcpy_buffers[plan_slot]``."""
+    w = CWriter()
+    p, T, s = ctx.prefix, ctx.T, ctx.element_bytes
+    vb = ctx.plan.lanes * s
+    w(f"/* contraction {ctx.con.stmt.replace('*/', '* /')}")
+    w(f" * run-time engine: micro-tile {ctx.plan.mr}x{ctx.plan.nr}; extents, blocks and thread grid from the "
+      "plan buffer */")
+    w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
+    w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({s}), __may_alias__));")
+    _guard_test(ctx, w)
+    _pack_b(ctx, w)
+    _pack_a(ctx, w)
+    _micro_kernel(ctx, w)
+    _cell(ctx, w)
+    body = CWriter()
+    _driver(ctx, body, plan_slot)
+    return w.text(), body.text()
+
+
+def _guards(ctx: Context) -> int:
+    return len(ctx.con.guards)
+
+
+def _guard_test(ctx: Context, w: CWriter):
+    """``<p>_holds``: whether every guard holds at (batch bi, own index i, k)."""
+    G = _guards(ctx)
+    if not G:
+        return
+    w(f"static inline int {ctx.prefix}_holds(const int64_t *TCPY_RESTRICT pl, int64_t bi, int64_t i, int64_t k) {{")
+    w(f"const int64_t *gb = {_table('g_batch')}, *go = {_table('g_own')}, *gk = {_table('g_k')};", 1)
+    w(f"const int64_t B = {_field('batch')}, K = {_field('k')}, own = {_field('guarded')} == 1 ? "
+      f"{_field('m')} : {_field('n')};", 1)
+    w("int ok = 1;", 1)
+    w(f"for (int g = 0; g < {G}; g++) ok &= gb[g * B + bi] + go[g * own + i] + gk[g * K + k] >= 0;", 1)
+    w("return ok;", 1)
+    w("}")
+
+
+def _pack_b(ctx: Context, w: CWriter):
+    """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) of batch index bi into NR-wide slivers, k-major,
+    zero-padded (and zeros where a guard fails when B is the guarded operand)."""
+    p, T, TB, nr = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr
+    w(f"static void {p}_pack_b(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT bb, int64_t bi, "
+      f"int64_t p0, int64_t kc, int64_t j0, int64_t nc, {T} *TCPY_RESTRICT bp) {{")
+    w(f"const int64_t *TCPY_RESTRICT bk = {_table('b_k')}, *TCPY_RESTRICT bn = {_table('b_n')};", 1)
+    w(f"const int guarded = {_field('guarded')} == 2; (void)bi;", 1)
+    w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
+    w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
+    w(f"if (!guarded && {_field('b_n_unit')} && s + {nr} <= nc) {{  /* a whole sliver of one unit-stride run */", 2)
+    w(f"const {TB} *TCPY_RESTRICT src = bb + bn[j0 + s];", 3)
+    w("for (int64_t k = 0; k < kc; k++) {", 3)
+    w(f"const {TB} *TCPY_RESTRICT r = src + bk[p0 + k];", 4)
+    copy_sliver_row(ctx, w, f"d + k * {nr}", "r", nr, 1, TB, 4)
+    w("}", 3)
+    w("continue;", 3)
+    w("}", 2)
+    w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
+    w("for (int64_t k = 0; k < kc; k++) {", 2)
+    w(f"const {TB} *TCPY_RESTRICT r = bb + bk[p0 + k];", 3)
+    value = f"({T})r[bn[j0 + s + c]]"
+    if _guards(ctx):
+        value = f"(!guarded || {p}_holds(pl, bi, j0 + s + c, p0 + k) ? {value} : ({T})0)"
+    w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = c < cols ? {value} : ({T})0;", 3)
+    w("}", 2)
+    w("}", 1)
+    w("}")
+
+
+def _pack_a(ctx: Context, w: CWriter):
+    """``<p>_pack_a``: A(i0:i0+mc, p0:p0+kc) of batch index bi into MR-tall slivers, k-major,
+    zero-padded rows (and zeros where a guard fails when A is the guarded operand)."""
+    p, T, TA, mr = ctx.prefix, ctx.T, ctx.TA, ctx.plan.mr
+    w(f"static void {p}_pack_a(const int64_t *TCPY_RESTRICT pl, const {TA} *TCPY_RESTRICT ab, int64_t bi, "
+      f"int64_t i0, int64_t mc, int64_t p0, int64_t kc, {T} *TCPY_RESTRICT ap) {{")
+    w(f"const int64_t *TCPY_RESTRICT ak = {_table('a_k')}, *TCPY_RESTRICT am = {_table('a_m')};", 1)
+    w(f"const int guarded = {_field('guarded')} == 1; (void)bi; (void)guarded;", 1)
+    w(f"for (int64_t s = 0; s < mc; s += {mr}) {{", 1)
+    w(f"{T} *TCPY_RESTRICT d = ap + s * kc;", 2)
+    w(f"const int64_t rows = mc - s < {mr} ? mc - s : {mr};", 2)
+    w(f"int64_t ro[{mr}];", 2)
+    w(f"for (int64_t r = 0; r < {mr}; r++) ro[r] = am[i0 + s + (r < rows ? r : rows - 1)];", 2)
+    w(f"if (rows == {mr}{' && !guarded' if _guards(ctx) else ''}) {{", 2)
+    w("for (int64_t k = 0; k < kc; k++) {", 3)
+    w(f"const {TA} *TCPY_RESTRICT src = ab + ak[p0 + k];", 4)
+    w(f"#pragma GCC unroll {mr}", 4)
+    w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = ({T})src[ro[r]];", 4)
+    w("}", 3)
+    w("continue;", 3)
+    w("}", 2)
+    w("for (int64_t k = 0; k < kc; k++) {", 2)
+    w(f"const {TA} *TCPY_RESTRICT src = ab + ak[p0 + k];", 3)
+    value = f"({T})src[ro[r]]"
+    if _guards(ctx):
+        value = f"(!guarded || {p}_holds(pl, bi, i0 + s + r, p0 + k) ? {value} : ({T})0)"
+    w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = r < rows ? {value} : ({T})0;", 3)
+    w("}", 2)
+    w("}", 1)
+    w("}")
+
+
+def _micro_kernel(ctx: Context, w: CWriter):
+    """``<p>_ukr``: the MR x NR tile at rows i.., columns j.. of the output (``cb``: its batch
+    base; ``cm``, ``cn``: its offset tables): vector stores of whole rows when C's N is one
+    unit-stride run, else element by element through the tables."""
+    p, T, mr, nr = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr
+    w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
+      f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, const int64_t *TCPY_RESTRICT cm, "
+      f"const int64_t *TCPY_RESTRICT cn, int c_unit, int64_t i, int64_t j, int64_t mr, int64_t nr, "
+      f"int overwrite, {T} alpha) {{")
+    accumulate_loop(ctx, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * ctx.plan.lanes})",
+                    lambda r: f"a[k * {mr} + r]".replace("+ r]", f"+ {r}]"), 1)
+    w(f"if (c_unit && nr == {nr}) {{", 1)
+    w(f"if (mr == {mr}) {{", 2)
+    for r in range(mr):
+        w(f"{T} *q{r} = cb + cm[i + {r}] + j;", 3)
+    whole_tile(ctx, w, 3, lambda r: f"q{r}", "overwrite", "alpha * ")
+    w("return;", 3)
+    w("}", 2)
+    for r in range(mr - 1):
+        w(f"if (mr > {r}) {{", 2)
+        w(f"{T} *q = cb + cm[i + {r}] + j;", 3)
+        tile_row(ctx, w, 3, r, "q", "overwrite", "alpha * ")
+        w("}", 2)
+    w("return;", 2)
+    w("}", 1)
+    spill(ctx, w, 1)
+    w("for (int64_t r = 0; r < mr; r++) {", 1)
+    w(f"{T} *q = cb + cm[i + r];", 2)
+    w("for (int64_t c = 0; c < nr; c++) {", 2)
+    w(f"{T} *e = q + cn[j + c];", 3)
+    w("*e = overwrite ? alpha * t[r][c] : *e + alpha * t[r][c];", 3)
+    w("}", 2)
+    w("}", 1)
+    w("}")
+
+
+def _cell(ctx: Context, w: CWriter):
+    """``<p>_cell``: one cell of the thread grid (batch, M and N ranges), BLIS's five loops
+    around the micro-kernel with the plan's blocks."""
+    p, T, TA, TB, mr, nr = ctx.prefix, ctx.T, ctx.TA, ctx.TB, ctx.plan.mr, ctx.plan.nr
+    w(f"static void {p}_cell(const int64_t *TCPY_RESTRICT pl, const {TA} *TCPY_RESTRICT A, "
+      f"const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C, int64_t b0, int64_t b1, int64_t m0, int64_t m1, "
+      f"int64_t n0, int64_t n1, {T} alpha, const volatile int *stop) {{")
+    w(f"const int64_t K = {_field('k')}, KC = {_field('kc')}, MC = {_field('mc')}, NC = {_field('nc')};", 1)
+    w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
+    w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')};", 1)
+    w(f"const int c_unit = (int){_field('c_n_unit')};", 1)
+    # (+ lanes: slack as the specialised path's buffers have)
+    w(f"{T} *ap = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, sizeof({T}) * (MC * KC + {ctx.plan.lanes}));", 1)
+    w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * (KC * NC + {ctx.plan.lanes}));", 1)
+    w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+    w(f"const {TA} *ab = A + {_field('a_base')} + ab_t[bi];", 2)
+    w(f"const {TB} *bb = B + {_field('b_base')} + bb_t[bi];", 2)
+    w(f"{T} *cb = C + {_field('c_base')} + cb_t[bi];", 2)
+    w("for (int64_t jc = n0; jc < n1; jc += NC) {", 2)
+    w("const int64_t nc = n1 - jc < NC ? n1 - jc : NC;", 3)
+    w("for (int64_t pc = 0; pc < K; pc += KC) {", 3)
+    w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
+    w("const int64_t kc = K - pc < KC ? K - pc : KC;", 4)
+    w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 4)
+    w("for (int64_t ic = m0; ic < m1; ic += MC) {", 4)
+    w("const int64_t mc = m1 - ic < MC ? m1 - ic : MC;", 5)
+    w(f"{p}_pack_a(pl, ab, bi, ic, mc, pc, kc, ap);", 5)
+    w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
+    w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
+    w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
+    w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
+    overwrite = "pc == 0" if ctx.con.init else "0"
+    w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, cm, cn, c_unit, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);", 7)
+    for depth in range(6, 1, -1):
+        w("}", depth)
+    w("}", 1)
+    w("}")
+
+
+def _driver(ctx: Context, w: CWriter, plan_slot: int):
+    """The statement's C in the kernel: empty roles, the exact sums when they are needed, else
+    the cells of the plan's thread grid claimed one by one by the threads."""
+    p, T, TA, TB, con = ctx.prefix, ctx.T, ctx.TA, ctx.TB, ctx.con
+    mr, nr = ctx.plan.mr, ctx.plan.nr
+    X, Y = ctx.names[con.a.tensor], ctx.names[con.b.tensor]
+    C = ctx.names[con.c.tensor]
+    w("{")
+    w(f"const int64_t *TCPY_RESTRICT pl = (const int64_t *)tcpy_buffers[{plan_slot}];", 1)
+    w(f"const int64_t nb = {_field('batch')}, M = {_field('m')}, N = {_field('n')}, K = {_field('k')};", 1)
+    w(f"const {T} alpha = {ctx.alpha()};", 1)
+    # (swapped only when both operands have one type: see tcpy.transform.runtime_plan)
+    w(f"const {TA} *A = (const {TA} *)({_field('swapped')} ? (const void *){Y} : (const void *){X});", 1)
+    w(f"const {TB} *B = (const {TB} *)({_field('swapped')} ? (const void *){X} : (const void *){Y});", 1)
+    w(f"{T} *TCPY_RESTRICT Cc = {C};", 1)
+    w("if (nb > 0 && M > 0 && N > 0) {", 1)
+    init = con.init
+    if init:  # K = 0: every sum is empty
+        w("if (K == 0) {", 2)
+        _over_outputs(w, 3, f"Cc[ct] = ({T})0;")
+        w("} else {", 2)
+    else:
+        w("if (K > 0) {", 2)
+    w(f"int nonfinite = {nonfinite(T, 'alpha') if con.alpha_tensors else '0'};", 3)
+    if con.guards and not con.padding_multiplies:
+        # the operand beside the guarded one, whose inf or NaN a packed zero would turn into NaN
+        for guarded, other in ((2, "A"), (1, "B")):
+            w(f"if ({_field('guarded')} == {guarded})", 3)
+            w(f"for (int64_t e = 0; e < {_field('other_elements')}; e++) nonfinite |= {nonfinite(T, f'{other}[e]')};",
+              4)
+    w("if (TCPY_UNLIKELY(nonfinite)) {", 3)
+    _exact(ctx, w, 4)
+    w("} else {", 3)
+    w(f"const int64_t tb = {_field('grid_batch')}, tm = {_field('grid_m')}, tn = {_field('grid_n')};", 4)
+    w(f"const int64_t cells = tb * tm * tn, mt = (M + {mr - 1}) / {mr}, nt = (N + {nr - 1}) / {nr};", 4)
+    w("int64_t next_cell = 0;  /* the cells are claimed one by one (tcpy_claim) */", 4)
+    w("const int team = tcpy_num_threads < cells ? tcpy_num_threads : (int)cells;", 4)
+    w("#pragma omp parallel num_threads(team) if(team > 1)", 4)
+    w("{", 4)
+    w("TCPY_TEAM_START();", 5)
+    w("for (int64_t cell; (cell = tcpy_claim(&next_cell, cells)) < cells; ) {", 5)
+    w("const int64_t cbi = cell / (tm * tn), cm = cell / tn % tm, cn = cell % tn;", 6)
+    w("const int64_t b0 = cbi * nb / tb, b1 = (cbi + 1) * nb / tb;", 6)
+    w(f"const int64_t m0 = cm * mt / tm * {mr}, m1 = tcpy_min_int64((cm + 1) * mt / tm * {mr}, M);", 6)
+    w(f"const int64_t n0 = cn * nt / tn * {nr}, n1 = tcpy_min_int64((cn + 1) * nt / tn * {nr}, N);", 6)
+    w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 6)
+    w(f"{p}_cell(pl, A, B, Cc, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop);", 6)
+    w("}", 5)
+    w("}", 4)
+    w("}", 3)
+    w("}", 2)
+    w("}", 1)
+    w("}")
+
+
+def _over_outputs(w: CWriter, depth: int, statement: str, pragma: str = ""):
+    """``statement`` (lines) at every output element (``bi``, ``i``, ``j``; ``ct``: the
+    element's offset in C), under ``pragma`` when given."""
+    w(f"const int64_t *cbt = {_table('c_batch')}, *cmt = {_table('c_m')}, *cnt = {_table('c_n')};", depth)
+    if pragma:
+        w(pragma, depth)
+    w("for (int64_t bi = 0; bi < nb; bi++)", depth)
+    w("for (int64_t i = 0; i < M; i++)", depth + 1)
+    w("for (int64_t j = 0; j < N; j++) {", depth + 2)
+    w(f"const int64_t ct = {_field('c_base')} + cbt[bi] + cmt[i] + cnt[j];", depth + 3)
+    w(statement, depth + 3)
+    w("}", depth + 2)
+
+
+def _exact(ctx: Context, w: CWriter, depth: int):
+    """The sums point by point, as the statement is written (see :mod:`.exact`): a term whose
+    guard fails is left out (a guarded factor: 0 times the other operand); a scale by rank-0
+    tensors multiplies every term."""
+    p, T, con = ctx.prefix, ctx.T, ctx.con
+    w(f"const int64_t *abt = {_table('a_batch')}, *amt = {_table('a_m')}, *akt = {_table('a_k')};", depth)
+    w(f"const int64_t *bbt = {_table('b_batch')}, *bnt = {_table('b_n')}, *bkt = {_table('b_k')};", depth)
+    w(f"const int64_t guarded = {_field('guarded')}; (void)guarded;", depth)
+    lines = [f"{T} s = 0;", "for (int64_t k = 0; k < K; k++) {"]
+    a_k = f"({T})A[{_field('a_base')} + abt[bi] + amt[i] + akt[k]]"
+    b_k = f"({T})B[{_field('b_base')} + bbt[bi] + bnt[j] + bkt[k]]"
+    if con.alpha_tensors:
+        a_k = f"alpha * {a_k}"
+    holds = f"(!guarded || {p}_holds(pl, bi, guarded == 1 ? i : j, k))" if con.guards else "1"
+    if con.guards and con.padding_multiplies:
+        lines += [f"    const {T} x = {a_k}, y = {b_k};", f"    const int ok = {holds};",
+                  f"    s += (guarded != 1 || ok ? x : ({T})0) * (guarded != 2 || ok ? y : ({T})0);"]
+    else:
+        lines.append(f"    if ({holds}) s += {a_k} * {b_k};")
+    scaled = "s" if con.alpha_tensors else "alpha * s"
+    lines += ["}", f"Cc[ct] = {scaled if con.init else 'Cc[ct] + ' + scaled};"]
+    _over_outputs(w, depth, "\n".join(lines),
+                  "#pragma omp parallel for collapse(3) num_threads(tcpy_num_threads) if(tcpy_num_threads > 1)")

@@ -61,6 +61,32 @@ def test_padded_conv_input_gradient_takes_the_forward_winograd_path():
     np.testing.assert_allclose(dI, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
+def window_weight_gradient(I, dO, k: int, stride: int, pad: int) -> np.ndarray:
+    """The weight gradient by the definition: each output point's cotangent times its window."""
+    padded = np.pad(I, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = dO.shape[2:]
+    windows = np.stack([np.stack([padded[:, :, a:a + stride * oh:stride, b:b + stride * ow:stride]
+                                  for b in range(k)], -1) for a in range(k)], -2)
+    return np.einsum("nfhw,nchwab->fcab", dO, windows)
+
+
+@pytest.mark.parametrize("k, pad, hw, f", [(3, 1, (19, 24), 16), (5, 2, (16, 20), 32), (3, 0, (12, 21), 16)])
+def test_conv_weight_gradient_packs_runs_of_pixels(k, pad, hw, f):
+    """The weight gradient's packed image slivers: lanes are (channel, tap) pairs, K the pixels
+    along image rows; rows away from the padding are copied as runs of pixels transposed."""
+    rng = np.random.default_rng(k + pad)
+    I, W = rng.standard_normal((2, 8, *hw)), rng.standard_normal((f, 8, k, k))
+    forward = tcpy.define(demo.padded_conv2d_source(k, 1, pad), options=tcpy.Options(target="x86-64-v3"))
+    backward = tcpy.grad(forward, wrt=("Wt",))
+    dO = rng.standard_normal(forward(I.astype(np.float32), W.astype(np.float32)).shape)
+    plan = backward.explain(I.shape, W.shape, dO.shape)
+    assert "K n x h x w" in plan or "K h x w" in plan, plan
+    assert "packed path" in plan
+    dW = backward(I.astype(np.float32), W.astype(np.float32), dO.astype(np.float32))
+    assert dW.shape == W.shape and dW.dtype == np.float32
+    expected = window_weight_gradient(I, dO, k, 1, pad)
+    np.testing.assert_allclose(dW, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
 @pytest.mark.parametrize("k, stride, pad, hw", [(3, 2, 1, (5, 6)), (1, 3, 0, (7, 5))])
 def test_strided_conv_gradient_matches_finite_differences(k, stride, pad, hw):
     rng = np.random.default_rng(3)

@@ -14,7 +14,7 @@ from typing import Optional
 from ...contraction_ir import Group
 from ..cwriter import CWriter
 from .context import Context
-from .copies import copy_run, copy_sliver_row
+from .copies import copy_run, copy_sliver_row, transpose_block
 
 GUARD_PERIOD_MAX = 64  # longest period of the guards along K for which a sliver classifies its rows once
 
@@ -143,6 +143,13 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
     w("continue;", 3)
     w("}", 2)
     period = guard_period(ctx)
+    L = ctx.plan.lanes
+    # B's lanes apart in B but K running along it (a weight gradient: lanes are (channel, tap)
+    # pairs, K the pixels): runs of L rows read as one vector per lane and transposed
+    blocks = (which == "b" and src_t == T and L >= 2 and width % L == 0
+              and any(g.b == 1 and g.extent >= L for g in con.k))
+    if blocks:
+        good_rows(ctx, w, kc_max)
     if period:
         row_classes(ctx, w, period, masked, contiguous)
         w(f"for (int64_t k = 0, kp = 0; k < kc; k++, kp = kp + 1 == {period} ? 0 : kp + 1) {{", 2)
@@ -151,6 +158,16 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
     w(f"const {src_t} *TCPY_RESTRICT src = ab + kt[k];", 3)
     w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
     w("const int64_t " + ", ".join(f"gk{i} = gt[{i}][k]" for i in range(count)) + ";", 3)
+    if blocks:
+        w(f"if (len == {width} && good[k] >= {L}) {{", 3)
+        for h in range(width // L):
+            transpose_block(ctx, w, 4, lambda c, h=h: f"*(const {p}_vu *)(src + lane[{h * L + c}])",
+                            lambda l, h=h: f"dk + {l * width + h * L}")
+        w(f"k += {L - 1};", 4)
+        if period:
+            w(f"kp = (kp + {L - 1}) % {period};", 4)
+        w("continue;", 4)
+        w("}", 3)
     if period:
         w("if (cls[kp] == 0) {", 3)
         copy_sliver_row(ctx, w, "dk", "src + ro[0]", width, step, src_t, 4)
@@ -184,6 +201,21 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
     w("}", 2)
     w("}", 1)
     w("}")
+
+
+def good_rows(ctx: Context, w: CWriter, kc_max: int):
+    """``good[k]``, for a whole sliver: how many rows from k on follow each other in B (each
+    row's offset one past the one before) with every guard holding on every lane; a run of
+    ``lanes`` such rows is ``lanes`` contiguous elements of each lane, all inside B."""
+    count = len(ctx.con.guards)
+    w(f"int32_t good[{kc_max}];", 2)
+    w(f"if (len == {ctx.plan.nr}) {{", 2)
+    w("for (int64_t k = kc - 1; k >= 0; k--) {", 3)
+    holds = " && ".join(f"gt[{i}][k] + gmin[{i}] >= 0" for i in range(count))
+    w(f"const int holds = {holds};", 4)
+    w("good[k] = !holds ? 0 : k + 1 < kc && kt[k + 1] == kt[k] + 1 ? good[k + 1] + 1 : 1;", 4)
+    w("}", 3)
+    w("}", 2)
 
 
 def masked_rows_ok(ctx: Context, step: int, src_t: str) -> bool:

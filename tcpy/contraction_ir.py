@@ -434,15 +434,19 @@ class ConvForm(ImageForm):
 #: order, then the offset tables the ``*_table`` fields point at (their index in the buffer).
 #: Sizes and blocks: the linear extents of the roles, the cache blocks and the thread grid.
 #: ``swapped``: the operands run exchanged (a call whose output is contiguous along the other
-#: one). ``*_base``: each tensor's element offset; ``b_n_unit``, ``c_n_unit``: B's and C's N
-#: is one run of unit stride (vector copies and stores). ``guarded``: 0, or 1 / 2 when a / b is
+#: one). ``*_base``: each tensor's element offset; ``a_k_unit``: A's K is one run of unit
+#: stride (the rows of an A sliver load as vectors). ``guarded``: 0, or 1 / 2 when a / b is
 #: packed with zeros where a guard fails; ``other_elements``: the elements of the operand
 #: beside it (scanned for inf and NaN). Tables: element offsets per linear index of each role
 #: in A, B and C; per guard, its value's parts along batch (with its constant), its operand's
-#: own role and K (``guard[g] = batch[g][bi] + own[g][i] + k[g][k] >= 0``).
+#: own role and K (``guard[g] = batch[g][bi] + own[g][i] + k[g][k] >= 0``); per NR-wide block
+#: of N (slivers and tiles start at multiples of NR), whether its B columns and its C columns
+#: are each one unit-stride run (vector copies and stores: every block of a GEMM, the blocks of
+#: a convolution inside one image row).
 RUNTIME_FIELDS = (
     "batch", "m", "n", "k", "kc", "mc", "nc", "grid_batch", "grid_m", "grid_n", "swapped",
-    "a_base", "b_base", "c_base", "b_n_unit", "c_n_unit", "guarded", "other_elements",
+    "a_base", "b_base", "c_base", "a_k_unit", "guarded", "other_elements",
     "a_batch_table", "a_m_table", "a_k_table", "b_batch_table", "b_n_table", "b_k_table",
     "c_batch_table", "c_m_table", "c_n_table", "g_batch_table", "g_own_table", "g_k_table",
+    "b_runs_table", "c_runs_table",
 )

@@ -73,14 +73,15 @@ def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], sha
             g_batch.append(np.zeros_like(tables["c_batch"]))
             g_own.append(np.zeros_like(tables["a_m"] if guarded == "a" else tables["b_n"]))
             g_k.append(np.zeros_like(tables["a_k"]))
-    tables.update(g_batch=_joined(g_batch), g_own=_joined(g_own), g_k=_joined(g_k))
+    tables.update(g_batch=_joined(g_batch), g_own=_joined(g_own), g_k=_joined(g_k),
+                  b_runs=_runs(tables["b_n"], plan.nr), c_runs=_runs(tables["c_n"], plan.nr))
     tb, tm, tn, _ = plan.grid
     if keep:
         tm, tn = tn, tm
     other = acc["b" if guarded == "a" else "a"]
     fields = {**sizes_, "kc": plan.kc, "mc": plan.mc, "nc": plan.nc, "grid_batch": tb, "grid_m": tm, "grid_n": tn,
               "swapped": int(swapped and not keep), "a_base": acc["a"].offset, "b_base": acc["b"].offset,
-              "c_base": acc["c"].offset, "b_n_unit": _unit(tables["b_n"]), "c_n_unit": _unit(tables["c_n"]),
+              "c_base": acc["c"].offset, "a_k_unit": int(_runs(tables["a_k"], len(tables["a_k"]))[0]),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
     header = np.zeros(len(RUNTIME_FIELDS), np.int64)
@@ -108,9 +109,16 @@ def _joined(tables) -> np.ndarray:
     return np.concatenate(tables) if tables else np.zeros(1, np.int64)
 
 
-def _unit(offsets: np.ndarray) -> int:
-    """Whether these offsets are one run of unit stride (0, 1, 2, ...)."""
-    return int(bool(np.array_equal(offsets, np.arange(len(offsets), dtype=np.int64))))
+def _runs(offsets: np.ndarray, width: int) -> np.ndarray:
+    """Per block of ``width`` linear indices (the last one partial), 1 where the block's offsets
+    are one unit-stride run (x, x + 1, ...)."""
+    blocks = -(-len(offsets) // width)
+    padded = np.full(blocks * width, -1, np.int64)  # (a partial block's end: steps of 1 too)
+    padded[:len(offsets)] = offsets
+    rows = padded.reshape(blocks, width)
+    steps = np.diff(rows, axis=1)
+    valid = np.arange(1, width) < (len(offsets) - np.arange(blocks) * width)[:, None]
+    return np.all((steps == 1) | ~valid, axis=1).astype(np.int64)
 
 
 def describe(buffer: np.ndarray, tile: Plan) -> str:

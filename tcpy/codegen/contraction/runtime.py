@@ -16,10 +16,12 @@ beside it (or an inf or NaN scale by rank-0 tensors) sums point by point (:mod:`
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ...contraction_ir import RUNTIME_FIELDS
 from ..cwriter import CWriter, ScratchSlot
 from .context import Context
-from .copies import copy_sliver_row
+from .copies import copy_sliver_row, transpose_block
 from .exact import nonfinite
 from .kernel import accumulate_loop
 from .stores import spill, tile_row, whole_tile
@@ -46,6 +48,7 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
       "plan buffer */")
     w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
     w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({s}), __may_alias__));")
+    w(f"typedef int{s * 8}_t {p}_m __attribute__((vector_size({vb})));  /* shuffle masks */")
     _guard_test(ctx, w)
     _pack_b(ctx, w)
     _pack_a(ctx, w)
@@ -75,31 +78,77 @@ def _guard_test(ctx: Context, w: CWriter):
     w("}")
 
 
+def _guard_parts(ctx: Context, w: CWriter, depth: int, operand: int, own: str, count: str, index: str):
+    """Declare ``og[g][c]`` (guard g's value without its K part at the sliver's line ``c <
+    count``, the line's own index ``index``) and its least and greatest value ``glo``, ``ghi``
+    over the sliver, when ``operand`` (1: a, 2: b) is the guarded one."""
+    G, width = _guards(ctx), max(ctx.plan.mr, ctx.plan.nr)
+    w(f"const int guarded = {_field('guarded')} == {operand};", depth)
+    w(f"int64_t og[{G}][{width}], glo[{G}], ghi[{G}];", depth)
+    w("if (guarded) {", depth)
+    w(f"for (int g = 0; g < {G}; g++) {{", depth + 1)
+    w("glo[g] = INT64_MAX; ghi[g] = INT64_MIN;", depth + 2)
+    w(f"for (int64_t c = 0; c < {count}; c++) {{", depth + 2)
+    w(f"const int64_t v = gb[g * nb + bi] + go[g * {own} + {index}];", depth + 3)
+    w("og[g][c] = v; glo[g] = v < glo[g] ? v : glo[g]; ghi[g] = v > ghi[g] ? v : ghi[g];", depth + 3)
+    w("}", depth + 2)
+    w("}", depth + 1)
+    w("}", depth)
+
+
+def _guard_row(ctx: Context, w: CWriter, depth: int):
+    """``mode`` of the sliver's line at ``p0 + k``: 0 every guard holds along it, 2 one fails
+    all along it, 1 mixed (``gt[g]``: each guard's K part)."""
+    G = _guards(ctx)
+    w(f"int mode = 0; int64_t gt[{G}];", depth)
+    w("if (guarded)", depth)
+    w(f"for (int g = 0; g < {G}; g++) {{", depth + 1)
+    w("gt[g] = gk[g * K + p0 + k];", depth + 2)
+    w("if (ghi[g] + gt[g] < 0) mode = 2; else if (glo[g] + gt[g] < 0 && mode == 0) mode = 1;", depth + 2)
+    w("}", depth + 1)
+
+
+def _guard_tables(ctx: Context, w: CWriter, depth: int):
+    w(f"const int64_t *gb = {_table('g_batch')}, *go = {_table('g_own')}, *gk = {_table('g_k')};", depth)
+    w(f"const int64_t nb = {_field('batch')}, K = {_field('k')};", depth)
+
+
+def _mixed(ctx: Context, index: str) -> str:
+    """C: whether every guard holds at line ``index`` of a mixed row."""
+    return " && ".join(f"og[{g}][{index}] + gt[{g}] >= 0" for g in range(_guards(ctx)))
+
+
 def _pack_b(ctx: Context, w: CWriter):
     """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) of batch index bi into NR-wide slivers, k-major,
-    zero-padded (and zeros where a guard fails when B is the guarded operand)."""
+    zero-padded (and zeros where a guard fails when B is the guarded operand); a whole sliver
+    that is one unit-stride run in B copies vectors."""
     p, T, TB, nr = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr
+    G = _guards(ctx)
     w(f"static void {p}_pack_b(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT bb, int64_t bi, "
       f"int64_t p0, int64_t kc, int64_t j0, int64_t nc, {T} *TCPY_RESTRICT bp) {{")
-    w(f"const int64_t *TCPY_RESTRICT bk = {_table('b_k')}, *TCPY_RESTRICT bn = {_table('b_n')};", 1)
-    w(f"const int guarded = {_field('guarded')} == 2; (void)bi;", 1)
+    w(f"const int64_t *TCPY_RESTRICT bk = {_table('b_k')}, *TCPY_RESTRICT bn = {_table('b_n')}, "
+      f"*TCPY_RESTRICT runs = {_table('b_runs')};", 1)
+    w("(void)bi;", 1)
+    if G:
+        _guard_tables(ctx, w, 1)
     w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
     w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
-    w(f"if (!guarded && {_field('b_n_unit')} && s + {nr} <= nc) {{  /* a whole sliver of one unit-stride run */", 2)
-    w(f"const {TB} *TCPY_RESTRICT src = bb + bn[j0 + s];", 3)
-    w("for (int64_t k = 0; k < kc; k++) {", 3)
-    w(f"const {TB} *TCPY_RESTRICT r = src + bk[p0 + k];", 4)
-    copy_sliver_row(ctx, w, f"d + k * {nr}", "r", nr, 1, TB, 4)
-    w("}", 3)
-    w("continue;", 3)
-    w("}", 2)
     w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
+    w(f"const int run = cols == {nr} && runs[(j0 + s) / {nr}];", 2)
+    if G:
+        _guard_parts(ctx, w, 2, 2, f"{_field('n')}", "cols", "j0 + s + c")
     w("for (int64_t k = 0; k < kc; k++) {", 2)
     w(f"const {TB} *TCPY_RESTRICT r = bb + bk[p0 + k];", 3)
-    value = f"({T})r[bn[j0 + s + c]]"
-    if _guards(ctx):
-        value = f"(!guarded || {p}_holds(pl, bi, j0 + s + c, p0 + k) ? {value} : ({T})0)"
-    w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = c < cols ? {value} : ({T})0;", 3)
+    w(f"{T} *TCPY_RESTRICT o = d + k * {nr};", 3)
+    if G:
+        _guard_row(ctx, w, 3)
+        w(f"if (mode == 2) {{ for (int64_t c = 0; c < {nr}; c++) o[c] = ({T})0; continue; }}", 3)
+    w(f"if (run{' && mode == 0' if G else ''}) {{", 3)
+    copy_sliver_row(ctx, w, "o", "r + bn[j0 + s]", nr, 1, TB, 4)
+    w("continue;", 4)
+    w("}", 3)
+    holds = f" && (mode == 0 || ({_mixed(ctx, 'c')}))" if G else ""
+    w(f"for (int64_t c = 0; c < {nr}; c++) o[c] = c < cols{holds} ? ({T})r[bn[j0 + s + c]] : ({T})0;", 3)
     w("}", 2)
     w("}", 1)
     w("}")
@@ -107,70 +156,91 @@ def _pack_b(ctx: Context, w: CWriter):
 
 def _pack_a(ctx: Context, w: CWriter):
     """``<p>_pack_a``: A(i0:i0+mc, p0:p0+kc) of batch index bi into MR-tall slivers, k-major,
-    zero-padded rows (and zeros where a guard fails when A is the guarded operand)."""
-    p, T, TA, mr = ctx.prefix, ctx.T, ctx.TA, ctx.plan.mr
+    zero-padded rows (and zeros where a guard fails when A is the guarded operand); a whole
+    sliver whose rows are unit-stride runs along K loads them as vectors, transposed in
+    registers."""
+    p, T, TA, mr, L = ctx.prefix, ctx.T, ctx.TA, ctx.plan.mr, ctx.plan.lanes
+    G = _guards(ctx)
     w(f"static void {p}_pack_a(const int64_t *TCPY_RESTRICT pl, const {TA} *TCPY_RESTRICT ab, int64_t bi, "
       f"int64_t i0, int64_t mc, int64_t p0, int64_t kc, {T} *TCPY_RESTRICT ap) {{")
     w(f"const int64_t *TCPY_RESTRICT ak = {_table('a_k')}, *TCPY_RESTRICT am = {_table('a_m')};", 1)
-    w(f"const int guarded = {_field('guarded')} == 1; (void)bi; (void)guarded;", 1)
+    w(f"const int k_unit = (int){_field('a_k_unit')}; (void)k_unit; (void)bi;", 1)
+    if G:
+        _guard_tables(ctx, w, 1)
     w(f"for (int64_t s = 0; s < mc; s += {mr}) {{", 1)
     w(f"{T} *TCPY_RESTRICT d = ap + s * kc;", 2)
     w(f"const int64_t rows = mc - s < {mr} ? mc - s : {mr};", 2)
     w(f"int64_t ro[{mr}];", 2)
     w(f"for (int64_t r = 0; r < {mr}; r++) ro[r] = am[i0 + s + (r < rows ? r : rows - 1)];", 2)
-    w(f"if (rows == {mr}{' && !guarded' if _guards(ctx) else ''}) {{", 2)
-    w("for (int64_t k = 0; k < kc; k++) {", 3)
-    w(f"const {TA} *TCPY_RESTRICT src = ab + ak[p0 + k];", 4)
-    w(f"#pragma GCC unroll {mr}", 4)
-    w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = ({T})src[ro[r]];", 4)
-    w("}", 3)
-    w("continue;", 3)
-    w("}", 2)
+    if G:
+        _guard_parts(ctx, w, 2, 1, f"{_field('m')}", "rows", "i0 + s + c")
+    if TA == T and mr <= L <= 2 * mr:
+        w(f"if (k_unit && rows == {mr}{' && !guarded' if G else ''}) {{", 2)
+        w(f"const {T} *TCPY_RESTRICT s0 = ab + ak[p0];", 3)
+        w("int64_t k = 0;", 3)
+        w(f"for (; k + {L} <= kc; k += {L}) {{", 3)
+        transpose_block(ctx, w, 4, lambda r: f"*(const {p}_vu *)(s0 + ro[{r}] + k)" if r < mr else "x0",
+                        lambda l: f"d + (k + {l}) * {mr}")
+        w("}", 3)
+        w("for (; k < kc; k++)", 3)
+        w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = s0[ro[r] + k];", 4)
+        w("continue;", 3)
+        w("}", 2)
     w("for (int64_t k = 0; k < kc; k++) {", 2)
     w(f"const {TA} *TCPY_RESTRICT src = ab + ak[p0 + k];", 3)
-    value = f"({T})src[ro[r]]"
-    if _guards(ctx):
-        value = f"(!guarded || {p}_holds(pl, bi, i0 + s + r, p0 + k) ? {value} : ({T})0)"
-    w(f"for (int64_t r = 0; r < {mr}; r++) d[k * {mr} + r] = r < rows ? {value} : ({T})0;", 3)
+    w(f"{T} *TCPY_RESTRICT o = d + k * {mr};", 3)
+    if G:
+        _guard_row(ctx, w, 3)
+    holds = f" && mode != 2 && (mode == 0 || ({_mixed(ctx, 'r')}))" if G else ""
+    w(f"#pragma GCC unroll {mr}", 3)
+    w(f"for (int64_t r = 0; r < {mr}; r++) o[r] = r < rows{holds} ? ({T})src[ro[r]] : ({T})0;", 3)
     w("}", 2)
     w("}", 1)
     w("}")
 
 
 def _micro_kernel(ctx: Context, w: CWriter):
-    """``<p>_ukr``: the MR x NR tile at rows i.., columns j.. of the output (``cb``: its batch
-    base; ``cm``, ``cn``: its offset tables): vector stores of whole rows when C's N is one
-    unit-stride run, else element by element through the tables."""
-    p, T, mr, nr = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr
-    w(f"static __attribute__((noinline)) void {p}_ukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
-      f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, const int64_t *TCPY_RESTRICT cm, "
-      f"const int64_t *TCPY_RESTRICT cn, int c_unit, int64_t i, int64_t j, int64_t mr, int64_t nr, "
-      f"int overwrite, {T} alpha) {{")
-    accumulate_loop(ctx, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * ctx.plan.lanes})",
-                    lambda r: f"a[k * {mr} + r]".replace("+ r]", f"+ {r}]"), 1)
-    w(f"if (c_unit && nr == {nr}) {{", 1)
-    w(f"if (mr == {mr}) {{", 2)
-    for r in range(mr):
-        w(f"{T} *q{r} = cb + cm[i + {r}] + j;", 3)
-    whole_tile(ctx, w, 3, lambda r: f"q{r}", "overwrite", "alpha * ")
-    w("return;", 3)
-    w("}", 2)
-    for r in range(mr - 1):
-        w(f"if (mr > {r}) {{", 2)
-        w(f"{T} *q = cb + cm[i + {r}] + j;", 3)
-        tile_row(ctx, w, 3, r, "q", "overwrite", "alpha * ")
+    """``<p>_ukr<v>``: the tile at rows i.., columns j.. of the output (``cb``: its batch base;
+    ``cm``, ``cn``: its offset tables) from ``v`` vectors of each B sliver row (the narrower
+    kernels serve N's last tile: fewer FMAs on padding); vector stores of whole rows when the
+    tile's columns are one unit-stride run of C (``c_run``), else element by element through
+    the tables."""
+    p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
+    for vectors in range(1, ctx.plan.nr_vectors + 1):
+        tile = ctx.with_plan(dataclasses.replace(ctx.plan, nr=vectors * L))
+        width = vectors * L
+        w(f"static __attribute__((noinline)) void {p}_ukr{vectors}(int64_t kc, const {T} *TCPY_RESTRICT a, "
+          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, const int64_t *TCPY_RESTRICT cm, "
+          f"const int64_t *TCPY_RESTRICT cn, int c_run, int64_t i, int64_t j, int64_t mr, int64_t nr, "
+          f"int overwrite, {T} alpha) {{")
+        w(f"if (c_run) for (int64_t r = 0; r < mr; r++) {{ {T} *q = cb + cm[i + r] + cn[j]; "
+          "__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }", 1)
+        # (B slivers keep the full width's layout)
+        accumulate_loop(tile, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * L})",
+                        lambda r: f"a[k * {mr} + {r}]", 1)
+        w(f"if (c_run && nr == {width}) {{", 1)
+        w(f"if (mr == {mr}) {{", 2)
+        for r in range(mr):
+            w(f"{T} *q{r} = cb + cm[i + {r}] + cn[j];", 3)
+        whole_tile(tile, w, 3, lambda r: f"q{r}", "overwrite", "alpha * ")
+        w("return;", 3)
         w("}", 2)
-    w("return;", 2)
-    w("}", 1)
-    spill(ctx, w, 1)
-    w("for (int64_t r = 0; r < mr; r++) {", 1)
-    w(f"{T} *q = cb + cm[i + r];", 2)
-    w("for (int64_t c = 0; c < nr; c++) {", 2)
-    w(f"{T} *e = q + cn[j + c];", 3)
-    w("*e = overwrite ? alpha * t[r][c] : *e + alpha * t[r][c];", 3)
-    w("}", 2)
-    w("}", 1)
-    w("}")
+        for r in range(mr - 1):
+            w(f"if (mr > {r}) {{", 2)
+            w(f"{T} *q = cb + cm[i + {r}] + cn[j];", 3)
+            tile_row(tile, w, 3, r, "q", "overwrite", "alpha * ")
+            w("}", 2)
+        w("return;", 2)
+        w("}", 1)
+        spill(tile, w, 1)
+        w("for (int64_t r = 0; r < mr; r++) {", 1)
+        w(f"{T} *q = cb + cm[i + r];", 2)
+        w("for (int64_t c = 0; c < nr; c++) {", 2)
+        w(f"{T} *e = q + cn[j + c];", 3)
+        w("*e = overwrite ? alpha * t[r][c] : *e + alpha * t[r][c];", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
 
 
 def _cell(ctx: Context, w: CWriter):
@@ -183,7 +253,7 @@ def _cell(ctx: Context, w: CWriter):
     w(f"const int64_t K = {_field('k')}, KC = {_field('kc')}, MC = {_field('mc')}, NC = {_field('nc')};", 1)
     w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
     w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')};", 1)
-    w(f"const int c_unit = (int){_field('c_n_unit')};", 1)
+    w(f"const int64_t *c_runs = {_table('c_runs')};", 1)
     # (+ lanes: slack as the specialised path's buffers have)
     w(f"{T} *ap = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, sizeof({T}) * (MC * KC + {ctx.plan.lanes}));", 1)
     w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * (KC * NC + {ctx.plan.lanes}));", 1)
@@ -202,10 +272,15 @@ def _cell(ctx: Context, w: CWriter):
     w(f"{p}_pack_a(pl, ab, bi, ic, mc, pc, kc, ap);", 5)
     w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
     w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
+    w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 6)
     w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
     w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
     overwrite = "pc == 0" if ctx.con.init else "0"
-    w(f"{p}_ukr(kc, ap + ir * kc, bp + jr * kc, cb, cm, cn, c_unit, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);", 7)
+    args = f"(kc, ap + ir * kc, bp + jr * kc, cb, cm, cn, c_run, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);"
+    call = f"{p}_ukr{ctx.plan.nr_vectors}{args}"
+    for vectors in range(ctx.plan.nr_vectors - 1, 0, -1):  # N's last tile: the narrowest that covers it
+        call = f"if (nr <= {vectors * ctx.plan.lanes}) {p}_ukr{vectors}{args} else {call}"
+    w(call, 7)
     for depth in range(6, 1, -1):
         w("}", depth)
     w("}", 1)

@@ -9,8 +9,10 @@ reads the sizes at run time from a *size block*: one int64 buffer after its temp
 def's size variables in order (:func:`size_block`).
 
 What runs generically today: statements that run as loop nests (element-wise statements,
-reductions), planned unfused, without register tiles and split reductions
-(:func:`tcpy.schedule.choose_schedule` with ``generic``), and without snapshots; and the
+reductions), fused groups of them (legal by a dependence test with the sizes as isl
+parameters, :meth:`GenericSizes.access`; their per-iteration buffers sized at run time),
+without register tiles and split reductions (:func:`tcpy.schedule.choose_schedule` with
+``generic``), and without snapshots; and the
 contractions the engine takes (GEMM, batched GEMM, convolutions as implicit GEMM, attention's
 products), on the run-time engine (:mod:`tcpy.codegen.contraction.runtime`): one routine for
 every size, whose extents, offset tables, cache blocks and thread grid come per call shape from
@@ -19,7 +21,8 @@ def gets a kernel specialised for each shape.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping, Optional
 
 import islpy as isl
@@ -28,6 +31,7 @@ import numpy as np
 from .lang import ast
 from .loopir import BinOp, Const, IExpr, Program, Var, from_isl
 from .ranges import DefRanges
+from .ranges.affine import affine_form
 from .ranges.isl_helpers import CTX, PARAM, SET, lift_params
 
 #: C name of a size variable inside a generic kernel (TC names never start with ``tcpy_``).
@@ -42,13 +46,16 @@ class GenericSizes:
     ``{var: (lo, hi)}`` as isl functions of the sizes (parameters named by :func:`size_c_name`;
     undefined where the range is empty); ``shapes``: every tensor's dimensions as loop-IR
     expressions of the sizes; ``work``: per def statement, its iterations (the product of its
-    ranges' extents), which decide at run time whether its parallel loops run in parallel.
+    ranges' extents), which decide at run time whether its parallel loops run in parallel;
+    ``extents``: the dimensions of the tensors range inference sized, as isl functions of the
+    sizes.
     """
 
     names: tuple[str, ...]
     ranges: tuple[Mapping[str, tuple[isl.PwAff, isl.PwAff]], ...]
     shapes: Mapping[str, tuple[IExpr, ...]]
     work: tuple[IExpr, ...] = ()
+    extents: Mapping[str, tuple[isl.PwAff, ...]] = field(default_factory=dict)
 
     def context(self) -> isl.Set:
         """The sizes a call may have: every size >= 0."""
@@ -58,8 +65,11 @@ class GenericSizes:
             context = context.lower_bound_val(PARAM, pos, isl.Val.zero(CTX))
         return context
 
-    def domain(self, name: str, origin: int, vars_: tuple[str, ...], isl_names: Mapping[str, str]) -> isl.Set:
-        """``{ name[vars] : lo(sizes) <= var < hi(sizes) }`` of statement ``origin``'s ranges."""
+    def domain(self, name: str, origin: int, vars_: tuple[str, ...], isl_names: Mapping[str, str],
+               fixed: Mapping[str, str] = MappingProxyType({})) -> isl.Set:
+        """``{ name[vars] : lo(sizes) <= var < hi(sizes) }`` of statement ``origin``'s ranges;
+        ``fixed`` variables equal the parameters named there (the loops of a fused group around
+        the nest)."""
         space = isl.Space.create_from_names(CTX, set=[isl_names[v] for v in vars_],
                                             params=[size_c_name(n) for n in self.names])
         domain = isl.Set.universe(space).intersect_params(self.context())
@@ -69,7 +79,63 @@ class GenericSizes:
             x = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, SET, pos))
             lo, hi = lift_params(lo, len(vars_)), lift_params(hi, len(vars_))
             domain = domain.intersect(lo.le_set(x)).intersect(x.lt_set(hi))
-        return domain.set_tuple_name(name).coalesce()
+        domain = domain.set_tuple_name(name)
+        if fixed:  # (isl aligns the parameters of the two sets)
+            equal = " and ".join(f"{isl_names[v]} = {param}" for v, param in fixed.items() if v in isl_names)
+            point = f"{name}[{', '.join(isl_names[v] for v in vars_)}]"
+            domain = domain.intersect(isl.Set(f"[{', '.join(fixed.values())}] -> {{ {point} : {equal or 'true'} }}"))
+        return domain.coalesce()
+
+    def group_context(self, origin: int, shared: tuple[str, ...], params: Mapping[str, str]) -> isl.Set:
+        """The sizes and the values of a fused group's loops (over ``shared``, statement
+        ``origin``'s ranges, as the parameters ``params`` name them) inside the group."""
+        names = {v: f"x{k}" for k, v in enumerate(shared)}
+        loops = self.domain("G", origin, shared, names)
+        n = loops.dim(PARAM)
+        loops = loops.move_dims(PARAM, n, SET, 0, len(shared))
+        for k, v in enumerate(shared):
+            loops = loops.set_dim_name(PARAM, n + k, params[v])
+        return loops.params().coalesce()
+
+    def bounds(self, origin: int, var: str) -> tuple[IExpr, IExpr]:
+        """``var``'s range in statement ``origin`` as C expressions of the sizes (an empty one
+        from 0 to 0)."""
+        build = isl.AstBuild.from_context(self.context())
+        return tuple(from_isl(build.expr_from_pw_aff(_zero_elsewhere(pa, at_least=False).gist_params(self.context())))
+                     for pa in self.ranges[origin][var])
+
+    def same_range(self, origin: int, other: int, var: str) -> bool:
+        """Whether ``var`` has the same range in statements ``origin`` and ``other`` at every size."""
+        return all(a.is_equal(b) for a, b in zip(self.ranges[origin][var], self.ranges[other][var]))
+
+    def covers(self, origin: int, vars_: tuple[str, ...], tensor: str) -> bool:
+        """Whether statement ``origin``'s ranges of ``vars_`` (a left side of plain variables)
+        span every dimension of ``tensor`` at every size."""
+        extents = self.extents.get(tensor)
+        if extents is None or len(extents) != len(vars_):
+            return False
+        context = self.context()
+        for var, extent in zip(vars_, extents):
+            lo, hi = (_zero_elsewhere(pa, at_least=False) for pa in self.ranges[origin][var])
+            extent = _zero_elsewhere(extent, at_least=False)
+            zero = lo.sub(lo)
+            if not (lo.ne_set(zero).intersect(context).is_empty() and extent.gt_set(hi).intersect(context).is_empty()):
+                return False
+        return True
+
+    def access(self, access: ast.Access, loops: tuple[str, ...], origin: int, label: str) -> Optional[isl.Map]:
+        """``{ label[loops] -> T[element] }``: the elements ``access`` touches over statement
+        ``origin``'s ranges, with the sizes as parameters (exact at every size); None when an
+        index is not quasi-affine in the index variables alone."""
+        if any(isinstance(node, (ast.SizeVar, ast.DimRef)) for e in access.indices for node in e.walk()):
+            return None
+        forms = [affine_form(e, {}, {}) for e in access.indices]
+        if any(form is None for form in forms):
+            return None
+        names = {v: f"x{k}" for k, v in enumerate(loops)}
+        relation = isl.Map(f"{{ {label}[{', '.join(names[v] for v in loops)}] -> "
+                           f"T[{', '.join(form.isl(names) for form in forms)}] }}")
+        return relation.intersect_domain(self.domain(label, origin, loops, names))
 
     def nonempty(self, origin: int, vars_: tuple[str, ...]) -> IExpr:
         """The condition (on the sizes) that every range of ``vars_`` of statement ``origin`` is
@@ -120,7 +186,8 @@ def generic_sizes(def_: ast.Def, def_ranges: DefRanges) -> GenericSizes:
         for extent in extents[1:]:
             product = BinOp("*", product, extent)
         work.append(product)
-    return GenericSizes(names, ranges, shapes, tuple(work))
+    extents = {name: tuple(rename(d) for d in dims) for name, dims in def_ranges.shapes_isl.items()}
+    return GenericSizes(names, ranges, shapes, tuple(work), extents)
 
 
 def ast_dim(dim) -> IExpr:
@@ -128,9 +195,11 @@ def ast_dim(dim) -> IExpr:
     return Const(dim.value) if isinstance(dim, ast.IntLit) else Var(size_c_name(dim.name))
 
 
-def _zero_elsewhere(pa: isl.PwAff) -> isl.PwAff:
-    """``pa`` where defined (at least 0), 0 elsewhere."""
+def _zero_elsewhere(pa: isl.PwAff, at_least: bool = True) -> isl.PwAff:
+    """``pa`` where defined (at least 0 unless not ``at_least``), 0 elsewhere."""
     zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(pa.get_domain_space()))
+    if not at_least:
+        return pa.union_add(zero.intersect_domain(pa.domain().complement())).coalesce()
     return pa.union_max(zero).coalesce()
 
 
@@ -152,6 +221,4 @@ def unsupported(program: Program) -> Optional[str]:
     for statement in program.statements:
         if statement.origin < 0:
             return "a statement reads what it writes, through a copy planned at fixed sizes"
-    if program.groups or program.epilogues:
-        return "statements run fused, over buffers sized when planned"
     return None

@@ -179,13 +179,16 @@ def _identity_needed(stmt: ast.Stmt) -> bool:
 
 
 def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ranges,
-          fixed: Mapping[str, str], generic: Optional[tuple[GenericSizes, int]] = None) -> tuple[Node, ...]:
-    """The loops of one nest over ``vars_``; with ``generic`` (sizes, the statement's origin),
-    over the ranges as functions of the sizes instead of ``ranges``."""
+          fixed: Mapping[str, str], generic: Optional[tuple[GenericSizes, int, Optional[isl.Set]]] = None
+          ) -> tuple[Node, ...]:
+    """The loops of one nest over ``vars_``; with ``generic`` (sizes, the statement's origin,
+    the context of the fused group's loops around it if any), over the ranges as functions of
+    the sizes instead of ``ranges``."""
     name = f"S{index}"
     if generic is not None:
-        sizes, origin = generic
-        domain, context = sizes.domain(name, origin, vars_, _isl_names(vars_)), sizes.context()
+        sizes, origin, group_context = generic
+        domain = sizes.domain(name, origin, vars_, _isl_names(vars_), fixed)
+        context = group_context if fixed else sizes.context()
     else:
         domain = _rect_set(name, vars_, ranges, fixed)
         # the loops around the nest range over the fixed variables' ranges: isl needs no guards
@@ -211,14 +214,15 @@ def lower(program: Program, options: Options) -> KernelIR:
 
 
 def _statement_nests(program: Program, index: int, fixed: Mapping[str, str],
-                     scratch: list[Scratch]) -> list[Nest]:
+                     scratch: list[Scratch], group_context: Optional[isl.Set] = None) -> list[Nest]:
     """The nests of one statement (init, compute, combine); ``fixed`` variables are loops of a
-    fused group around them. Split reductions add their partials to ``scratch``."""
+    fused group around them (in a generic program, ``group_context`` bounds them). Split
+    reductions add their partials to ``scratch``."""
     statement = program.statements[index]
     stmt, ranges = statement.stmt, statement.ranges
     engine = statement.engine
-    # a generic program's loops run over its ranges at the call's sizes (fused groups: not yet)
-    generic = (program.generic, statement.origin) if program.generic is not None and not fixed else None
+    # a generic program's loops run over its ranges at the call's sizes
+    generic = (program.generic, statement.origin, group_context) if program.generic is not None else None
     if engine is not None:  # GEMM-class: the contraction engine's packed, blocked nest
         epilogue = next((e for e in program.epilogues if e.producer == index), None)
         return [Nest(index, NestKind.COMPUTE, (ContractionNest(index, engine.contraction, engine.plan, epilogue),))]
@@ -269,29 +273,34 @@ def _fused_nest(program: Program, group: FusedGroup) -> Nest:
         return Nest(group.statements[0], NestKind.COMPUTE, (lower_chain(program, group, loop_vars, _group_rows),),
                     None, group)
     iterations = volume(max(first.ranges[v][1] - first.ranges[v][0], 0) for v in group.shared)
-    nodes = _group_rows(program, group, loop_vars, {}, {})
+    generic = program.generic
+    context = generic.group_context(first.origin, group.shared, loop_vars) if generic is not None else None
+    nodes = _group_rows(program, group, loop_vars, {}, {}, context)
     for depth in reversed(range(len(group.shared))):
         v = group.shared[depth]
-        lo, hi = first.ranges[v]
+        # a generic program's loops run over the call's ranges
+        lo, hi = generic.bounds(first.origin, v) if generic is not None else map(Const, first.ranges[v])
         collapse = len(group.shared) if group.parallel and depth == 0 else 0
-        nodes = (Loop(loop_vars[v], Const(lo), BinOp("<", Var(loop_vars[v]), Const(hi)), 1, nodes,
+        nodes = (Loop(loop_vars[v], lo, BinOp("<", Var(loop_vars[v]), hi), 1, nodes,
                       parallel=collapse, chunks=iterations if collapse else 0),)
     return Nest(group.statements[0], NestKind.COMPUTE, nodes, None, group)
 
 
 def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str],
-                blocked: Mapping[str, tuple[str, int]], steps: Mapping[int, OnlineStep]) -> tuple[Node, ...]:
+                blocked: Mapping[str, tuple[str, int]], steps: Mapping[int, OnlineStep],
+                context: Optional[isl.Set] = None) -> tuple[Node, ...]:
     """A fused group's statements at one point of the shared loops (a chain's: those between
     its products, on views of the ``blocked`` buffers (tensor -> (buffer, row elements))), inside
     a block declaring its per-iteration buffers; each statement in ``steps`` followed by its
-    step (an online chain's, :class:`tcpy.loopir.OnlineStep`)."""
+    step (an online chain's, :class:`tcpy.loopir.OnlineStep`); ``context``: a generic
+    program's sizes and shared loops (:meth:`tcpy.generic.GenericSizes.group_context`)."""
     chain = group.chain
     rows = group.rows
     if chain and chain.deferred:
         rows = tuple(i for i in rows if i != chain.deferred.statement)  # (divides the product's rows)
     body: list[Node] = []
     for index in rows:
-        for nest in _statement_nests(program, index, loop_vars, []):
+        for nest in _statement_nests(program, index, loop_vars, [], context):
             body.extend(nest.body)
         if index in steps:
             body.append(steps[index])

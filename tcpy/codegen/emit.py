@@ -25,12 +25,12 @@ import cython
 from tcpy.lang import ast
 from tcpy.lang.types import accumulator_type
 from tcpy.loopir import (
-    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, BlockChain, Const, ContractionNest, Guard,
-    Loop, Mode, NestKind, OnlineStep, Point, RegisterTile, TileUpdate, Var,
+    TILE_COL, TILE_COL0, TILE_ROW, TILE_ROW0, Accumulate, BinOp, Block, BlockChain, Call, Const, ContractionNest, Guard,
+    Loop, Mode, NestKind, OnlineStep, Point, RegisterTile, TileUpdate, Var, substitute,
 )
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.chains import block_chain, online_step
-from tcpy.codegen.cwriter import CWriter, dynamic_schedule
+from tcpy.codegen.cwriter import CLAIMS_PER_THREAD, CWriter, ScratchSlot, dynamic_schedule
 from tcpy.codegen.expressions import access, c_name, combine, convert, identity, index_c, nan_flagged, value
 from tcpy.generic import engine_statements, size_c_name
 from tcpy.schedule import PARALLEL_MIN_WORK
@@ -86,6 +86,7 @@ class _Emitter:
         self.collapsed = 0  # loops still to come that a collapse clause needs perfectly nested
         self.registers = {}  # tensor -> the C local holding the element an epilogue is at
         self.strip = ""  # suffix of the accumulator a reduction point adds to (its strip's: see strip_reduction)
+        self.nest_work = None  # a generic kernel's: the iterations of the nest being emitted (an expression)
 
     # -- error table -------------------------------------------------------------------------
 
@@ -256,6 +257,7 @@ class _Emitter:
             stmt = self.stmts[self.stmt_index]
             if nan_flagged(node.simd_reduction, accumulator_type(self.types[stmt.target])):
                 reduction += " reduction(|:tcpy_nan)"
+        scoped = False  # the loop is in a scope of its own (a generic kernel's team and chunks)
         if node.parallel:
             collapse = f" collapse({node.parallel})" if node.parallel > 1 else ""
             both = " simd" if simd else ""  # a single loop is both the parallel and the SIMD one
@@ -264,12 +266,8 @@ class _Emitter:
             # per-thread partials cover the same iterations in every run
             schedule = ("schedule(static)" if simd and reduction
                         else dynamic_schedule(node.chunks, self.ir.options.threads))
-            if self.generic is not None:  # chunks counted at the nominal sizes: guided claims fit any count
-                threads = "tcpy_num_threads"
-                schedule = "schedule(static)" if simd and reduction else "schedule(guided)"
-                # in parallel when the call has the work (as the schedule does at fixed sizes)
-                work = self.generic.work[self.program.statements[self.stmt_index].origin]
-                schedule += f" if(parallel: {index_c(work, top=True)} >= {PARALLEL_MIN_WORK})"
+            if self.generic is not None:
+                threads, schedule, scoped = self.generic_team(node, simd and reduction, depth)
             self.emit(f"#pragma omp parallel for{both} num_threads({threads}) {schedule}"
                       f"{collapse}{reduction if simd else ''}", depth)
         elif simd:
@@ -295,6 +293,66 @@ class _Emitter:
         self.loops -= 1
         self.in_simd -= bool(simd)
         self.collapsed = outer_collapsed
+        self.emit("}", depth)
+        if scoped:
+            self.emit("}", depth)
+
+    def generic_team(self, node, static, depth):
+        """A generic kernel's parallel loop ``node``: ``(threads, schedule clause, scoped)``
+        as a kernel specialised to the call's sizes has them (no more threads than iterations,
+        CLAIMS_PER_THREAD chunks a thread claimed dynamically), computed at run time before the
+        loop, in a scope opened here when ``scoped``. It runs in parallel when the call has the
+        work (as the schedule decides at fixed sizes)."""
+        condition = f" if(parallel: {index_c(self.nest_work, top=True)} >= {PARALLEL_MIN_WORK})"
+        iterations = _iterations(node)
+        if iterations is None:  # (bounds that depend on other loops: guided claims fit any count)
+            return "tcpy_num_threads", ("schedule(static)" if static else "schedule(guided)") + condition, False
+        self.emit("{", depth)
+        self.emit(f"const int64_t tcpy_iterations = {index_c(iterations, top=True)};", depth)
+        self.emit("const int tcpy_team = tcpy_iterations < tcpy_num_threads ? "
+                  "(tcpy_iterations > 1 ? (int)tcpy_iterations : 1) : tcpy_num_threads;", depth)
+        if static:
+            return "tcpy_team", "schedule(static)" + condition, True
+        self.emit(f"const int64_t tcpy_chunk = tcpy_iterations / ({CLAIMS_PER_THREAD} * tcpy_team) > 0 ? "
+                  f"tcpy_iterations / ({CLAIMS_PER_THREAD} * tcpy_team) : 1;", depth)
+        return "tcpy_team", "schedule(dynamic, tcpy_chunk)" + condition, True
+
+    def block(self, node, depth):
+        """A block of per-iteration buffers (and views): on the stack, or, in a generic kernel,
+        those sized at run time carved from per-thread scratch (ScratchSlot.CHAIN_BLOCKS)."""
+        self.emit("{", depth + 0)
+        runtime = []
+        for name, shape, type_, zeroed in node.buffers:
+            if self.generic is not None and not all(isinstance(d, Const) for d in self.shapes[name]):
+                runtime.append((name, type_, zeroed))
+                continue
+            size = 1
+            for d in shape:
+                size *= d
+            init = " = {0}" if zeroed else ""
+            self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}]{init};  /* per iteration */", depth + 1)
+        if runtime:
+            line = self.ir.options.target.cache_line
+            offset = "0"
+            for k, (name, type_, zeroed) in enumerate(runtime):
+                elements = " * ".join(index_c(d) for d in self.shapes[name])
+                self.emit(f"const int64_t tcpy_elements{k} = {elements};", depth + 1)
+                offset = f"{offset} + (tcpy_elements{k} * {type_.bits // 8} + {line - 1}) / {line} * {line}"
+            self.emit(f"char *tcpy_rows = (char *)tcpy_scratch({int(ScratchSlot.CHAIN_BLOCKS)}, 1 + {offset});  "
+                      "/* per thread, sized per call */", depth + 1)
+            offset = "0"
+            for k, (name, type_, zeroed) in enumerate(runtime):
+                ctype = type_.c_type
+                self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = ({ctype} *)(tcpy_rows + {offset});", depth + 1)
+                if zeroed:
+                    self.emit(f"for (int64_t tcpy_k = 0; tcpy_k < tcpy_elements{k}; tcpy_k++) "
+                              f"{c_name(name)}[tcpy_k] = 0;", depth + 1)
+                offset = f"{offset} + (tcpy_elements{k} * {type_.bits // 8} + {line - 1}) / {line} * {line}"
+        for name, buffer, offset in node.views:
+            ctype = self.types[name].c_type
+            self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = {c_name(buffer)} + {index_c(offset)};  "
+                      "/* a row of the block */", depth + 1)
+        self.nodes(node.body, depth + 1)
         self.emit("}", depth)
 
     def _strips(self, node):
@@ -394,19 +452,7 @@ class _Emitter:
             elif isinstance(node, TileUpdate):
                 self.tile_update(node, depth)
             elif isinstance(node, Block):
-                self.emit("{", depth)
-                for name, shape, type_, zeroed in node.buffers:
-                    size = 1
-                    for d in shape:
-                        size *= d
-                    init = " = {0}" if zeroed else ""
-                    self.emit(f"{type_.c_type} {c_name(name)}[{max(size, 1)}]{init};  /* per iteration */", depth + 1)
-                for name, buffer, offset in node.views:
-                    ctype = self.types[name].c_type
-                    self.emit(f"{ctype} *TCPY_RESTRICT {c_name(name)} = {c_name(buffer)} + {index_c(offset)};  "
-                              "/* a row of the block */", depth + 1)
-                self.nodes(node.body, depth + 1)
-                self.emit("}", depth)
+                self.block(node, depth)
             elif isinstance(node, ContractionNest):
                 names = {name: c_name(name) for name in self.buffer_names()}  # (snapshots are copies)
                 prefix = f"{self.symbol}_s{node.stmt}"
@@ -549,6 +595,12 @@ class _Emitter:
                 comment += f"\n * schedule: {nest.schedule.describe()}"
             self.emit(comment.replace("*/", "* /") + " */", 1)
             self.uses_divzero = None  # the statement that divides, if one does
+            if self.generic is not None:  # the nest's iterations at the call's sizes
+                members = nest.group.statements if nest.group is not None else (nest.stmt,)
+                works = [self.generic.work[self.program.statements[i].origin] for i in members]
+                self.nest_work = works[0]
+                for work in works[1:]:
+                    self.nest_work = BinOp("+", self.nest_work, work)
             n_errors = len(self.errors)
             self.nodes(nest.body, 1)
             if self.uses_divzero is not None:
@@ -564,6 +616,26 @@ class _Emitter:
             at = next(i for i, line in enumerate(w.lines) if line.startswith(f"int {self.symbol}("))
             w.lines[at:at] = self.helpers
         return w.text()
+
+
+def _iterations(loop):
+    """The iterations of ``loop`` and the loops its collapse clause takes with it, as an
+    expression of the sizes; None when a bound depends on another of those loops or a loop
+    is not ``var < bound`` (or ``<=``) by steps of 1."""
+    count, names, node = None, set(), loop
+    for _ in range(loop.parallel):
+        cond = node.cond
+        if not (isinstance(node, Loop) and node.step == 1 and isinstance(cond, BinOp) and cond.op in ("<", "<=")
+                and cond.lhs == Var(node.var)):
+            return None
+        names.add(node.var)
+        hi = cond.rhs if cond.op == "<" else BinOp("+", cond.rhs, Const(1))
+        trips = Call("max", (BinOp("-", hi, node.lo), Const(0)))
+        count = trips if count is None else BinOp("*", count, trips)
+        node = node.body[0] if len(node.body) == 1 else None
+    if substitute(count, {name: Const(0) for name in names}) != count:
+        return None
+    return count
 
 
 def _loop_depth(nodes):

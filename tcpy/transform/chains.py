@@ -63,6 +63,8 @@ def _parallel(program: Program, group: FusedGroup, options: Options) -> tuple[bo
     work = sum(volume(program.statements[i].extents().values()) for i in group.statements)
     if not options.parallel or options.threads < 2:
         return False, "one thread"
+    if program.generic is not None:
+        return True, ""  # (a call's own work decides at run time: see tcpy.generic)
     if work < PARALLEL_MIN_WORK:
         return False, f"{work} points in all, fewer than {PARALLEL_MIN_WORK}: too little work for threads"
     if iterations < 2:

@@ -38,8 +38,8 @@ __all__ = ["attach_epilogues"]
 
 def attach_epilogues(program: Program, options: Options) -> Program:
     """``program`` with the element-wise consumers of each engine contraction attached to it."""
-    if not options.fuse:
-        return program
+    if not options.fuse or program.generic is not None:
+        return program  # (an epilogue's C indexes with the ranges planned)
     epilogues = []
     statements = program.statements
     index = 0

@@ -62,7 +62,7 @@ import islpy as isl
 
 from ..lang import ast
 from ..lang.visit import accesses, map_expr
-from ..loopir import Chain, Deferral, FusedGroup, Online, Program, Statement
+from ..loopir import Chain, Const, Deferral, FusedGroup, Online, Program, Statement
 from ..options import Options
 from ..ranges.affine import access_map, affine_form
 from ..contraction_ir import Contraction
@@ -94,7 +94,7 @@ def fuse_statements(program: Program, options: Options) -> Program:
             dependences = _GroupDependences(program, shared)
             dependences.admit(statements[start])
         while shared and end < len(statements):
-            common = _common_vars(shared, fusable[end], statements[start], statements[end])
+            common = _common_vars(program, shared, fusable[end], statements[start], statements[end])
             if not common:
                 break
             dependences.narrow(common)
@@ -104,8 +104,9 @@ def fuse_statements(program: Program, options: Options) -> Program:
         if end - start >= 2:
             groups.append(FusedGroup(tuple(range(start, end)), shared))
         start = end
-    groups = [_chain(program, uses, group, options) or group for group in groups]
-    groups = _with_product_pairs(program, uses, groups, options)
+    if program.generic is None:  # (a chain's blocks and products are planned at fixed sizes)
+        groups = [_chain(program, uses, group, options) or group for group in groups]
+        groups = _with_product_pairs(program, uses, groups, options)
     if not groups:
         return program
     statements = list(statements)
@@ -126,7 +127,8 @@ def _stamp_members(program: Program, options: Options) -> Program:
     for group in program.groups:
         for i in group.statements:
             if statements[i].engine is None:
-                statements[i] = stamp_loops(statements[i], program.shapes, program.types, inner)
+                statements[i] = stamp_loops(statements[i], program.shapes, program.types, inner,
+                                            program.generic is not None)
     return dataclasses.replace(program, statements=tuple(statements))
 
 
@@ -146,13 +148,19 @@ def _fusable_vars(program: Program, statement: Statement) -> tuple[str, ...]:
     if any(affine_form(e, program.sizes, program.shapes) is None
            for access, _ in accesses(stmt) for e in access.indices):
         return ()
+    if program.generic is not None and any(program.generic.access(access, stmt.index_vars, statement.origin, "S")
+                                           is None for access, _ in accesses(stmt)):
+        return ()  # (an index in the sizes: its dependences would hold at the planned sizes only)
     return tuple(e.name for e in stmt.lhs if isinstance(e, ast.IndexVar))
 
 
-def _common_vars(shared, candidate, first: Statement, other: Statement) -> tuple[str, ...]:
+def _common_vars(program: Program, shared, candidate, first: Statement, other: Statement) -> tuple[str, ...]:
     """The shared variables that the other statement also writes along, over the same range
-    (``mean(c)`` and ``centered(n, c, h, w)`` share ``c``), in the first statement's order."""
-    return tuple(v for v in shared if v in candidate and first.ranges[v] == other.ranges[v])
+    (``mean(c)`` and ``centered(n, c, h, w)`` share ``c``), in the first statement's order; in
+    a generic program the same range at every size."""
+    generic = program.generic
+    return tuple(v for v in shared if v in candidate and first.ranges[v] == other.ranges[v]
+                 and (generic is None or generic.same_range(first.origin, other.origin, v)))
 
 
 # ----------------------------------------------------------------------------- chains
@@ -499,11 +507,16 @@ class _GroupDependences:
         """Add ``statement`` if every dependence between it and the members keeps the shared
         loops equal; False (and nothing added) otherwise."""
         loops, program = _shared_first(statement, self.shared), self.program
-        maps = [(access.tensor, is_write,
-                 access_map(access, loops, statement.ranges, program.sizes, program.shapes, "S")
-                 .project_out(isl.dim_type.in_, len(self.shared), len(statement.stmt.index_vars) - len(self.shared))
-                 .set_tuple_name(isl.dim_type.in_, "S"))
-                for access, is_write in _accesses_rw(statement.stmt)]
+        maps = []
+        for access, is_write in _accesses_rw(statement.stmt):
+            if program.generic is not None:  # the sizes as parameters: legal at every size
+                relation = program.generic.access(access, loops, statement.origin, "S")
+            else:
+                relation = access_map(access, loops, statement.ranges, program.sizes, program.shapes, "S")
+            maps.append((access.tensor, is_write,
+                         relation.project_out(isl.dim_type.in_, len(self.shared),
+                                              len(statement.stmt.index_vars) - len(self.shared))
+                         .set_tuple_name(isl.dim_type.in_, "S")))
         for tensor, is_write, relation in maps:
             others = (self.touched if is_write else self.written).get(tensor)
             if others is not None:
@@ -530,6 +543,9 @@ def _shrink_temporaries(program: Program) -> Program:
     uses = _uses(program.statements)
     statements = list(program.statements)
     shapes, types = dict(program.shapes), dict(program.types)
+    generic = program.generic
+    # a generic program's buffers: their shapes in the sizes (see tcpy.generic)
+    generic_shapes = dict(generic.shapes) if generic is not None else {}
     groups, shrunk = [], []
     for group in program.groups:
         members = set(group.statements)
@@ -554,6 +570,10 @@ def _shrink_temporaries(program: Program) -> Program:
             size = types[tensor].bits // 8
             for d in shape:
                 size *= d
+            if generic is not None:
+                generic_shape = tuple(n for d, n in enumerate(generic.shapes[tensor]) if d not in positions)
+                if not all(isinstance(n, Const) for n in generic_shape):
+                    size = 0  # sized at run time, in per-thread scratch rather than on the stack
             if tensor not in blocked:
                 if local_bytes + size > MAX_LOCAL_BYTES:
                     continue
@@ -562,6 +582,8 @@ def _shrink_temporaries(program: Program) -> Program:
             locals_.append((tensor, local))
             shrunk.append(tensor)
             shapes[local], types[local] = shape, types[tensor]
+            if generic is not None:
+                generic_shapes[local] = generic_shape
 
             def rest(indices, positions=positions):
                 return tuple(e for d, e in enumerate(indices) if d not in positions)
@@ -581,8 +603,10 @@ def _shrink_temporaries(program: Program) -> Program:
         zeroed = tuple(local for tensor, local in locals_
                        if not _first_write_covers(program, program.statements[uses[tensor][0][0]], tensor))
         groups.append(dataclasses.replace(group, locals=tuple(locals_), zeroed=zeroed))
+    if generic is not None:
+        generic = dataclasses.replace(generic, shapes=generic_shapes)
     return dataclasses.replace(program, statements=tuple(statements), shapes=shapes, types=types,
-                               groups=tuple(groups), shrunk=tuple(shrunk))
+                               groups=tuple(groups), shrunk=tuple(shrunk), generic=generic)
 
 
 def _first_write_covers(program: Program, first: Statement, tensor: str) -> bool:
@@ -595,8 +619,11 @@ def _first_write_covers(program: Program, first: Statement, tensor: str) -> bool
     if stmt.target != tensor or reads_itself:
         return False
     shape = program.shapes[tensor]
-    return all(isinstance(e, ast.IndexVar) and first.ranges[e.name][0] <= 0
-               and first.ranges[e.name][1] >= n for e, n in zip(stmt.lhs, shape))
+    if not all(isinstance(e, ast.IndexVar) for e in stmt.lhs):
+        return False
+    if program.generic is not None:  # at every size
+        return program.generic.covers(first.origin, tuple(e.name for e in stmt.lhs), tensor)
+    return all(first.ranges[e.name][0] <= 0 and first.ranges[e.name][1] >= n for e, n in zip(stmt.lhs, shape))
 
 
 def _shared_positions(accesses: list[ast.Access], shared: tuple[str, ...]) -> Optional[frozenset[int]]:

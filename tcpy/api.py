@@ -206,10 +206,11 @@ class Kernel(Launcher):
             lines = [f"target: {spec.ir.options.target.describe()}", f"kernel: {choice}"]
             if generic is not None:
                 planned = ", ".join(f"{k}={v}" for k, v in generic.sizes.items())
-                lines.append(f"  planned at {planned or 'no sizes'} (unfused), its loops run over each call's sizes; "
+                lines.append(f"  planned at {planned or 'no sizes'}, its loops run over each call's sizes; "
                              "the schedule below is the kernel specialised to these sizes")
                 from .transform.runtime_plan import describe
                 program = generic.ir.program
+                lines.extend(f"  generic kernel: fused {describe_group(program, group)}" for group in program.groups)
                 for index, buffer in zip(engine_statements(program), self._engine_plans(generic, bound_sizes)):
                     statement = program.statements[index]
                     lines.append(f"  generic kernel: {statement.stmt}: {describe(buffer, statement.engine.plan)}")

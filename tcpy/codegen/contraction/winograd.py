@@ -94,8 +94,9 @@ class _Winograd:
         """``<p>_weights``: U = G g G^T for the MR rows from r0 (a sliver) of batch index bi; returns
         whether a weight it read is inf, NaN or huge (the weights' scan, fused: they are read once).
         Written out tap by tap, with no branch or division per tap (a loop over the taps with
-        rows past M tested per load ran ~50 cycles a pair on AMD Zen 5: 3 ms of a 512-channel
-        layer's 5 ms at N=1); each point's MR values of an input channel are stored side by side."""
+        rows past M tested per load ran ~50 cycles a pair on AMD Zen 5: 3 ms of the 5 ms of
+        ResNet's last 3x3 layer at N=1); each point's MR values of an input channel are stored side
+        by side."""
         p, T, TW, mr, K = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
         half = c_literal(0.5, self.ctx.con.dtype)

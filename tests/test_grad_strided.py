@@ -181,3 +181,38 @@ def test_large_strides_keep_the_masked_sum():
     want = np.zeros_like(I)
     want[:, :10, :10] = np.repeat(np.repeat(dO, 5, 1), 5, 2)
     np.testing.assert_allclose(backward(I, dO), want, rtol=1e-12)
+
+
+def dilated_conv_source(stride: int, dilation: int, pad: int) -> str:
+    """A 3x3 NCHW convolution with stride, dilation and zero padding (a guarded read)."""
+    y, x = (f"{stride}*{o} + {dilation}*{t}" + (f" - {pad}" if pad else "") for o, t in (("h", "kh"), ("w", "kw")))
+    read = f"I(n, c, {y}, {x}) * Wt(f, c, kh, kw)"
+    if pad:
+        read = f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? {read} : 0.0"
+    extent = lambda size: f"({size} + {2 * pad - 2 * dilation - 1}) / {stride} + 1"  # noqa: E731
+    return (f"def conv(double(N,C,H,W) I, double(F,C,KH,KW) Wt) -> (O) {{ O(n, f, h, w) +=! {read} "
+            f"where h in 0:{extent('H')}, w in 0:{extent('W')}, kh in 0:KH, kw in 0:KW }}")
+
+
+@pytest.mark.parametrize("stride, dilation, pad", [(2, 2, 0), (2, 2, 2), (2, 3, 1), (3, 2, 0), (2, 4, 0)])
+def test_dilated_strided_conv_gradient(stride, dilation, pad):
+    """Taps ``e*y`` under a stride ``s``: each phase sums the taps that reach it (none when
+    gcd(e, s) does not divide its offset: a zero phase, read as 0), checked against the
+    reference evaluator of the same backward and against torch.autograd."""
+    rng = np.random.default_rng(stride * 10 + dilation)
+    I, W = rng.standard_normal((2, 3, 13, 12)), rng.standard_normal((4, 3, 3, 3))
+    forward = tcpy.define(dilated_conv_source(stride, dilation, pad))
+    dO = rng.standard_normal(forward(I, W).shape)
+    backward = tcpy.grad(forward)
+    assert "%" not in backward.source.split("dI(")[0]  # (the phases are gathers, not masked sums)
+    dI, dW = backward(I, W, dO)
+    want_dI, want_dW = tcpy.define(backward.source, backend="reference")(I, W, dO)
+    np.testing.assert_allclose(dI, want_dI, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dW, want_dW, rtol=1e-10, atol=1e-10)
+    torch = pytest.importorskip("torch")
+    ti, tw = torch.from_numpy(I).requires_grad_(), torch.from_numpy(W).requires_grad_()
+    out = torch.nn.functional.conv2d(ti, tw, stride=stride, padding=pad, dilation=dilation)
+    assert tuple(out.shape) == dO.shape
+    out.backward(torch.from_numpy(dO))
+    np.testing.assert_allclose(dI, ti.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dW, tw.grad.numpy(), rtol=1e-10, atol=1e-10)

@@ -402,17 +402,19 @@ class _Reverse:
         self.accumulate(tensor, lhs, term, all_ranges, s)
 
     def by_phase(self, c: _Contribution, ranges, dims: list[str]) -> bool:
-        """For a read whose index along some dimensions is ``s*x + y + a`` (``s > 1`` a literal,
+        """For a read whose index along some dimensions is ``s*x + e*y + a`` (``s > 1`` a literal,
         ``x`` an output variable, ``y`` a reduction variable from 0 or absent, neither in another
-        index): one gather-form statement per phase ``r`` (input positions ``s*p + r``) over the
-        taps ``y = s*t + q`` with ``q = (r - a) mod s``, into a temporary indexed by ``p``, then
+        index, ``e >= 1`` a dilation): one gather-form statement per phase ``r`` (input
+        positions ``s*p + r``) over the taps that reach it, ``y = (s/g)*t + q`` with ``e*q = r -
+        a (mod s)`` (``g = gcd(e, s)``; none when ``g`` does not divide ``r - a``: that phase is
+        zero), into a temporary indexed by ``p``, then
         one element-wise statement interleaving the phases into the cotangent. A strided
         convolution's input gradient is then a few transposed convolutions of stride 1, which
         the contraction engine runs, instead of one sum masked by ``% s``. False (nothing
         emitted) for any other read, or for more than :data:`MAX_PHASES` phases."""
         s = self.stmts[c.index]
         indices = c.access.indices
-        strided: dict[int, tuple[int, str, Optional[str], int]] = {}  # d -> (s, x, y, a)
+        strided: dict[int, tuple[int, str, Optional[str], int, int]] = {}  # d -> (s, x, y, a, e)
         for d, index in enumerate(indices):
             others = set().union(*(index_vars(e) for j, e in enumerate(indices) if j != d))
             if isinstance(index, ast.IndexVar):
@@ -423,13 +425,14 @@ class _Reverse:
             if terms is None:
                 continue
             scaled = [v for v, k in terms.items() if v is not None and k > 1 and v in s.output_vars]
-            taps = [v for v, k in terms.items() if v is not None and k == 1 and v in s.reduction_vars]
+            taps = [v for v, k in terms.items() if v is not None and k >= 1 and v in s.reduction_vars]
             if (len(scaled) != 1 or len(taps) > 1 or len(terms) != 1 + len(taps) + (None in terms)
                     or (set(scaled) | set(taps)) & others or scaled[0] not in ranges
                     or not self.guard_range(s, scaled[0], ranges)
                     or any(ranges.get(y, ("",))[0] != "0" for y in taps)):
                 continue
-            strided[d] = (terms[scaled[0]], scaled[0], taps[0] if taps else None, terms.get(None, 0))
+            strided[d] = (terms[scaled[0]], scaled[0], taps[0] if taps else None, terms.get(None, 0),
+                          terms[taps[0]] if taps else 1)
         if not strided or math.prod(stride for stride, *_ in strided.values()) > MAX_PHASES:
             return False
         tensor = c.access.tensor
@@ -444,22 +447,32 @@ class _Reverse:
             phase_ranges = dict(ranges)
             phase_indices = list(indices)
             empty = False
-            for (d, (stride, x, y, a)), r in zip(strided.items(), combo):
-                q = (r - a) % stride
+            for (d, (stride, x, y, a, dilation)), r in zip(strided.items(), combo):
+                # the taps y = period*t + q that reach phase r: dilation*q = r - a (mod s)
+                common = math.gcd(dilation, stride)
+                period = stride // common
+                if (r - a) % common:
+                    empty = True
+                    break
+                q = (r - a) // common * pow(dilation // common, -1, period) % period if period > 1 else 0
                 if y is None:
-                    empty |= q != 0
+                    if q:
+                        empty = True
+                        break
                     shifted: ast.Expr = ast.IndexVar(x)
                 else:
                     t = self.fresh(f"{y}_{q}")
-                    tap = ast.Binary("*", ast.IntLit(stride), ast.IndexVar(t))
+                    tap = ast.Binary("*", ast.IntLit(period), ast.IndexVar(t)) if period > 1 else ast.IndexVar(t)
                     subst[y] = ast.Binary("+", tap, ast.IntLit(q)) if q else tap
                     hi = ranges[y][1]
-                    phase_ranges[t] = ("0", f"({hi} + {stride - 1 - q}) / {stride}" if stride - 1 - q
-                                       else f"{hi} / {stride}")
+                    phase_ranges[t] = ("0", hi if period == 1 else f"({hi} + {period - 1 - q}) / {period}"
+                                       if period - 1 - q else f"{hi} / {period}")
                     del phase_ranges[y]
-                    shifted = ast.Binary("+", ast.IndexVar(x), ast.IndexVar(t))
-                # s*x + s*t + q + a = s*p + r: p = x + t + (q + a - r) / s
-                phase_indices[d] = _canonical(ast.Binary("+", shifted, ast.IntLit((q + a - r) // stride)))
+                    step = dilation // common
+                    shifted = ast.Binary("+", ast.IndexVar(x), ast.Binary("*", ast.IntLit(step), ast.IndexVar(t))
+                                         if step > 1 else ast.IndexVar(t))
+                # s*x + dilation*(period*t + q) + a = s*p + r: p = x + step*t + (dilation*q + a - r) / s
+                phase_indices[d] = _canonical(ast.Binary("+", shifted, ast.IntLit((dilation * q + a - r) // stride)))
             if empty:
                 phases[combo] = None
                 continue
@@ -484,8 +497,10 @@ class _Reverse:
             d, stride = steps[level]
             result = interleave(level + 1, combo + (stride - 1,))
             for r in reversed(range(stride - 1)):
-                test = ast.Binary("==", ast.Binary("%", ast.IndexVar(lhs[d]), ast.IntLit(stride)), ast.IntLit(r))
-                result = ternary(test, interleave(level + 1, combo + (r,)), result)
+                branch = interleave(level + 1, combo + (r,))
+                if branch != result:  # (phases no tap reaches are all zero: no test between them)
+                    test = ast.Binary("==", ast.Binary("%", ast.IndexVar(lhs[d]), ast.IntLit(stride)), ast.IntLit(r))
+                    result = ternary(test, branch, result)
             return result
 
         self.accumulate(tensor, lhs, interleave(0, ()), {v: ("0", dims[d]) for d, v in enumerate(lhs)}, s)

@@ -67,6 +67,17 @@ def test_other_convolutions_keep_the_gemm(source, shapes):
     assert _paths(kernel, *shapes) in (["packed"], ["small"], ["stream"], ["direct_conv"])
 
 
+def test_the_gemm_s_window_gather_counts_against_it():
+    """On AVX-512, the 14x14 ResNet layer at N=1 on one thread: padded by guards, the implicit
+    GEMM would gather each window into packed B, and Winograd is chosen (it ran 1.25x faster on
+    AMD Zen 5); unpadded, the GEMM packs rows as they are and keeps the layer."""
+    options = tcpy.Options(num_threads=1, target="x86-64-v4")
+    assert _paths(tcpy.define(_conv_source(), options=options), *_zeros(1, 256, 256, 14)) == ["winograd"]
+    unpadded = ("def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {\n"
+                "    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)\n}")
+    assert _paths(tcpy.define(unpadded, options=options), *_zeros(1, 256, 256, 14)) in (["packed"], ["stream"])
+
+
 def test_the_option_turns_the_path_off():
     args = _zeros(1, 64, 64, 56)
     assert _paths(tcpy.define(_conv_source(), options=tcpy.Options(target=AVX2)), *args) == ["winograd"]
@@ -93,10 +104,11 @@ def test_threads_split_the_tile_slivers(threads):
     assert plan.nc <= -(-slivers // plan.grid[2]) * plan.nr
 
 
-@pytest.mark.parametrize("n, c, hw, threads", [(1, 64, 56, 64), (1, 128, 28, 32), (8, 512, 7, 16)])
+@pytest.mark.parametrize("n, c, hw, threads", [(1, 64, 56, 128), (1, 128, 28, 32), (8, 512, 7, 16)])
 def test_few_slivers_for_many_threads_keep_the_gemm(n, c, hw, threads):
-    """49, 13 and 8 slivers of tiles cannot keep 64, 32 or 16 threads busy; the GEMM's micro-tiles
-    (or the direct convolution's rows) can."""
+    """49, 13 and 8 slivers of tiles cannot keep 128, 32 or 16 threads busy; the GEMM's micro-tiles
+    (or the direct convolution's rows) can. (49 slivers on 64 threads still beat the GEMM, whose
+    cells each gather their B panel's windows.)"""
     for count, paths in ((2, ["winograd"]), (threads, ["packed", "direct_conv"])):
         kernel = tcpy.define(_conv_source(), options=tcpy.Options(num_threads=count, target=AVX2))
         assert _paths(kernel, *_zeros(n, c, c, hw))[0] in paths

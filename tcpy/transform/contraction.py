@@ -211,24 +211,21 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     b_ways = max(1, target.l1d_ways - 1 - a_ways)
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
     conv = conv_form(con) if not b_packed_once and (path_set == "direct_conv" or not overrides) else None
-    dplan = gemm = None
+    dplan = None
     if conv is not None:
-        # the implicit GEMM on one thread: its FMAs on whole micro-tiles, its packing (B's alone
-        # when A can be read in place) and the gather of the image's windows into B (each
-        # element of a strided window from its own stretch of a row)
-        gemm = min(cell_cost(con, path, mr, nr, N, lanes, (1, 1, 1, 1), 1, target.cost)
-                   for path in ("packed", "stream") if path == "packed" or _stream_layout_ok(con))
-        gemm += batch * K * N * (target.cost.pack_window * max(1, abs(conv.run.image)) - target.cost.pack)
+        gemm = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, 1, target.cost)
         dplan = _direct_conv_plan(con, conv, target, threads, gemm, forced=path_set == "direct_conv")
         if path_set == "direct_conv":
             return dplan
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
-        direct = None
-        if dplan is not None:  # Winograd must beat the direct convolution, which would run otherwise
-            direct = batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2,
-                                                target.cost) / dplan.grid[2]
-        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, direct)
+        baseline = None  # per thread, what would run instead of Winograd
+        if dplan is not None:
+            baseline = batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2,
+                                                  target.cost) / dplan.grid[2]
+        elif conv is not None:
+            baseline = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, threads, target.cost)
+        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, baseline, dplan is not None)
         if wplan is not None:
             return wplan
     if dplan is not None:
@@ -367,11 +364,32 @@ def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads:
                 threads, reasons, conv=form, cache_line=target.cache_line)
 
 
+def _implicit_gemm_cycles(con: Contraction, conv: ConvForm, mr: int, nr: int, lanes: int, kc: int, threads: int,
+                          cost: CostModel) -> float:
+    """Estimated cycles of the slowest of ``threads`` running ``con`` as an implicit GEMM (the
+    packed or stream path, on its least-cost grid): its FMAs on whole micro-tiles, its packing
+    (B's alone when A can be read in place) and the gather of the image's windows into B (each
+    element of a strided window from its own stretch of a row), which each cell does for its
+    share of the batch and of N."""
+    batch, M, N, K = con.sizes
+    gather = batch * K * N * (cost.pack_window * max(1, abs(conv.run.image)) - cost.pack)
+    estimates = []
+    for path in ("packed", "stream"):
+        if path == "stream" and not _stream_layout_ok(con):
+            continue
+        grid = _grid(con, path, mr, nr, kc, 1, N, lanes, threads, cost)
+        rounds = -(-math.prod(grid) // threads)
+        estimates.append(cell_cost(con, path, mr, nr, N, lanes, grid, threads, cost)
+                         + rounds * gather / (grid[0] * grid[2]))
+    return min(estimates)
+
+
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
-                   unroll: int, direct: Optional[float] = None) -> Optional[Plan]:
-    """The winograd path's plan when its estimated time beats the direct GEMM's (its FMAs over
-    all 9 taps), or the direct convolution's when that would run instead (``direct``: its
-    estimated cycles per thread), by the cost model's ``winograd_gain_min``."""
+                   unroll: int, baseline: Optional[float] = None, direct: bool = False) -> Optional[Plan]:
+    """The winograd path's plan when its estimated time beats, by the cost model's
+    ``winograd_gain_min``, ``baseline``'s (the estimated cycles per thread of the implicit GEMM,
+    its packing and the window's gather included, or of the direct convolution when ``direct``,
+    which would run instead), or without a baseline the FMAs of a GEMM over all 9 taps."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     mr, nv = micro_tile(target, s, form.tiles)
@@ -381,10 +399,10 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     batch, M, N, _ = con.sizes
     slivers = -(-form.tiles // nr)
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
-    # (a few slivers cannot keep many threads busy)
-    gemm = gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
-    if direct is not None:  # (the direct convolution would run instead of the GEMM)
-        gemm = direct
+    # (a few slivers cannot keep many threads busy); FMAs alone missed the GEMM's padded gather
+    # (ResNet's 14x14 layer at N=1 ran 1.25x faster as Winograd on AMD Zen 5, estimated 0.95x)
+    gemm = baseline if baseline is not None else \
+        gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
     fast = winograd_cycles(form, mr, nr, fmas, cost) * batch / min(threads, batch * slivers)
     if gemm < cost.winograd_gain_min * fast:
         return None
@@ -395,8 +413,9 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
     u_bytes = batch * POINTS * rows * form.K * s
-    baseline = "the GEMM over all 9 taps" if direct is None else "the direct convolution"
-    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {baseline} "
+    against = ("the direct convolution" if direct else "the implicit GEMM" if baseline is not None
+               else "the GEMM over all 9 taps")
+    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {against} "
                f"with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
                "transforms; the threads split the tile slivers)",
                f"transformed weights once per call: {POINTS} x {rows} x {form.K} ({u_bytes // 1024} KiB)",

@@ -96,7 +96,7 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         # tcpy.transform.runtime_plan recognises such a call)
         ranges = {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges.items()}
         shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
-    con = recognize(stmt, ranges, shapes, program.types, program.sizes)
+    con = recognize(stmt, ranges, shapes, program.types, program.sizes, keep_guards=program.generic is not None)
     if con is None:
         return None
     overrides = {k: v for k, v in options.plan.items() if k != "rows"}  # (rows: a chain's, see chains)

@@ -163,10 +163,11 @@ def _is_zero(expr: ast.Expr) -> bool:
 _COMPARISONS = {">=": (1, 0), ">": (1, -1), "<=": (-1, 0), "<": (-1, -1)}
 
 
-def _guards(cond: ast.Expr, ranges, sizes, shapes) -> Optional[list[Guard]]:
-    """The inequalities of a conjunction of affine comparisons, or None for any other condition."""
+def _guards(cond: ast.Expr, ranges, sizes, shapes, keep: bool = False) -> Optional[list[Guard]]:
+    """The inequalities of a conjunction of affine comparisons, or None for any other condition;
+    ``keep``: also those that hold on the whole domain."""
     if isinstance(cond, ast.Binary) and cond.op == "&&":
-        lhs, rhs = _guards(cond.lhs, ranges, sizes, shapes), _guards(cond.rhs, ranges, sizes, shapes)
+        lhs, rhs = _guards(cond.lhs, ranges, sizes, shapes, keep), _guards(cond.rhs, ranges, sizes, shapes, keep)
         return None if lhs is None or rhs is None else lhs + rhs
     if not isinstance(cond, ast.Binary) or cond.op not in (*_COMPARISONS, "=="):
         return None
@@ -181,17 +182,19 @@ def _guards(cond: ast.Expr, ranges, sizes, shapes) -> Optional[list[Guard]]:
         coefs = {v: sign * x for v, x in coefs.items() if x}
         const = sign * (lhs[0] - rhs[0]) + shift + sum(x * ranges[v][0] for v, x in coefs.items())
         lowest = const + sum(min(0, x * (ranges[v][1] - ranges[v][0] - 1)) for v, x in coefs.items())
-        if lowest < 0:  # else it holds on the whole domain
+        if lowest < 0 or keep:  # else it holds on the whole domain
             out.append(Guard(const, tuple(sorted(coefs.items()))))
     return out
 
 
 def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, types,
-              sizes: Mapping[str, int] = {}) -> Optional[Contraction]:
+              sizes: Mapping[str, int] = {}, keep_guards: bool = False) -> Optional[Contraction]:
     """The :class:`Contraction` a let-inlined checked statement computes, or None.
 
     ``ranges`` are the statement's concrete ``{var: (lo, hi)}``; ``shapes`` and ``types`` map
     every tensor to its concrete shape and element type; ``sizes`` the def's size variables.
+    ``keep_guards``: keep the comparisons that hold on the whole domain too (a size-generic
+    kernel's guards: other sizes may need them).
     """
     dtype = types.get(stmt.target)
     if (stmt.reduction != "+" or not stmt.reduction_vars or dtype not in DTYPES
@@ -217,7 +220,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     factor_guarded = next((under[0] for under in guarded_reads if len(under) == 1), None)
     guards = []
     for cond, _ in found["conds"]:
-        more = _guards(cond, ranges, sizes, shapes)
+        more = _guards(cond, ranges, sizes, shapes, keep_guards)
         if more is None:
             return None
         guards.extend(more)

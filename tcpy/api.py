@@ -37,7 +37,8 @@ from .runtime.launch import LaunchEntry, Launcher, get_num_threads
 from .options import Options
 from .schedule import volume
 from .target import PRESETS, Target
-from .transform import attach_epilogues, decide_engines, fuse_statements, pack_operands, plan_chains, register_tiles
+from .transform import (attach_epilogues, decide_engines, drop_empty_sums, fuse_statements, pack_operands,
+                        plan_chains, register_tiles)
 
 BACKENDS = ("compiled", "reference")
 
@@ -45,6 +46,7 @@ BACKENDS = ("compiled", "reference")
 #: (:class:`~tcpy.loopir.Program`) through the program passes, then loop nests
 #: (:class:`~tcpy.loopir.KernelIR`) that the renderer turns into C.
 PASSES = (
+    ("zeros", drop_empty_sums),  # sums over an empty range at these sizes: zeros, not statements
     ("engines", decide_engines),  # how each statement runs (engine plan or loops), decided once
     ("packing", pack_operands),  # operand copies for the loop nests' register tiles
     ("epilogues", attach_epilogues),  # element-wise consumers into a contraction's store

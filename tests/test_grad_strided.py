@@ -216,3 +216,20 @@ def test_dilated_strided_conv_gradient(stride, dilation, pad):
     out.backward(torch.from_numpy(dO))
     np.testing.assert_allclose(dI, ti.grad.numpy(), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(dW, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("specialize", ["always", "never"])
+def test_phases_no_tap_reaches_do_not_run(specialize):
+    """A 1x1 window moved by 2 reaches one phase of four: at these sizes the other three sum over
+    nothing, so the specialised kernel has no statement and no buffer for them and reads zeros;
+    the size-generic kernel, which serves every size, runs them."""
+    rng = np.random.default_rng(11)
+    I, W = rng.standard_normal((2, 3, 8, 7)), rng.standard_normal((4, 3, 1, 1))
+    forward = tcpy.define(conv_source(1, 2, 0), options=tcpy.Options(specialize=specialize))
+    dO = rng.standard_normal(forward(I, W).shape)
+    backward = tcpy.grad(forward, wrt=("I",))
+    assert "dI_phase01(" in backward.source
+    if specialize == "always":
+        schedule = backward.explain(I, W, dO).split("schedule:")[1]
+        assert "dI_phase00(" in schedule and "dI_phase01(" not in schedule and "dI_phase11(" not in schedule
+    np.testing.assert_allclose(backward(I, W, dO), scatter_input_gradient(dO, W, 2, 0, (8, 7)), rtol=1e-10, atol=1e-10)

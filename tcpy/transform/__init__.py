@@ -6,6 +6,9 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
 * :mod:`.snapshot` — a statement that reads elements of its own target that it also writes
   reads a copy taken before it (TC's semantics; done when the program is built, so every path
   sees it; Program -> Program).
+* :mod:`.zeros` — a temporary summed over an empty range at the bound sizes (a strided
+  read's phase no tap reaches) is zero: no statement, no buffer, its reads zeros (Program ->
+  Program).
 * :mod:`.engines` — how each statement runs (the contraction engine with its plan, or loops),
   decided once and stamped on it; the later passes read the stamp (Program -> Program).
 * :mod:`.packing` — operand copies (Program -> Program): transposed copies that turn dot-product
@@ -26,5 +29,7 @@ from .epilogue import attach_epilogues
 from .fusion import fuse_statements
 from .packing import pack_operands
 from .register_tile import register_tiles
+from .zeros import drop_empty_sums
 
-__all__ = ["attach_epilogues", "decide_engines", "fuse_statements", "pack_operands", "plan_chains", "register_tiles"]
+__all__ = ["attach_epilogues", "decide_engines", "drop_empty_sums", "fuse_statements", "pack_operands", "plan_chains",
+           "register_tiles"]

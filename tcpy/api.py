@@ -387,8 +387,7 @@ class Kernel(Launcher):
             except Exception as err:  # the generic kernel keeps serving
                 self._served[_sizes_key(sizes)] += f"; its specialisation failed ({err})"
                 return
-            if self.table.get(table_key) is generic_entry:
-                self.table[table_key] = entry
+            self.replace(table_key, generic_entry, entry)
             self._served[_sizes_key(sizes)] = (
                 f"specialised to these sizes: compiled in the background after {calls} "
                 f"call{'s' if calls > 1 else ''} (Options(specialize='auto'))")

@@ -133,6 +133,46 @@ def test_call_returns_new_output_and_hits_the_table(library):
     assert len(misses) == 2
 
 
+def test_a_repeated_signature_reuses_its_entry_and_every_change_is_seen(library):
+    """The last call's signature is compared in place (no key built or looked up): repeats hit
+    it, and a change of shape, rank, dtype, argument kind or count is told apart as before; an
+    equal dtype in another object takes the table's way to the same entry."""
+    run, misses = add2d(library)
+    a = np.arange(12, dtype=F32).reshape(3, 4)
+    b = np.full((3, 4), 0.5, F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(run(a, b), a + b)
+    assert len(misses) == 1
+    changed = [(np.zeros((3, 5), F32), b), (a.astype(F64), b), (a.reshape(12), b), (a, 1.0), (a.reshape(1, 3, 4), b),
+               (a,), (a, b, b)]
+    for args in changed:
+        for _ in range(2):
+            if len(args) == 2:
+                run(*args)
+            else:  # (this handler accepts any count; the entry does not)
+                with pytest.raises(tcpy.TCArgumentError, match=f"expected 2 arguments, got {len(args)}"):
+                    run(*args)
+    assert len(misses) == 1 + len(changed)
+    other = np.dtype("float32").newbyteorder("=")
+    assert other is not F32 and other == F32
+    np.testing.assert_array_equal(run(a.view(other), b), a + b)
+    np.testing.assert_array_equal(run(a, b), a + b)
+    assert len(misses) == 1 + len(changed)
+
+
+def test_a_replaced_entry_serves_the_next_call(library):
+    """Launcher.replace (a background specialisation taking over) is seen by the next call even
+    when it repeats the last call's signature; a stale expected entry replaces nothing."""
+    run, _ = add2d(library)
+    a = np.arange(12, dtype=F32).reshape(3, 4)
+    np.testing.assert_array_equal(run(a, a), 2 * a)
+    (key, entry), = run.table.items()
+    zeros = LaunchEntry(build.load_symbol(library, "noop"), 2, [((3, 4), F32)], input_dtypes=[F32, F32])
+    assert not run.replace(key, zeros, entry)
+    assert run.replace(key, entry, zeros)
+    np.testing.assert_array_equal(run(a, a), np.zeros((3, 4), F32))  # noop: the zero-filled output
+
+
 def test_signature_includes_dtype_shape_and_python_types(library):
     run, misses = launcher(library, "scale", n_inputs=2, output_specs=[((5,), F64)], input_dtypes=[F64, F64])
     a = np.arange(5, dtype=F64)

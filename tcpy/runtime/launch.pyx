@@ -37,6 +37,8 @@ import numpy as np
 cimport numpy as cnp
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.long cimport PyLong_AsSsize_t
+from cpython.object cimport PyObject, Py_TYPE
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
@@ -472,6 +474,37 @@ cdef tuple _signature(tuple args, int threads):
     return key
 
 
+cdef bint _matches(tuple key, tuple args, int threads):
+    """Whether ``args`` (and ``threads``) have the signature ``key`` (:func:`_signature`'s),
+    compared in place: no key is built, hashed or looked up. A dtype compares by identity (an
+    equal dtype in another object takes the table's way)."""
+    cdef Py_ssize_t i, k = 0, size = PyTuple_GET_SIZE(key), n = PyTuple_GET_SIZE(args)
+    cdef int d, nd
+    cdef cnp.ndarray a
+    if threads > 0:
+        size -= 1
+        if size < 0 or PyLong_AsSsize_t(<object>PyTuple_GET_ITEM(key, size)) != threads:
+            return False
+    for i in range(n):
+        x = <object>PyTuple_GET_ITEM(args, i)
+        if cnp.PyArray_Check(x):
+            a = <cnp.ndarray>x
+            nd = cnp.PyArray_NDIM(a)
+            if (k + 2 + nd > size or PyTuple_GET_ITEM(key, k) != <PyObject *>cnp.PyArray_DESCR(a)
+                    or PyLong_AsSsize_t(<object>PyTuple_GET_ITEM(key, k + 1)) != nd):
+                return False
+            k += 2
+            for d in range(nd):
+                if PyLong_AsSsize_t(<object>PyTuple_GET_ITEM(key, k)) != cnp.PyArray_DIM(a, d):
+                    return False
+                k += 1
+        else:
+            if k >= size or PyTuple_GET_ITEM(key, k) != <PyObject *>Py_TYPE(x):
+                return False
+            k += 1
+    return k == size
+
+
 cdef class Launcher:
     """Callable front of a kernel: ``launcher(*args, out=None)`` returns an array or a tuple.
 
@@ -483,11 +516,15 @@ cdef class Launcher:
     cdef readonly dict table
     cdef readonly object miss_handler
     cdef readonly bint follow_threads
+    # (key, entry) of the last call: a call repeating its signature skips building and hashing
+    # a key (one assignment, so calls from several Python threads see a consistent pair)
+    cdef tuple _last
 
     def __init__(self, miss_handler, follow_threads=False):
         self.table = {}
         self.miss_handler = miss_handler
         self.follow_threads = follow_threads
+        self._last = None
 
     def __call__(self, *args, out=None, **keywords):
         if keywords:
@@ -495,20 +532,36 @@ cdef class Launcher:
                                   f"got keyword argument{'s' if len(keywords) > 1 else ''} "
                                   f"{', '.join(map(repr, keywords))}")
         # one entry (plan) per thread count the calls run with, when the kernel follows it
-        key = _signature(args, (_num_threads if _num_threads > 0 else _openmp_threads())
-                         if self.follow_threads else 0)
-        entry = self.table.get(key)
-        if entry is None:
-            entry = self.miss_handler(args)
-            if not isinstance(entry, LaunchEntry):
-                raise TypeError(f"miss_handler returned {type(entry).__name__}, not LaunchEntry")
-            self.table[key] = entry
+        cdef int threads = ((_num_threads if _num_threads > 0 else _openmp_threads())
+                            if self.follow_threads else 0)
+        last = self._last
+        if last is not None and _matches(<tuple>PyTuple_GET_ITEM(last, 0), args, threads):
+            key, entry = last
+        else:
+            key = _signature(args, threads)
+            entry = self.table.get(key)
+            if entry is None:
+                entry = self.miss_handler(args)
+                if not isinstance(entry, LaunchEntry):
+                    raise TypeError(f"miss_handler returned {type(entry).__name__}, not LaunchEntry")
+                self.table[key] = entry
+            self._last = (key, entry)
         if (<LaunchEntry>entry).on_hot is not None:
             _count_call(<LaunchEntry>entry, key)
         return _launch(<LaunchEntry>entry, args, out)
 
+    def replace(self, key, expected, entry):
+        """Make ``entry`` serve the signature ``key`` if ``expected`` still does (a kernel
+        specialised in the background taking over from the generic one); whether it did."""
+        if self.table.get(key) is not expected:
+            return False
+        self.table[key] = entry
+        self._last = None  # (the last call's pair may hold the replaced entry)
+        return True
+
     def clear(self):
         """Forget every entry (the next call of each signature goes to miss_handler again)."""
+        self._last = None
         self.table.clear()
 
 

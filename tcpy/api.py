@@ -268,11 +268,10 @@ class Kernel(Launcher):
     # -- generic kernels and tiering ---------------------------------------------------------
 
     def _generic_options(self) -> Options:
-        """The options a generic kernel is planned with: without register tiles (not generic
-        yet); for the thread count the options fix, else for at least two threads (the kernel
-        serves every count: a call's count runs its parallel loops)."""
-        return dataclasses.replace(self.options, register_tile=False,
-                                   num_threads=self.options.num_threads or max(2, self.options.threads))
+        """The options a generic kernel is planned with: for the thread count the options fix,
+        else for at least two threads (the kernel serves every count: a call's count runs its
+        parallel loops)."""
+        return dataclasses.replace(self.options, num_threads=self.options.num_threads or max(2, self.options.threads))
 
     def _generic_kernel(self, sizes: Mapping[str, int]):
         """``(address, Specialization)`` of the generic kernel, planned and built at the first

@@ -11,8 +11,9 @@ def's size variables in order (:func:`size_block`).
 What runs generically today: statements that run as loop nests (element-wise statements,
 reductions), fused groups of them (legal by a dependence test with the sizes as isl
 parameters, :meth:`GenericSizes.access`; their per-iteration buffers sized at run time),
-without register tiles and split reductions (:func:`tcpy.schedule.choose_schedule` with
-``generic``), and without snapshots; and the
+register tiles (whole blocks on the fast path, isl's partial blocks on the plain one; their
+operands read in place, not through panel copies), without split reductions
+(:func:`tcpy.schedule.choose_schedule` with ``generic``) and snapshots; and the
 contractions the engine takes (GEMM, batched GEMM, convolutions as implicit GEMM, attention's
 products), on the run-time engine (:mod:`tcpy.codegen.contraction.runtime`): one routine for
 every size, whose extents, offset tables, cache blocks and thread grid come per call shape from

@@ -33,8 +33,8 @@ COPY_PREFIX = "pack."  # (a "." keeps generated names apart from TC identifiers)
 
 def pack_operands(program: Program, options: Options) -> Program:
     """``program`` with transposed and panel copies added where register tiles gain from them."""
-    if not options.register_tile:
-        return program
+    if not options.register_tile or program.generic is not None:
+        return program  # (a generic kernel's register tiles read their operands in place: copies are sized when planned)
     statements: list[Statement] = []
     shapes, types = dict(program.shapes), dict(program.types)
     copies, rewritten = 0, []

@@ -212,7 +212,11 @@ class Kernel(Launcher):
                              "the schedule below is the kernel specialised to these sizes")
                 from .transform.runtime_plan import describe
                 program = generic.ir.program
-                lines.extend(f"  generic kernel: fused {describe_group(program, group)}" for group in program.groups)
+                for nest in generic.ir.nests:  # its loop nests, as planned
+                    if nest.group is not None:
+                        lines.append(f"  generic kernel: fused {describe_group(program, nest.group)}")
+                    elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:
+                        lines.append(f"  generic kernel: {generic.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
                 for index, buffer in zip(engine_statements(program), self._engine_plans(generic, bound_sizes)):
                     statement = program.statements[index]
                     lines.append(f"  generic kernel: {statement.stmt}: {describe(buffer, statement.engine.plan)}")

@@ -25,6 +25,14 @@ def matmul(float(M,K) A, float(K,N) B) -> (C) {
     C(m, n) +=! A(m, k) * B(k, n)
 }
 """
+# element-wise statements on temporaries: one fused loop nest, the temporaries per point
+CHAIN = """
+def chain(float(N,M) A, float(M) b) -> (C) {
+    T(n, m) = A(n, m) * 2 + b(m)
+    U(n, m) = tanh(T(n, m))
+    C(n, m) = U(n, m) * T(n, m) - A(n, m)
+}
+"""
 
 # sizes around vector widths and tiles: 0, 1, primes, multiples of 16 and 64, one off
 SIZES = (0, 1, 2, 3, 7, 13, 15, 16, 17, 31, 33, 63, 64, 65, 97)
@@ -40,11 +48,26 @@ def _arguments(name, rng, sizes):
     if name == "window":
         n, k = sizes
         return f32(n), f32(k), rng.integers(-50, 50, n).astype(np.int32)
+    if name == "chain":
+        n, m = sizes
+        return f32(n, m), f32(m)
     m, n, k = sizes
     return f32(m, k), f32(k, n)
 
 
-SOURCES = {"softmax": SOFTMAX, "layernorm": LAYERNORM, "window": WINDOW, "matmul": MATMUL}
+# ("tiled": the matmul with its contraction as loops, in register tiles)
+SOURCES = {"softmax": SOFTMAX, "layernorm": LAYERNORM, "window": WINDOW, "matmul": MATMUL, "chain": CHAIN,
+           "tiled": MATMUL}
+# The sizes each generic kernel is planned at (its first call), and what its plan must show
+# there: fused groups, a register tile.
+PLANNED = {
+    "softmax": ((40, 100), r"generic kernel: fused S0-S3 over n; per-thread buffers e -> local.0\[100\]"),
+    "layernorm": ((40, 100), r"generic kernel: fused S0-S2 over n; per-thread buffers mean -> local.0\[\]"),
+    "window": ((100, 5), None),
+    "matmul": ((64, 64, 64), None),
+    "chain": ((40, 100), r"generic kernel: fused S0-S2 over n, m"),
+    "tiled": ((64, 64, 64), r"generic kernel: C\(m, n\) \+=! A\(m, k\) \* B\(k, n\): .*register tile m:8"),
+}
 
 
 def _runnable_presets():
@@ -55,8 +78,8 @@ def _runnable_presets():
 
 
 # (def, preset, threads): every def, every runnable preset, 1, 2 and 7 threads
-CONFIGS = [(name, preset, threads) for k, name in enumerate(SOURCES)
-           for preset in _runnable_presets() for threads in ((1, 2, 7)[k % 3],)]
+CONFIGS = [(name, preset, (1, 2, 7)[(k + p) % 3]) for k, name in enumerate(SOURCES)
+           for p, preset in enumerate(_runnable_presets())]
 
 
 @pytest.fixture
@@ -76,12 +99,23 @@ def builds(monkeypatch):
 _kernels = {}
 
 
+def _check(got, want):
+    """The results of a kernel (an array or a tuple) are the reference evaluator's."""
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
 def _kernel(name, preset, threads):
-    """One kernel per configuration for the whole module (hypothesis calls it with many shapes)."""
+    """One kernel per configuration for the whole module (hypothesis calls it with many
+    shapes), planned at the sizes of :data:`PLANNED`."""
     key = (name, preset, threads)
     if key not in _kernels:
-        options = tcpy.Options(specialize="never", target=preset, num_threads=threads)
-        _kernels[key] = (tcpy.define(SOURCES[name], options=options), tcpy.define(SOURCES[name], backend="reference"))
+        options = tcpy.Options(specialize="never", target=preset, num_threads=threads, contraction=name != "tiled")
+        kernel, reference = tcpy.define(SOURCES[name], options=options), tcpy.define(SOURCES[name], backend="reference")
+        args = _arguments(name, np.random.default_rng(4), PLANNED[name][0])
+        _check(kernel(*args), reference(*args))
+        _kernels[key] = kernel, reference
     return _kernels[key]
 
 
@@ -90,18 +124,18 @@ def _kernel(name, preset, threads):
 @given(data=st.data())
 def test_one_generic_kernel_serves_every_shape(builds, name, preset, threads, data):
     kernel, reference = _kernel(name, preset, threads)
-    rank = {"softmax": 2, "layernorm": 2, "window": 2, "matmul": 3}[name]
+    rank = len(PLANNED[name][0])
     rng = np.random.default_rng(0)
     shapes = data.draw(st.lists(st.tuples(*[st.sampled_from(SIZES)] * rank), min_size=3, max_size=6))
     for sizes in shapes + [(17, 3, 5)[:rank]]:
         if name == "window" and sizes[1] > sizes[0]:
             continue  # (a precondition: tested below)
         args = _arguments(name, rng, sizes)
-        got, want = kernel(*args), reference(*args)
-        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-            assert g.shape == w.shape and g.dtype == w.dtype
-            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
-    assert "kernel: generic" in kernel.explain(*args)
+        _check(kernel(*args), reference(*args))
+    text = kernel.explain(*args)
+    assert "kernel: generic" in text
+    if PLANNED[name][1]:  # planned fused (register-tiled) for every size
+        assert re.search(PLANNED[name][1], text), text
     # one build in the kernel's life (this test's examples are its only calls)
     assert len(builds) == 1 and "generic" in builds[0]
 
@@ -115,6 +149,27 @@ def test_a_sweep_compiles_once(builds):
         np.testing.assert_allclose(kernel(x), reference(x), rtol=1e-5, atol=1e-6)
     assert len(builds) == 1 and "generic" in builds[0]
     assert len(kernel.table) == 7  # one launcher entry per shape, all calling the same function
+
+
+# B(i, 0) is B(i, j) when M is 1 (j is 0): fused over i and j only at that size
+DEGENERATE = """
+def f(float(N,M) A) -> (C) {
+    B(i, j) = A(i, j) * 2
+    C(i, j) = B(i, j) + B(i, 0)
+}
+"""
+
+
+def test_statements_fuse_only_where_legal_at_every_size(builds):
+    a = np.arange(5, dtype=np.float32).reshape(5, 1)
+    specialised = tcpy.define(DEGENERATE, options=tcpy.Options(specialize="always"))
+    assert "fused S0-S1 over i, j" in specialised.explain(a)
+    generic = tcpy.define(DEGENERATE, options=tcpy.Options(specialize="never"))
+    np.testing.assert_array_equal(generic(a), 4 * a)  # planned at M=1
+    assert "generic kernel: fused" not in generic.explain(a)
+    b = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(generic(b), 2 * b + 2 * b[:, :1])
+    assert len([s for s in builds if "generic" in s]) == 1
 
 
 def _error(fn):

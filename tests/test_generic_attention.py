@@ -1,0 +1,85 @@
+"""One size-generic attention kernel (Options(specialize="never")) serves every sequence length
+and head size: the results of the reference evaluator at lengths 1, primes and block multiples
++- 1, with a scale and with a causal mask, from one compile."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+import tcpy.api
+from tcpy.demo import ATTENTION
+
+# a causal mask: key s is seen from query l only when s <= l (masked scores are -1e30)
+CAUSAL = """
+def causal(float(B,H,L,D) Q, float(B,H,L,D) K, float(B,H,L,D) V, float scale) -> (O) {
+    Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d)
+    Ms(b, h, l, s) = s <= l ? scale * Sc(b, h, l, s) : -1e30
+    Mx(b, h, l) max=! Ms(b, h, l, s)
+    E(b, h, l, s) = exp(Ms(b, h, l, s) - Mx(b, h, l))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    O(b, h, l, d) +=! E(b, h, l, s) * V(b, h, s, d) / Sm(b, h, l)
+}
+"""
+SOURCES = {"attention": ATTENTION, "causal": CAUSAL}
+
+# lengths: 1, primes, around vector widths, micro-tiles and blocks (multiples of 16 and 64 +- 1)
+LENGTHS = (1, 2, 3, 7, 13, 15, 16, 17, 31, 47, 63, 64, 65, 97, 127, 128, 129)
+HEADS = (1, 3, 16, 17, 64)
+
+# (def, preset, threads): both defs on both presets, 1, 2 and 7 threads among them
+CONFIGS = [("attention", "x86-64-v3", 1), ("attention", "x86-64", 7), ("causal", "x86-64-v3", 2),
+           ("causal", "x86-64", 1)]
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """The kernels built (or found in the disk cache) by this test, as a list of symbols."""
+    built = []
+    build = tcpy.api._build_and_load
+
+    def counting(spec, options):
+        built.append(spec.symbol)
+        return build(spec, options)
+
+    monkeypatch.setattr(tcpy.api, "_build_and_load", counting)
+    return built
+
+
+_kernels = {}
+
+
+def _kernel(name, preset, threads):
+    """One kernel per configuration for the whole module (hypothesis calls it with many shapes)."""
+    key = (name, preset, threads)
+    if key not in _kernels:
+        options = tcpy.Options(specialize="never", target=preset, num_threads=threads)
+        _kernels[key] = (tcpy.define(SOURCES[name], options=options), tcpy.define(SOURCES[name], backend="reference"))
+    return _kernels[key]
+
+
+def _arguments(rng, batch, heads, length, keys, depth):
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    return (f32(batch, heads, length, depth), f32(batch, heads, keys, depth), f32(batch, heads, keys, depth),
+            np.float32(rng.uniform(0.05, 0.5)))
+
+
+@pytest.mark.parametrize("name, preset, threads", CONFIGS)
+@settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.generate), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_generic_attention_kernel_serves_every_length(builds, name, preset, threads, data):
+    kernel, reference = _kernel(name, preset, threads)
+    rng = np.random.default_rng(0)
+    lengths = st.sampled_from(LENGTHS)
+    shapes = data.draw(st.lists(st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 3)), lengths,
+                                          lengths, st.sampled_from(HEADS)), min_size=3, max_size=5))
+    for batch, heads, length, keys, depth in shapes + [(1, 2, 129, 127, 17)]:
+        if name == "causal":
+            keys = length
+        args = _arguments(rng, batch, heads, length, keys, depth)
+        got, want = kernel(*args), reference(*args)
+        assert got.shape == want.shape == (batch, heads, length, depth) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert "kernel: generic" in kernel.explain(*args)
+    # one build in the kernel's life (this test's examples are its only calls)
+    assert len(builds) == 1 and "generic" in builds[0]

@@ -21,15 +21,25 @@ def causal(float(B,H,L,D) Q, float(B,H,L,D) K, float(B,H,L,D) V, float scale) ->
     O(b, h, l, d) +=! E(b, h, l, s) * V(b, h, s, d) / Sm(b, h, l)
 }
 """
-SOURCES = {"attention": ATTENTION, "causal": CAUSAL}
+# a where clause: queries attend to the first L keys only (K and V may be longer)
+PREFIX = """
+def prefix(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V, float scale) -> (O) {
+    Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d) where s in 0:L
+    Mx(b, h, l) max=! Sc(b, h, l, s)
+    E(b, h, l, s) = exp(scale * (Sc(b, h, l, s) - Mx(b, h, l)))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    O(b, h, l, d) +=! E(b, h, l, s) * V(b, h, s, d) / Sm(b, h, l)
+}
+"""
+SOURCES = {"attention": ATTENTION, "causal": CAUSAL, "prefix": PREFIX}
 
 # lengths: 1, primes, around vector widths, micro-tiles and blocks (multiples of 16 and 64 +- 1)
 LENGTHS = (1, 2, 3, 7, 13, 15, 16, 17, 31, 47, 63, 64, 65, 97, 127, 128, 129)
 HEADS = (1, 3, 16, 17, 64)
 
-# (def, preset, threads): both defs on both presets, 1, 2 and 7 threads among them
+# (def, preset, threads): every def, both presets, 1, 2 and 7 threads among them
 CONFIGS = [("attention", "x86-64-v3", 1), ("attention", "x86-64", 7), ("causal", "x86-64-v3", 2),
-           ("causal", "x86-64", 1)]
+           ("causal", "x86-64", 1), ("prefix", "x86-64-v3", 7)]
 
 
 @pytest.fixture
@@ -76,6 +86,8 @@ def test_one_generic_attention_kernel_serves_every_length(builds, name, preset, 
     for batch, heads, length, keys, depth in shapes + [(1, 2, 129, 127, 17)]:
         if name == "causal":
             keys = length
+        elif name == "prefix":
+            keys = max(keys, length)
         args = _arguments(rng, batch, heads, length, keys, depth)
         got, want = kernel(*args), reference(*args)
         assert got.shape == want.shape == (batch, heads, length, depth) and got.dtype == np.float32
@@ -83,3 +95,18 @@ def test_one_generic_attention_kernel_serves_every_length(builds, name, preset, 
     assert "kernel: generic" in kernel.explain(*args)
     # one build in the kernel's life (this test's examples are its only calls)
     assert len(builds) == 1 and "generic" in builds[0]
+
+
+def test_a_generic_attention_kernel_checks_each_calls_sizes():
+    rng = np.random.default_rng(1)
+    generic = tcpy.define(PREFIX, options=tcpy.Options(specialize="never", target="x86-64-v3"))
+    specialised = tcpy.define(PREFIX, options=tcpy.Options(specialize="always", target="x86-64-v3"))
+    generic(*_arguments(rng, 1, 2, 9, 12, 4))  # (the generic kernel is built at other sizes)
+    bad = _arguments(rng, 1, 2, 9, 5, 4)  # 9 queries read 9 keys of 5
+    errors = []
+    for kernel in (generic, specialised):
+        with pytest.raises(tcpy.TCError) as caught:
+            kernel(*bad)
+        errors.append((type(caught.value), str(caught.value)))
+    assert errors[0] == errors[1]
+    assert errors[0][0] is tcpy.TCPreconditionError and "must satisfy L <= S" in errors[0][1]

@@ -5,7 +5,8 @@ Run it as::
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/grad.py [--threads N] [--only TEXT]
 
 One line per case: the forward's time, the backward's (``tcpy.grad`` of every floating-point
-input, called on the forward's inputs and the output's cotangent), their ratio, and with PyTorch
+input, attention's of Q, K and V as PyTorch's (its scale is a number there), called on the
+forward's inputs and the output's cotangent), their ratio, and with PyTorch
 installed the time of ``loss.backward()`` for the same math (``(out * cotangent).sum()``, the
 forward's graph built outside the timed call, ``retain_graph``) and ``torch/tcpy``, its time over
 tcpy's backward (above 1x tcpy is faster). Times are the best of repeated calls after a first
@@ -36,16 +37,16 @@ ATTENTION = demo.ATTENTION
 
 
 def cases():
-    """(name, shapes, source, make_args(rng), torch forward or None)."""
+    """(name, shapes, source, make_args(rng), torch forward or None, wrt)."""
     f32 = lambda rng, *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     yield ("gemm", "1024x1024 @ 1024x1024", GEMM, lambda rng: (f32(rng, 1024, 1024), f32(rng, 1024, 1024)),
-           lambda A, B: A @ B)
+           lambda A, B: A @ B, None)
     for n, c, f, hw, k, s in ((1, 64, 64, 56, 3, 1), (1, 128, 128, 28, 3, 1), (1, 256, 256, 14, 3, 1),
                               (1, 64, 256, 56, 1, 1), (1, 128, 128, 56, 3, 2), (1, 256, 512, 56, 1, 2)):
         pad = k // 2
         yield ("conv", f"N={n} {c}->{f} {hw}x{hw} {k}x{k} s{s}", demo.padded_conv2d_source(k, s, pad),
                lambda rng, n=n, c=c, f=f, hw=hw, k=k: (f32(rng, n, c, hw, hw), f32(rng, f, c, k, k)),
-               lambda I, W, s=s, pad=pad: torch.nn.functional.conv2d(I, W, stride=s, padding=pad))
+               lambda I, W, s=s, pad=pad: torch.nn.functional.conv2d(I, W, stride=s, padding=pad), None)
     b, h, length, d = 1, 8, 2048, 64
     scale = float(1.0 / np.sqrt(d))
 
@@ -53,7 +54,7 @@ def cases():
         return torch.softmax(Q @ K.transpose(-1, -2) * scale, dim=-1) @ V
     yield ("attention", f"B={b} H={h} L=S={length} D={d}", ATTENTION,
            lambda rng: (f32(rng, b, h, length, d), f32(rng, b, h, length, d), f32(rng, b, h, length, d), scale),
-           torch_attention)
+           torch_attention, ("Q", "K", "V"))
 
 
 def main(argv=None) -> None:
@@ -69,11 +70,11 @@ def main(argv=None) -> None:
     print(f"machine: {machine()}; tcpy threads: {tcpy.get_num_threads()}; torch {torch.__version__ if torch else 'not installed'}")
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     rng = np.random.default_rng(0)
-    for name, shapes, source, make_args, torch_forward in cases():
+    for name, shapes, source, make_args, torch_forward, wrt in cases():
         if args.only and args.only not in f"{name} {shapes}":
             continue
         forward = tcpy.define(source)
-        backward = tcpy.grad(forward)
+        backward = tcpy.grad(forward, wrt)
         inputs = make_args(rng)
         out = forward(*inputs)
         seed = rng.standard_normal(out.shape).astype(out.dtype)

@@ -150,10 +150,12 @@ def row_block(program: Program, blocked, ranges, shared, mr: int, options: Optio
     names = ", ".join(tensor for tensor, _, _ in blocked)
     if "rows" in options.plan:
         rows = options.plan["rows"]
-        if rows % mr or (dividing and extent % rows):
-            divides = f" dividing the {extent} rows (a product sums the blocks)" if dividing else ""
-            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr})"
-                                f"{divides}, got {rows!r}")
+        if dividing and (not isinstance(rows, int) or rows < 1 or extent % rows):
+            raise TCOptionError(f"Options.plan['rows'] must divide the {extent} rows of {block_var} (a product "
+                                f"sums the chain's blocks), got {rows!r}")
+        if not dividing and rows % mr:
+            raise TCOptionError(f"Options.plan['rows'] must be a multiple of the chain's micro-tile rows ({mr}), "
+                                f"got {rows!r}")
         return rows, (f"row block {rows} rows of {block_var}: set by Options.plan",)
     reasons = [f"row block {rows} rows of {block_var} (a multiple of the micro-tiles' {mr}): the block buffers "
                f"of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 "

@@ -77,6 +77,11 @@ SPECIALIZE_AFTER_CALLS = 100
 #: ... or sooner, once the shape's calls have run this many iterations in all: a compile costs
 #: a fraction of a second, which a large shape's specialised (fused) kernel soon pays back.
 SPECIALIZE_AFTER_POINTS = 1 << 30
+#: A shape whose temporaries, each whole as the generic (unfused) kernel allocates them, take
+#: more than this many times the bytes of its arguments and results (and more than L2) is
+#: specialised from its first call: fused, such temporaries live in per-thread blocks
+#: (attention's scores and their cotangents, L x S each, against inputs of L x D).
+GENERIC_TEMPORARIES_RATIO = 4
 
 
 @dataclass(frozen=True)
@@ -337,12 +342,21 @@ class Kernel(Launcher):
         (:func:`tcpy.transform.runtime_plan.plan_buffer`), or why these sizes need a
         specialised kernel (text)."""
         program = generic.ir.program
+        bound = self.ranges.bind(sizes)
+        shapes = {**{p.name: p.type.shape(sizes) for p in self.def_.params}, **bound.shapes}
+
+        def nbytes(tensors) -> int:
+            return sum(volume(shapes[t.name]) * self.types[t.name].bits // 8 for t in tensors)
+
+        temporaries, arguments = nbytes(self.def_.temporaries), nbytes(self.def_.params + self.def_.returns)
+        if temporaries > max(GENERIC_TEMPORARIES_RATIO * arguments, self.options.target.l2):
+            return (f"its temporaries whole ({_bytes_text(temporaries)}) would take more than "
+                    f"{GENERIC_TEMPORARIES_RATIO} times its arguments and results ({_bytes_text(arguments)}): "
+                    "fused statements keep them in per-thread blocks")
         engines = engine_statements(program)
         if not engines:
             return ()
         from .transform.runtime_plan import plan_buffer
-        bound = self.ranges.bind(sizes)
-        shapes = {**{p.name: p.type.shape(sizes) for p in self.def_.params}, **bound.shapes}
         threads = self.options.num_threads or get_num_threads()
         plans = []
         for index in engines:

@@ -77,7 +77,7 @@ SPECIALIZE_AFTER_CALLS = 100
 #: ... or sooner, once the shape's calls have run this many iterations in all: a compile costs
 #: a fraction of a second, which a large shape's specialised (fused) kernel soon pays back.
 SPECIALIZE_AFTER_POINTS = 1 << 30
-#: A shape whose temporaries, each whole as the generic (unfused) kernel allocates them, take
+#: A shape whose temporaries, each whole as the generic kernel allocates them (it runs no chain), take
 #: more than this many times the bytes of its arguments and results (and more than L2) is
 #: specialised from its first call: fused, such temporaries live in per-thread blocks
 #: (attention's scores and their cotangents, L x S each, against inputs of L x D).
@@ -348,7 +348,8 @@ class Kernel(Launcher):
         def nbytes(tensors) -> int:
             return sum(volume(shapes[t.name]) * self.types[t.name].bits // 8 for t in tensors)
 
-        temporaries, arguments = nbytes(self.def_.temporaries), nbytes(self.def_.params + self.def_.returns)
+        whole = [t for t in self.def_.temporaries if t.name not in program.shrunk]  # (not in a fused group)
+        temporaries, arguments = nbytes(whole), nbytes(self.def_.params + self.def_.returns)
         if temporaries > max(GENERIC_TEMPORARIES_RATIO * arguments, self.options.target.l2):
             return (f"its temporaries whole ({_bytes_text(temporaries)}) would take more than "
                     f"{GENERIC_TEMPORARIES_RATIO} times its arguments and results ({_bytes_text(arguments)}): "

@@ -79,7 +79,8 @@ SPECIALIZE_AFTER_CALLS = 100
 SPECIALIZE_AFTER_POINTS = 1 << 30
 #: A shape whose temporaries, each whole as the generic kernel allocates them (it runs no chain), take
 #: more than this many times the bytes of its arguments and results (and more than L2) is
-#: specialised from its first call: fused, such temporaries live in per-thread blocks
+#: specialised from its first call under ``Options(specialize="auto")``: fused, such
+#: temporaries live in per-thread blocks
 #: (attention's scores and their cotangents, L x S each, against inputs of L x D).
 GENERIC_TEMPORARIES_RATIO = 4
 
@@ -350,7 +351,8 @@ class Kernel(Launcher):
 
         whole = [t for t in self.def_.temporaries if t.name not in program.shrunk]  # (not in a fused group)
         temporaries, arguments = nbytes(whole), nbytes(self.def_.params + self.def_.returns)
-        if temporaries > max(GENERIC_TEMPORARIES_RATIO * arguments, self.options.target.l2):
+        if self.options.specialize == "auto" and temporaries > max(GENERIC_TEMPORARIES_RATIO * arguments,
+                                                                    self.options.target.l2):
             return (f"its temporaries whole ({_bytes_text(temporaries)}) would take more than "
                     f"{GENERIC_TEMPORARIES_RATIO} times its arguments and results ({_bytes_text(arguments)}): "
                     "fused statements keep them in per-thread blocks")

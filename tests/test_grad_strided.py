@@ -50,7 +50,7 @@ def test_padded_conv_input_gradient_takes_the_forward_winograd_path():
     convolution reads its image through a forward window, as the engine's forms want."""
     rng = np.random.default_rng(7)
     I, W = rng.standard_normal((1, 32, 16, 16)), rng.standard_normal((32, 32, 3, 3))
-    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=tcpy.Options(target="x86-64-v3"))
+    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=tcpy.Options(target="x86-64-v3", specialize="always"))
     backward = tcpy.grad(forward, wrt=("I",))
     dO = rng.standard_normal((1, 32, 16, 16))
     plan = backward.explain(I.shape, W.shape, dO.shape)
@@ -70,13 +70,15 @@ def window_weight_gradient(I, dO, k: int, stride: int, pad: int) -> np.ndarray:
     return np.einsum("nfhw,nchwab->fcab", dO, windows)
 
 
-@pytest.mark.parametrize("k, pad, hw, f", [(3, 1, (19, 24), 16), (5, 2, (16, 20), 32), (3, 0, (12, 21), 16)])
-def test_conv_weight_gradient_packs_runs_of_pixels(k, pad, hw, f):
+@pytest.mark.parametrize("k, stride, pad, hw, f", [(3, 1, 1, (19, 24), 16), (5, 1, 2, (16, 20), 32), (3, 1, 0, (12, 21), 16),
+                                                   (3, 2, 1, (20, 37), 16), (3, 2, 1, (17, 33), 32)])
+def test_conv_weight_gradient_packs_runs_of_pixels(k, stride, pad, hw, f):
     """The weight gradient's packed image slivers: lanes are (channel, tap) pairs, K the pixels
-    along image rows; rows away from the padding are copied as runs of pixels transposed."""
+    along image rows (every other pixel at stride 2); rows away from the padding are copied as
+    runs of pixels transposed."""
     rng = np.random.default_rng(k + pad)
     I, W = rng.standard_normal((2, 8, *hw)), rng.standard_normal((f, 8, k, k))
-    forward = tcpy.define(demo.padded_conv2d_source(k, 1, pad), options=tcpy.Options(target="x86-64-v3"))
+    forward = tcpy.define(demo.padded_conv2d_source(k, stride, pad), options=tcpy.Options(target="x86-64-v3", specialize="always"))
     backward = tcpy.grad(forward, wrt=("Wt",))
     dO = rng.standard_normal(forward(I.astype(np.float32), W.astype(np.float32)).shape)
     plan = backward.explain(I.shape, W.shape, dO.shape)
@@ -84,7 +86,7 @@ def test_conv_weight_gradient_packs_runs_of_pixels(k, pad, hw, f):
     assert "packed path" in plan
     dW = backward(I.astype(np.float32), W.astype(np.float32), dO.astype(np.float32))
     assert dW.shape == W.shape and dW.dtype == np.float32
-    expected = window_weight_gradient(I, dO, k, 1, pad)
+    expected = window_weight_gradient(I, dO, k, stride, pad)
     np.testing.assert_allclose(dW, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 @pytest.mark.parametrize("k, stride, pad, hw", [(3, 2, 1, (5, 6)), (1, 3, 0, (7, 5))])

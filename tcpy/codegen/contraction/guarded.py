@@ -145,11 +145,13 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
     period = guard_period(ctx)
     L = ctx.plan.lanes
     # B's lanes apart in B but K running along it (a weight gradient: lanes are (channel, tap)
-    # pairs, K the pixels): runs of L rows read as one vector per lane and transposed
-    blocks = (which == "b" and src_t == T and L >= 2 and width % L == 0
-              and any(g.b == 1 and g.extent >= L for g in con.k))
+    # pairs, K the pixels): runs of L rows read as one vector per lane (every other element of
+    # two at a stride of 2) and transposed
+    inner_k = con.k[-1] if con.k else None
+    k_step = inner_k.b if inner_k is not None and inner_k.extent >= L and inner_k.b in (1, 2) else 0
+    blocks = which == "b" and src_t == T and L >= 2 and width % L == 0 and k_step > 0
     if blocks:
-        good_rows(ctx, w, kc_max)
+        good_rows(ctx, w, kc_max, k_step)
     if period:
         row_classes(ctx, w, period, masked, contiguous)
         w(f"for (int64_t k = 0, kp = 0; k < kc; k++, kp = kp + 1 == {period} ? 0 : kp + 1) {{", 2)
@@ -159,10 +161,16 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
     w(f"{T} *TCPY_RESTRICT dk = d + k * {width};", 3)
     w("const int64_t " + ", ".join(f"gk{i} = gt[{i}][k]" for i in range(count)) + ";", 3)
     if blocks:
-        w(f"if (len == {width} && good[k] >= {L}) {{", 3)
+        if k_step == 1:
+            w(f"if (len == {width} && good[k] >= {L}) {{", 3)
+            load = lambda c: f"*(const {p}_vu *)(src + lane[{c}])"  # noqa: E731
+        else:  # (the second vector's last element, one past the block's, must be inside B)
+            w(f"if (len == {width} && good[k] >= {L} && src + lane_max + {2 * L} <= hi_b) {{", 3)
+            evens = ", ".join(str(2 * j) for j in range(L))
+            load = lambda c: (f"__builtin_shuffle(*(const {p}_vu *)(src + lane[{c}]), "  # noqa: E731
+                              f"*(const {p}_vu *)(src + lane[{c}] + {L}), ({p}_m){{{evens}}})")
         for h in range(width // L):
-            transpose_block(ctx, w, 4, lambda c, h=h: f"*(const {p}_vu *)(src + lane[{h * L + c}])",
-                            lambda l, h=h: f"dk + {l * width + h * L}")
+            transpose_block(ctx, w, 4, lambda c, h=h: load(h * L + c), lambda l, h=h: f"dk + {l * width + h * L}")
         w(f"k += {L - 1};", 4)
         if period:
             w(f"kp = (kp + {L - 1}) % {period};", 4)
@@ -203,19 +211,24 @@ def packed_guarded(ctx: Context, w: CWriter, which: str):
     w("}")
 
 
-def good_rows(ctx: Context, w: CWriter, kc_max: int):
+def good_rows(ctx: Context, w: CWriter, kc_max: int, k_step: int):
     """``good[k]``, for a whole sliver: how many rows from k on follow each other in B (each
-    row's offset one past the one before) with every guard holding on every lane; a run of
-    ``lanes`` such rows is ``lanes`` contiguous elements of each lane, all inside B."""
+    row's offset ``k_step`` past the one before) with every guard holding on every lane; a run
+    of ``lanes`` such rows is ``lanes`` elements of each lane at that stride, all inside B.
+    ``lane_max``: the sliver's last lane offset (a block's reads end there)."""
     count = len(ctx.con.guards)
     w(f"int32_t good[{kc_max}];", 2)
+    w("int64_t lane_max = 0;", 2)
     w(f"if (len == {ctx.plan.nr}) {{", 2)
+    w("lane_max = lane[0];", 3)
+    w(f"for (int c = 1; c < {ctx.plan.nr}; c++) lane_max = tcpy_max_int64(lane_max, lane[c]);", 3)
     w("for (int64_t k = kc - 1; k >= 0; k--) {", 3)
     holds = " && ".join(f"gt[{i}][k] + gmin[{i}] >= 0" for i in range(count))
     w(f"const int holds = {holds};", 4)
-    w("good[k] = !holds ? 0 : k + 1 < kc && kt[k + 1] == kt[k] + 1 ? good[k + 1] + 1 : 1;", 4)
+    w(f"good[k] = !holds ? 0 : k + 1 < kc && kt[k + 1] == kt[k] + {k_step} ? good[k + 1] + 1 : 1;", 4)
     w("}", 3)
     w("}", 2)
+    w("(void)lane_max;", 2)
 
 
 def masked_rows_ok(ctx: Context, step: int, src_t: str) -> bool:

@@ -50,8 +50,8 @@ class Options:
         raise :class:`~tcpy.TCOptionError` when it is specialised.
     target: the machine to build for: a :class:`~tcpy.Target`, a preset name (``"x86-64-v3"``)
         or None for ``$TCPY_TARGET``, else this machine.
-    specialize: ``"auto"`` (default): one size-generic kernel serves every shape of a def whose
-        statements all run as loop nests (see :mod:`tcpy.generic`), and a shape called often
+    specialize: ``"auto"`` (default): one size-generic kernel serves every shape of a def (its
+        loop nests and its contractions' run-time engine: see :mod:`tcpy.generic`), and a shape called often
         gets a kernel specialised for it, compiled in the background; ``"never"``: the generic
         kernel only; ``"always"``: a kernel compiled for each shape. A def the generic kernel
         cannot run yet gets specialised kernels whatever this says (``explain()`` says why).

@@ -128,5 +128,5 @@ def describe(buffer: np.ndarray, tile: Plan) -> str:
     return (f"run-time engine (packed path, one routine for every size): micro-tile {tile.mr}x{tile.nr}; at these "
             f"sizes batch {field['batch']} x M {field['m']} x N {field['n']} x K {field['k']}, blocks kc "
             f"{field['kc']}, mc {field['mc']}, nc {field['nc']}; thread grid batch {field['grid_batch']} x M "
-            f"{field['grid_m']} x N {field['grid_n']}"
+            f"{field['grid_m']} x N {field['grid_n']} x K 1"
             + ("; operands exchanged (the output is contiguous along the first)" if field["swapped"] else ""))

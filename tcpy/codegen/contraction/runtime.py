@@ -54,6 +54,7 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
     _pack_a(ctx, w)
     _micro_kernel(ctx, w)
     _cell(ctx, w)
+    _cells(ctx, w)
     body = CWriter()
     _driver(ctx, body, plan_slot)
     return w.text(), body.text()
@@ -287,6 +288,25 @@ def _cell(ctx: Context, w: CWriter):
     w("}")
 
 
+def _cells(ctx: Context, w: CWriter):
+    """``<p>_cells``: the cells of the plan's thread grid this thread claims, one by one."""
+    p, T, TA, TB, mr, nr = ctx.prefix, ctx.T, ctx.TA, ctx.TB, ctx.plan.mr, ctx.plan.nr
+    w(f"static void {p}_cells(const int64_t *TCPY_RESTRICT pl, const {TA} *A, const {TB} *B, {T} *C, {T} alpha, "
+      "const volatile int *stop, int64_t *next_cell) {")
+    w(f"const int64_t nb = {_field('batch')}, M = {_field('m')}, N = {_field('n')};", 1)
+    w(f"const int64_t tb = {_field('grid_batch')}, tm = {_field('grid_m')}, tn = {_field('grid_n')};", 1)
+    w(f"const int64_t cells = tb * tm * tn, mt = (M + {mr - 1}) / {mr}, nt = (N + {nr - 1}) / {nr};", 1)
+    w("for (int64_t cell; (cell = tcpy_claim(next_cell, cells)) < cells; ) {", 1)
+    w("const int64_t cbi = cell / (tm * tn), cm = cell / tn % tm, cn = cell % tn;", 2)
+    w("const int64_t b0 = cbi * nb / tb, b1 = (cbi + 1) * nb / tb;", 2)
+    w(f"const int64_t m0 = cm * mt / tm * {mr}, m1 = tcpy_min_int64((cm + 1) * mt / tm * {mr}, M);", 2)
+    w(f"const int64_t n0 = cn * nt / tn * {nr}, n1 = tcpy_min_int64((cn + 1) * nt / tn * {nr}, N);", 2)
+    w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 2)
+    w(f"{p}_cell(pl, A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop);", 2)
+    w("}", 1)
+    w("}")
+
+
 def _driver(ctx: Context, w: CWriter, plan_slot: int):
     """The statement's C in the kernel: empty roles, the exact sums when they are needed, else
     the cells of the plan's thread grid claimed one by one by the threads."""
@@ -320,22 +340,14 @@ def _driver(ctx: Context, w: CWriter, plan_slot: int):
     w("if (TCPY_UNLIKELY(nonfinite)) {", 3)
     _exact(ctx, w, 4)
     w("} else {", 3)
-    w(f"const int64_t tb = {_field('grid_batch')}, tm = {_field('grid_m')}, tn = {_field('grid_n')};", 4)
-    w(f"const int64_t cells = tb * tm * tn, mt = (M + {mr - 1}) / {mr}, nt = (N + {nr - 1}) / {nr};", 4)
     w("int64_t next_cell = 0;  /* the cells are claimed one by one (tcpy_claim) */", 4)
+    w(f"const int64_t cells = {_field('grid_batch')} * {_field('grid_m')} * {_field('grid_n')};", 4)
     w("const int team = tcpy_num_threads < cells ? tcpy_num_threads : (int)cells;", 4)
-    w("#pragma omp parallel num_threads(team) if(team > 1)", 4)
-    w("{", 4)
-    w("TCPY_TEAM_START();", 5)
-    w("for (int64_t cell; (cell = tcpy_claim(&next_cell, cells)) < cells; ) {", 5)
-    w("const int64_t cbi = cell / (tm * tn), cm = cell / tn % tm, cn = cell % tn;", 6)
-    w("const int64_t b0 = cbi * nb / tb, b1 = (cbi + 1) * nb / tb;", 6)
-    w(f"const int64_t m0 = cm * mt / tm * {mr}, m1 = tcpy_min_int64((cm + 1) * mt / tm * {mr}, M);", 6)
-    w(f"const int64_t n0 = cn * nt / tn * {nr}, n1 = tcpy_min_int64((cn + 1) * nt / tn * {nr}, N);", 6)
-    w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 6)
-    w(f"{p}_cell(pl, A, B, Cc, b0, b1, m0, m1, n0, n1, alpha, tcpy_stop);", 6)
-    w("}", 5)
-    w("}", 4)
+    call = f"{p}_cells(pl, A, B, Cc, alpha, tcpy_stop, &next_cell);"
+    w("if (team > 1) {  /* (one cell: no parallel region to open) */", 4)
+    w("#pragma omp parallel num_threads(team)", 5)
+    w(f"{{ TCPY_TEAM_START(); {call} }}", 5)
+    w(f"}} else {call}", 4)
     w("}", 3)
     w("}", 2)
     w("}", 1)

@@ -331,19 +331,20 @@ class Kernel(Launcher):
         if self.options.specialize != "always" and tuned_options(self, sizes) is None:
             generic = self._generic_kernel(sizes)
             if not isinstance(generic, str):
-                plans = self._engine_plans(generic[1], sizes)
+                bound = self.ranges.bind(sizes)  # (once: the plans and the entry read it)
+                plans = self._engine_plans(generic[1], sizes, bound)
                 if not isinstance(plans, str):
-                    return self._generic_entry(*generic, sizes, plans)
+                    return self._generic_entry(*generic, sizes, plans, bound)
                 generic = plans
             self._served[_sizes_key(sizes)] = f"specialised to these sizes: no generic kernel, {generic}"
         return self._specialized_entry(self.specialize(**sizes), sizes)
 
-    def _engine_plans(self, generic: Specialization, sizes: Mapping[str, int]):
-        """The plan buffers of the generic kernel's contractions at ``sizes``
-        (:func:`tcpy.transform.runtime_plan.plan_buffer`), or why these sizes need a
-        specialised kernel (text)."""
+    def _engine_plans(self, generic: Specialization, sizes: Mapping[str, int], bound=None):
+        """The plan buffers of the generic kernel's contractions at ``sizes`` (``bound``: its
+        ranges bound to them, if at hand) (:func:`tcpy.transform.runtime_plan.plan_buffer`), or
+        why these sizes need a specialised kernel (text)."""
         program = generic.ir.program
-        bound = self.ranges.bind(sizes)
+        bound = bound or self.ranges.bind(sizes)
         shapes = {**{p.name: p.type.shape(sizes) for p in self.def_.params}, **bound.shapes}
 
         def nbytes(tensors) -> int:
@@ -373,10 +374,11 @@ class Kernel(Launcher):
         return tuple(plans)
 
     def _generic_entry(self, address: int, generic: Specialization, sizes: Mapping[str, int],
-                       plans: tuple = ()) -> LaunchEntry:
+                       plans: tuple = (), bound=None) -> LaunchEntry:
         """The generic kernel's entry for ``sizes``: their checks, shapes, size block and the
-        plan buffers of its contractions (``plans``)."""
-        bound = self.ranges.bind(sizes)  # the preconditions, as a specialised kernel's
+        plan buffers of its contractions (``plans``); ``bound``: the ranges bound to them, if at
+        hand."""
+        bound = bound or self.ranges.bind(sizes)  # the preconditions, as a specialised kernel's
         key = _sizes_key(sizes)
         self._served.setdefault(key, _generic_text(self.options.specialize))
         statements = [(s.stmt, bound.statements[s.origin]) for s in generic.ir.program.statements]

@@ -119,6 +119,7 @@ class Kernel(Launcher):
             raise err.located(source)
         self.types: dict[str, ScalarType] = {t.name: t.scalar for t in def_.tensors}
         self._generic = None  # the generic kernel (address, Specialization), or why there is none
+        self._generic_temps = [None]  # the generic kernel's temporaries, shared by its shapes' entries
         self._served: dict[tuple, str] = {}  # sizes -> which kernel serves them, and why
         self._background: list[threading.Thread] = []  # specialisations being compiled
 
@@ -393,7 +394,7 @@ class Kernel(Launcher):
 
         entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0,
                             constants=(size_block(self.ranges.size_vars, sizes), *plans),
-                            on_hot=hot if auto else None, hot_calls=hot_calls)
+                            on_hot=hot if auto else None, hot_calls=hot_calls, temp_pool=self._generic_temps)
         holder.append(entry)
         return entry
 

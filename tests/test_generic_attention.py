@@ -1,6 +1,8 @@
 """One size-generic attention kernel (Options(specialize="never")) serves every sequence length
 and head size: the results of the reference evaluator at lengths 1, primes and block multiples
 +- 1, with a scale and with a causal mask, from one compile."""
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -110,3 +112,21 @@ def test_a_generic_attention_kernel_checks_each_calls_sizes():
         errors.append((type(caught.value), str(caught.value)))
     assert errors[0] == errors[1]
     assert errors[0][0] is tcpy.TCPreconditionError and "must satisfy L <= S" in errors[0][1]
+
+
+def test_a_generic_kernel_keeps_one_set_of_temporaries_for_every_shape():
+    rng = np.random.default_rng(2)
+    kernel = tcpy.define(ATTENTION, options=tcpy.Options(specialize="never", target="x86-64-v3", num_threads=1))
+    reference = tcpy.define(ATTENTION, backend="reference")
+    calls = [_arguments(rng, 1, 1, length, length, 16) for length in (300, 280, 260, 240, 220, 300)]
+    tracemalloc.start()
+    try:
+        for args in calls:
+            kernel(*args)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # the scores and probabilities (300 x 300 floats each) at the largest length, not one pair per length
+    assert held < 2 * (2 * 300 * 300 * 4)
+    for args in calls[-3:]:  # the shared memory reused by shorter and longer lengths
+        np.testing.assert_allclose(kernel(*args), reference(*args), rtol=1e-4, atol=1e-5)

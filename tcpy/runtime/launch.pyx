@@ -383,7 +383,9 @@ cdef class LaunchEntry:
     watch for Ctrl-C: releasing the GIL and asking the OS for the SIGINT handler (two system
     calls) would cost more than the kernel.
     ``constants``: C-contiguous arrays passed after the temporaries, the same every call (a
-    size-generic kernel's size block). ``on_hot``: called once, with the launcher's table key,
+    size-generic kernel's size block). ``temp_pool``: a one-element list shared by the entries
+    of one size-generic kernel, whose temporaries then live in its blocks (see
+    :func:`_shared_temps`), not in spares of each entry's own. ``on_hot``: called once, with the launcher's table key,
     when the entry serves its ``hot_calls``-th call (a generic kernel's shape worth a
     specialised kernel); ``calls`` counts the calls while it waits.
     """
@@ -405,10 +407,11 @@ cdef class LaunchEntry:
     cdef tuple _outs
     cdef tuple _temps
     cdef list _spare_temps  # temporaries of the last call, reused by the next one (or None)
+    cdef readonly object temp_pool
 
     def __init__(self, func_address, n_inputs, output_specs, temp_specs=(), error_messages=(),
                  num_threads=0, single_output=True, input_dtypes=None, owner=None, quick=False, constants=(),
-                 on_hot=None, hot_calls=0):
+                 on_hot=None, hot_calls=0, temp_pool=None):
         if not func_address:
             raise ValueError("LaunchEntry needs the kernel's function address")
         self.func_address = int(func_address)
@@ -432,6 +435,7 @@ cdef class LaunchEntry:
         self.on_hot = on_hot
         self.hot_calls = hot_calls
         self.calls = 0
+        self.temp_pool = temp_pool
 
     def __repr__(self):
         outs = ", ".join(f"{d}{list(s)}" for s, d in self.output_specs)
@@ -602,8 +606,13 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
     # Temporaries are reused from call to call: fresh memory costs a page fault per 4 KiB page
     # on first touch, often more than the kernel. A call running while another holds the
     # spares (threads) allocates its own.
-    cdef list temps = entry._spare_temps
-    entry._spare_temps = None
+    cdef list temps
+    cdef list blocks = None
+    if entry.temp_pool is not None:
+        blocks, temps = _shared_temps(entry)
+    else:
+        temps = entry._spare_temps
+        entry._spare_temps = None
     if temps is None:
         temps = [(<_ArraySpec>entry._temps[i]).new() for i in range(n_tmp)]
     else:
@@ -618,10 +627,41 @@ cdef object _launch(LaunchEntry entry, tuple args, object out):
     try:
         _call(entry, arrays, n_buf)
     finally:
-        entry._spare_temps = temps
+        if blocks is not None:
+            entry.temp_pool[0] = blocks
+        else:
+            entry._spare_temps = temps
     if entry.single_output:
         return arrays[n_in]
     return tuple(arrays[n_in:n_in + n_out])
+
+
+cdef tuple _shared_temps(LaunchEntry entry):
+    """``(blocks, temporaries)``: the entry's temporaries as views of its size-generic kernel's
+    blocks (``entry.temp_pool[0]``: one uint8 array per temporary, grown to the largest
+    shape called so far), zero-filled where the kernel needs it. Every shape of the kernel
+    reuses the same memory: a new shape touches no fresh pages unless it is the largest yet,
+    and the kernel keeps one set of temporaries, not one per shape. The blocks are taken
+    while the call runs (a concurrent call gets new ones, kept after it if it ends last)."""
+    cdef list blocks = entry.temp_pool[0]
+    entry.temp_pool[0] = None
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(entry._temps), skip
+    if blocks is None or len(blocks) != n:
+        blocks = [None] * n
+    cdef list temps = [None] * n
+    cdef _ArraySpec spec
+    cdef cnp.ndarray block, a
+    for i in range(n):
+        spec = <_ArraySpec>entry._temps[i]
+        if blocks[i] is None or cnp.PyArray_NBYTES(<cnp.ndarray>blocks[i]) < spec.nbytes + CACHE_LINE:
+            blocks[i] = np.empty(spec.nbytes + CACHE_LINE, np.uint8)
+        block = <cnp.ndarray>blocks[i]
+        skip = (-<Py_ssize_t>cnp.PyArray_DATA(block)) & (CACHE_LINE - 1)
+        a = block[skip:skip + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+        if spec.zero:
+            memset(cnp.PyArray_DATA(a), 0, spec.nbytes)
+        temps[i] = a
+    return blocks, temps
 
 
 cdef cnp.ndarray _number_to_array(LaunchEntry entry, Py_ssize_t i, object x):

@@ -172,6 +172,26 @@ def test_statements_fuse_only_where_legal_at_every_size(builds):
     assert len([s for s in builds if "generic" in s]) == 1
 
 
+SCALE = """
+def scale(float(N,D) X, double(D) Z) -> (Y, W) {
+    Y(n, d) = X(n, d) / D
+    W(d) = Z(d) / (2 * D - 3)
+}
+"""
+
+
+@pytest.mark.parametrize("planned", [(3, 64), (3, 7)])
+def test_divisions_by_sizes_are_exact_at_every_size(planned):
+    # (a power of two's reciprocal is exact: multiplying by it is dividing)
+    kernel = tcpy.define(SCALE, options=tcpy.Options(specialize="never"))
+    rng = np.random.default_rng(5)
+    for n, d in [planned, (2, 1), (2, 2), (1, 1024), (2, 3), (2, 2 ** 16 + 1), (1, 2 ** 17)]:
+        x, z = rng.standard_normal((n, d)).astype(np.float32), rng.standard_normal(d)
+        y, w = kernel(x, z)
+        np.testing.assert_array_equal(y, x / np.float32(d))
+        np.testing.assert_array_equal(w, z / np.float64(2 * d - 3))
+
+
 def _error(fn):
     with pytest.raises(tcpy.TCError) as info:
         fn()

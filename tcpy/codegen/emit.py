@@ -31,7 +31,9 @@ from tcpy.loopir import (
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.chains import block_chain, online_step
 from tcpy.codegen.cwriter import CLAIMS_PER_THREAD, CWriter, ScratchSlot, dynamic_schedule
-from tcpy.codegen.expressions import access, c_name, combine, convert, identity, index_c, nan_flagged, value
+from tcpy.codegen.expressions import (
+    access, c_name, combine, convert, identity, index_c, nan_flagged, size_divisor, typed, value,
+)
 from tcpy.generic import engine_statements, size_c_name
 from tcpy.schedule import PARALLEL_MIN_WORK
 from tcpy.runtime.build import GENERIC_MARK
@@ -54,6 +56,16 @@ static inline int64_t tcpy_checked_index(int64_t i, int64_t n, int *err, int cod
 }
 """
 
+
+# Whether dividing by v is multiplying by 1 / v exactly: v is +-2^k, its reciprocal a normal
+# float (so is v): both are the correctly rounded x * 2^-k, whatever x.
+_EXACT_RECIPROCAL = """\
+static inline int tcpy_exact_reciprocal(double v) {
+    int e;
+    const double m = frexp(v, &e);
+    return (m == 0.5 || m == -0.5) && e >= -124 && e <= 126;
+}
+"""
 
 REDUCTION_STRIPS = 4  # accumulators of a long SIMD reduction loop (see _Emitter.strip_reduction)
 _PART = "split.part"  # the part index of a split reduction's partial results (a generated name)
@@ -87,6 +99,7 @@ class _Emitter:
         self.registers = {}  # tensor -> the C local holding the element an epilogue is at
         self.strip = ""  # suffix of the accumulator a reduction point adds to (its strip's: see strip_reduction)
         self.nest_work = None  # a generic kernel's: the iterations of the nest being emitted (an expression)
+        self.reciprocals = False  # divisions by sizes multiply by the reciprocal (see nest_body)
 
     # -- error table -------------------------------------------------------------------------
 
@@ -534,6 +547,34 @@ class _Emitter:
         w("}")
         return w.text()
 
+    def nest_body(self, nest):
+        """A nest's loops. In a generic kernel, a nest dividing floats by values of the sizes
+        alone (``X(n, d) / D``) runs twice over: where every such divisor is a power of two
+        (whose reciprocal is exact, so ``x / v`` is ``x * (1 / v)`` to the bit) it multiplies,
+        as a kernel specialised to such sizes does, else it divides."""
+        divisors = []
+        if self.generic is not None:
+            members = nest.group.statements if nest.group is not None else (nest.stmt,)
+            for index in members:
+                self.stmt_index, self.current_stmt = index, self.stmts[index]
+                for node in self.stmts[index].rhs.walk():
+                    if size_divisor(node):
+                        divisors.append(typed(self, node.rhs, node.type))
+            self.stmt_index, self.current_stmt = nest.stmt, self.stmts[nest.stmt]
+        if not divisors:
+            self.nodes(nest.body, 1)
+            return
+        if _EXACT_RECIPROCAL not in self.helpers:
+            self.helpers.append(_EXACT_RECIPROCAL)
+        test = " && ".join(f"tcpy_exact_reciprocal({d})" for d in dict.fromkeys(divisors))
+        self.emit(f"if ({test}) {{", 1)
+        self.reciprocals = True
+        self.nodes(nest.body, 2)
+        self.reciprocals = False
+        self.emit("} else {", 1)
+        self.nodes(nest.body, 2)
+        self.emit("}", 1)
+
     def size_locals(self, slot):
         """A generic kernel's sizes, read from the size block (buffer ``slot``), and each
         tensor dimension that is an expression of them, computed once as a local."""
@@ -602,7 +643,7 @@ class _Emitter:
                 for work in works[1:]:
                     self.nest_work = BinOp("+", self.nest_work, work)
             n_errors = len(self.errors)
-            self.nodes(nest.body, 1)
+            self.nest_body(nest)
             if self.uses_divzero is not None:
                 self.stmt_index = self.uses_divzero
                 code = self.error_code(f"integer division by zero in {self.stmt_label(self.stmts[self.stmt_index])}")

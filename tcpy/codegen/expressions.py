@@ -229,7 +229,24 @@ def _binary(em, expr):
         return f"tcpy_{'div' if op == '/' else 'mod'}_{t.numpy_name}({a}, {b}, &tcpy_divzero)"
     if op == "%":
         return f"(({t.c_type})fmod{'f' if t is ScalarType.FLOAT32 else ''}({a}, {b}))"
+    if op == "/" and em.reciprocals and size_divisor(expr):
+        # the divisor is a power of two here (see _Emitter.nests): the same value, no division per element
+        return f"(({t.c_type})({a} * (({t.c_type})1 / {b})))"
     return f"(({t.c_type})({a} {op} {b}))"
+
+
+#: The nodes of a divisor computed from the sizes alone, with no error to report.
+_SIZE_NODES = (ast.SizeVar, ast.DimRef, ast.IntLit, ast.FloatLit, ast.Cast)
+
+
+def size_divisor(expr) -> bool:
+    """Whether ``expr`` is a float32 or float64 division by a value of the sizes alone (loop
+    invariant in every loop; a generic kernel multiplies by its reciprocal where that is exact)."""
+    if not (isinstance(expr, ast.Binary) and expr.op == "/"
+            and expr.type in (ScalarType.FLOAT32, ScalarType.FLOAT64)):
+        return False
+    return all(isinstance(node, _SIZE_NODES) or (isinstance(node, ast.Binary) and node.op in ("+", "-", "*"))
+               or (isinstance(node, ast.Unary) and node.op == "-") for node in expr.rhs.walk())
 
 
 def _call(em, expr):

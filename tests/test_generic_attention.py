@@ -1,7 +1,10 @@
 """One size-generic attention kernel (Options(specialize="never")) serves every sequence length
 and head size: the results of the reference evaluator at lengths 1, primes and block multiples
-+- 1, with a scale and with a causal mask, from one compile."""
++- 1, with a scale, a causal mask or keys limited by a where clause, from one compile; the
+precondition errors of a specialised kernel; one set of temporaries for every shape, none
+shared by concurrent calls."""
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -130,3 +133,15 @@ def test_a_generic_kernel_keeps_one_set_of_temporaries_for_every_shape():
     assert held < 2 * (2 * 300 * 300 * 4)
     for args in calls[-3:]:  # the shared memory reused by shorter and longer lengths
         np.testing.assert_allclose(kernel(*args), reference(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_concurrent_calls_of_a_generic_kernel_do_not_share_temporaries():
+    rng = np.random.default_rng(3)
+    kernel = tcpy.define(ATTENTION, options=tcpy.Options(specialize="never", target="x86-64-v3", num_threads=1))
+    reference = tcpy.define(ATTENTION, backend="reference")
+    calls = [_arguments(rng, 1, 2, length, length, 16) for length in (200, 150, 97, 64, 180, 120) * 2]
+    wants = [reference(*args) for args in calls]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        gots = list(pool.map(lambda args: kernel(*args), calls))
+    for got, want in zip(gots, wants):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

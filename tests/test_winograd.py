@@ -78,6 +78,35 @@ def test_the_gemm_s_window_gather_counts_against_it():
     assert _paths(tcpy.define(unpadded, options=options), *_zeros(1, 256, 256, 14)) in (["packed"], ["stream"])
 
 
+def test_a_small_image_s_tiles_are_split_over_the_threads():
+    """On AVX-512, the 14x14 ResNet layer at N=1 has 49 tiles: one 6x64 sliver on one thread;
+    two threads take 8x32 micro-tiles so that each gets a sliver (no thread idles)."""
+    plans = {t: _engine(tcpy.define(_conv_source(), options=tcpy.Options(num_threads=t, target="x86-64-v4")),
+                        *_zeros(1, 256, 256, 14))[0].plan for t in (1, 2)}
+    assert [(p.path, p.mr, p.nr, p.grid) for p in plans.values()] == [
+        ("winograd", 6, 64, (1, 1, 1, 1)), ("winograd", 8, 32, (1, 1, 2, 1))]
+
+
+@pytest.mark.parametrize("threads", [2, 7])
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_narrower_tiles_for_the_threads_match_the_reference(target, threads):
+    """A 1-image convolution with fewer tiles than one wide sliver, padded by guards, +=! and
+    a fused bias: every thread count's micro-tile gives the reference's sums."""
+    rng = np.random.default_rng(3)
+    I = rng.standard_normal((1, 24, 13, 13), dtype=np.float32)  # 49 tiles
+    Wt = rng.standard_normal((40, 24, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(40, dtype=np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
+        kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(target=target, num_threads=threads))
+        assert _paths(kernel, I, Wt, bias) == ["winograd"]
+        got = kernel(I, Wt, bias)
+    want = tcpy.define(GUARDED_WEIGHTS, backend="reference")(I, Wt, bias)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * 24 * 9)
+
+
 def test_the_option_turns_the_path_off():
     args = _zeros(1, 64, 64, 56)
     assert _paths(tcpy.define(_conv_source(), options=tcpy.Options(target=AVX2)), *args) == ["winograd"]

@@ -43,6 +43,19 @@ NARROW_N_GAIN = 1.05  # a tile fitting N's extent better must win by this (8x3 r
 ONE_K_BLOCK_SLACK = 1.5  # K up to this many L1-sized K blocks runs as one when the output is beyond L2
 
 
+def register_tiles(target: Target) -> dict[int, int]:
+    """The tallest ``MR`` for each width of ``NR vectors`` (1 to 4) whose accumulators ``MR x NRv``,
+    ``NRv`` vectors of B and one broadcast of A fit the vector registers, with no more loads
+    (MR broadcasts + NRv vectors) than FMAs and at most ``MAX_TILE_ROWS`` rows."""
+    tallest = {}
+    for nv in range(1, 5):
+        fits = [mr for mr in range(1, MAX_TILE_ROWS + 1)
+                if mr * nv + nv + 1 <= target.vector_registers and mr + nv <= mr * nv]
+        if fits:
+            tallest[nv] = max(fits)
+    return tallest
+
+
 def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> tuple[int, int]:
     """``(MR, NR vectors)``: accumulators ``MR x NRv`` + ``NRv`` vectors of B + one broadcast of
     A fit the vector registers, with no more loads (MR broadcasts + NRv vectors) than FMAs and
@@ -50,12 +63,8 @@ def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> t
     sliver leaves L1 room for kc); given N's extent ``n``, a tile whose FMAs times the useful
     share of its columns (N in whole tiles) is ``NARROW_N_GAIN`` higher replaces it (N = 64
     with 48-wide tiles would compute 96 columns)."""
-    regs, lanes = target.vector_registers, target.lanes(element_bytes)
-    tallest = {}
-    for nv in range(1, 5):
-        fits = [mr for mr in range(1, MAX_TILE_ROWS + 1) if mr * nv + nv + 1 <= regs and mr + nv <= mr * nv]
-        if fits:
-            tallest[nv] = max(fits)
+    lanes = target.lanes(element_bytes)
+    tallest = register_tiles(target)
     if not tallest:  # a tiny register file: one row, one vector
         return 1, 1
     best = max(((mr, nv) for nv, mr in tallest.items()), key=lambda t: (t[0] * t[1], t[0]))
@@ -392,18 +401,29 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     which would run instead), or without a baseline the FMAs of a GEMM over all 9 taps."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
-    mr, nv = micro_tile(target, s, form.tiles)
-    nr = nv * lanes
     cost = target.cost
     fmas = cost.fma_pipes * lanes
     batch, M, N, _ = con.sizes
+
+    def shares(tile):  # the threads that get tile slivers
+        return min(threads, batch * -(-form.tiles // (tile[1] * lanes)))
+
+    def per_thread(tile):
+        return winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost) * batch / shares(tile)
+
+    # a small image's few tiles fill one wide sliver: a narrower tile that gives more threads a
+    # sliver, if its estimate per thread is lower (ResNet's 14x14 layer at N=1, 2 threads: 8x32)
+    widest = micro_tile(target, s, form.tiles)
+    narrower = [(mr, nv) for nv, mr in register_tiles(target).items() if shares((mr, nv)) > shares(widest)]
+    mr, nv = min([widest, *narrower], key=per_thread)
+    nr = nv * lanes
     slivers = -(-form.tiles // nr)
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
     # (a few slivers cannot keep many threads busy); FMAs alone missed the GEMM's padded gather
     # (ResNet's 14x14 layer at N=1 ran 1.25x faster as Winograd on AMD Zen 5, estimated 0.95x)
     gemm = baseline if baseline is not None else \
         gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
-    fast = winograd_cycles(form, mr, nr, fmas, cost) * batch / min(threads, batch * slivers)
+    fast = per_thread((mr, nv))
     if gemm < cost.winograd_gain_min * fast:
         return None
     kc = _balanced(form.K, kc_max, unroll)

@@ -23,7 +23,8 @@ points equal to the forward value (except a softmax's row maximum, which the nor
 quotient does not depend on: :meth:`_Reverse.normalising_shift`); ``*=!`` gives each factor the
 product of the others. Forward tensors the backward reads are recomputed by their
 forward statements inside the backward def (``value_and_grad`` returns them as outputs
-instead of computing them twice); the fusion pass then runs on the backward like on any def.
+instead of computing them twice); the statements are ordered so that the fusion pass can group
+them (:func:`_fusable_order`), and it then runs on the backward like on any def.
 """
 from __future__ import annotations
 

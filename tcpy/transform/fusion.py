@@ -27,7 +27,11 @@ writes its rows into a per-thread block buffer through the micro-kernel, the sta
 between run row by row on views of those buffers, and the second product reads its block of
 rows as its A operand. How many rows a block holds, whether the columns run in blocks too,
 which loops run in parallel and where the products' other operands are packed is the chain's
-plan, decided by :mod:`tcpy.transform.chains` (lowered by :mod:`tcpy.lower_chains`). Two
+plan, decided by :mod:`tcpy.transform.chains` (lowered by :mod:`tcpy.lower_chains`). Several
+products may come before the rows and after them (attention's backward: the scores and the
+probabilities' cotangent of a block of query rows, the softmax rows, then dQ, dK and dV); a
+product after them may sum over the blocked variable (``dK(s, d) +=! dSc(l, s) * Q(l, d)``
+blocked on ``l``): each block adds its terms, and a batch's blocks run in order. Two
 products back to back, the second reading the rows the first writes (``(A B) C``), chain the
 same way with nothing between them. Every block of rows reads the products' other operands
 again: such a pair chains when those reads pay (:func:`tcpy.transform.chains.rereads_pay`:

@@ -62,18 +62,20 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads for tcpy and torch")
     parser.add_argument("--only", default="", help="run only cases whose name or shapes contain this text")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of repeats per contender and case")
+    parser.add_argument("--specialize", choices=("always", "never", "auto"), default="always",
+                        help="tcpy's Options.specialize (default: kernels specialised to the shapes, as bench.py)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         tcpy.set_num_threads(args.threads)
         if torch is not None:
             torch.set_num_threads(args.threads)
-    print(f"machine: {machine()}; tcpy threads: {tcpy.get_num_threads()}; torch {torch.__version__ if torch else 'not installed'}")
+    print(f"machine: {machine()}; tcpy threads: {tcpy.get_num_threads()}; specialize: {args.specialize}; torch {torch.__version__ if torch else 'not installed'}")
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     rng = np.random.default_rng(0)
     for name, shapes, source, make_args, torch_forward, wrt in cases():
         if args.only and args.only not in f"{name} {shapes}":
             continue
-        forward = tcpy.define(source)
+        forward = tcpy.define(source, options=tcpy.Options(specialize=args.specialize))
         backward = tcpy.grad(forward, wrt)
         inputs = make_args(rng)
         out = forward(*inputs)

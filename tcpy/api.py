@@ -300,11 +300,9 @@ class Kernel(Launcher):
         specialisation (planned, not built, before a call) when it is the one."""
         served = self._served.get(_sizes_key(sizes))
         if served is None:
-            from .tuning import tuned_options
-            if self.options.specialize == "always":
-                return "specialised to these sizes (Options(specialize='always'))", None
-            if tuned_options(self, sizes) is not None:
-                return "specialised to these sizes, with the options tcpy.autotune found for them", None
+            forced = self._specialised_by_options(sizes)
+            if forced is not None:
+                return forced, None
         elif not served.startswith("generic"):
             return served, None
         if self._generic is None:
@@ -318,6 +316,19 @@ class Kernel(Launcher):
             return f"specialised to these sizes: no generic kernel, {plans}", None
         return served or _generic_text(self.options.specialize), generic
 
+    def _specialised_by_options(self, sizes: Mapping[str, int]) -> Optional[str]:
+        """Why calls with ``sizes`` get a kernel specialised to them whatever the generic kernel
+        can run (the options ask for it, fix the engine's plan, or tcpy.autotune chose options
+        for these sizes), or None."""
+        from .tuning import tuned_options
+        if self.options.specialize == "always":
+            return "specialised to these sizes (Options(specialize='always'))"
+        if self.options.plan:
+            return "specialised to these sizes (Options.plan fixes the contraction engine's plan)"
+        if tuned_options(self, sizes) is not None:
+            return "specialised to these sizes, with the options tcpy.autotune found for them"
+        return None
+
     def finish_specializations(self, timeout: Optional[float] = None) -> None:
         """Wait for the specialised kernels compiled in the background (``specialize="auto"``)."""
         for thread in list(self._background):
@@ -328,8 +339,7 @@ class Kernel(Launcher):
         describe the call."""
         arrays, sizes = binding.bind_arguments(self.def_, args)
         _check_runnable(self.options.target)
-        from .tuning import tuned_options
-        if self.options.specialize != "always" and tuned_options(self, sizes) is None:
+        if self._specialised_by_options(sizes) is None:
             generic = self._generic_kernel(sizes)
             if not isinstance(generic, str):
                 bound = self.ranges.bind(sizes)  # (once: the plans and the entry read it)

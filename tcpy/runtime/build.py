@@ -317,14 +317,21 @@ def _warn_once(about: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+_probed: set[str] = set()  # directories a file was created in by this process
+
+
 def _unusable(directory: Path) -> Optional[str]:
-    """Why ``directory`` cannot hold cache files, or None if it can (tried, not guessed)."""
+    """Why ``directory`` cannot hold cache files, or None if it can (tried once per process and
+    directory, not guessed; later only its permissions are checked: every new call shape asks)."""
+    if str(directory) in _probed and os.access(directory, os.W_OK | os.X_OK):
+        return None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
             pass
     except OSError as e:
         return e.strerror or str(e)
+    _probed.add(str(directory))
     return None
 
 

@@ -204,3 +204,17 @@ def test_a_rank0_scale_that_is_nan_scales_every_term():
     a, b = np.zeros((3, 4), np.float32), np.ones((4, 5))
     for s in (np.float64(2.0), np.float64(np.inf), np.float64(np.nan)):
         np.testing.assert_array_equal(kernel(a, b, s), reference(a, b, s))
+
+
+@pytest.mark.parametrize("product", ["A(m, k) * B(k, n) / 8", "A(m, k) / 4.0 * B(k, n)", "A(m, k) * B(k, n) / K"])
+def test_a_scaled_product_runs_generic_at_every_shape(builds, product):
+    """A literal divisor is the engine's scale; a divisor of the sizes scales the product's
+    result, a loop statement (generic: multiplied by the exact reciprocal where there is one)."""
+    source = f"def f(float(M,K) A, float(K,N) B) -> (C) {{ C(m, n) +=! {product} }}"
+    kernel = tcpy.define(source, options=tcpy.Options(specialize="never", num_threads=2))
+    reference = tcpy.define(source, backend="reference")
+    rng = np.random.default_rng(5)
+    for m, k, n in ((3, 4, 5), (17, 8, 33), (64, 7, 65), (1, 1, 1)):
+        a, b = _arrays(rng, (m, k), (k, n))
+        np.testing.assert_allclose(kernel(a, b), reference(a, b), rtol=1e-5, atol=1e-6)
+    assert len(builds) == 1 and "generic" in builds[0]

@@ -555,7 +555,8 @@ class _Emitter:
         divisors = []
         if self.generic is not None:
             members = nest.group.statements if nest.group is not None else (nest.stmt,)
-            for index in members:
+            engines = engine_statements(self.program)  # (their scale is the engine's alpha)
+            for index in (i for i in members if i not in engines):
                 self.stmt_index, self.current_stmt = index, self.stmts[index]
                 for node in self.stmts[index].rhs.walk():
                     if size_divisor(node):

@@ -240,13 +240,15 @@ _SIZE_NODES = (ast.SizeVar, ast.DimRef, ast.IntLit, ast.FloatLit, ast.Cast)
 
 
 def size_divisor(expr) -> bool:
-    """Whether ``expr`` is a float32 or float64 division by a value of the sizes alone (loop
-    invariant in every loop; a generic kernel multiplies by its reciprocal where that is exact)."""
+    """Whether ``expr`` is a float32 or float64 division by a value of the sizes alone, at least
+    one of them (loop invariant in every loop; a generic kernel multiplies by its reciprocal where
+    that is exact; a literal divisor is the compiler's to fold)."""
     if not (isinstance(expr, ast.Binary) and expr.op == "/"
             and expr.type in (ScalarType.FLOAT32, ScalarType.FLOAT64)):
         return False
-    return all(isinstance(node, _SIZE_NODES) or (isinstance(node, ast.Binary) and node.op in ("+", "-", "*"))
-               or (isinstance(node, ast.Unary) and node.op == "-") for node in expr.rhs.walk())
+    nodes = list(expr.rhs.walk())
+    return any(isinstance(node, (ast.SizeVar, ast.DimRef)) for node in nodes) and all(isinstance(node, _SIZE_NODES) or (isinstance(node, ast.Binary) and node.op in ("+", "-", "*"))
+               or (isinstance(node, ast.Unary) and node.op == "-") for node in nodes)
 
 
 def _call(em, expr):

@@ -16,7 +16,8 @@ NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 PLOTS = {"01_quickstart.ipynb": 0, "02_range_inference.ipynb": 3, "03_kernels.ipynb": 1, "04_gradients.ipynb": 0,
          "05_tiny_ir.ipynb": 0,
          "06_ptir_ops.ipynb": 0,
-         "07_dask.ipynb": 0}
+         "07_dask.ipynb": 0,
+         "08_size_sweep.ipynb": 1}
 
 
 def test_every_notebook_is_listed():

@@ -46,3 +46,19 @@ class Golden:
 @pytest.fixture
 def golden(request) -> Golden:
     return Golden(request.config.getoption("--accept"))
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """The kernels built (or found in the disk cache) by the test, as a list of symbols."""
+    import tcpy.api
+
+    built = []
+    build = tcpy.api._build_and_load
+
+    def counting(spec, options):
+        built.append(spec.symbol)
+        return build(spec, options)
+
+    monkeypatch.setattr(tcpy.api, "_build_and_load", counting)
+    return built

@@ -82,20 +82,6 @@ CONFIGS = [(name, preset, (1, 2, 7)[(k + p) % 3]) for k, name in enumerate(SOURC
            for p, preset in enumerate(_runnable_presets())]
 
 
-@pytest.fixture
-def builds(monkeypatch):
-    """The kernels built (or found in the disk cache) by this test, as a list of symbols."""
-    built = []
-    build = tcpy.api._build_and_load
-
-    def counting(spec, options):
-        built.append(spec.symbol)
-        return build(spec, options)
-
-    monkeypatch.setattr(tcpy.api, "_build_and_load", counting)
-    return built
-
-
 _kernels = {}
 
 

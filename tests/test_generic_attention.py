@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import tcpy
-import tcpy.api
 from tcpy.demo import ATTENTION
 
 # a causal mask: key s is seen from query l only when s <= l (masked scores are -1e30)
@@ -45,20 +44,6 @@ HEADS = (1, 3, 16, 17, 64)
 # (def, preset, threads): every def, both presets, 1, 2 and 7 threads among them
 CONFIGS = [("attention", "x86-64-v3", 1), ("attention", "x86-64", 7), ("causal", "x86-64-v3", 2),
            ("causal", "x86-64", 1), ("prefix", "x86-64-v3", 7)]
-
-
-@pytest.fixture
-def builds(monkeypatch):
-    """The kernels built (or found in the disk cache) by this test, as a list of symbols."""
-    built = []
-    build = tcpy.api._build_and_load
-
-    def counting(spec, options):
-        built.append(spec.symbol)
-        return build(spec, options)
-
-    monkeypatch.setattr(tcpy.api, "_build_and_load", counting)
-    return built
 
 
 _kernels = {}

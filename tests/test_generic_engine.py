@@ -7,7 +7,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcpy
-import tcpy.api
 from tcpy.demo import ATTENTION
 from tcpy.target import Target
 
@@ -123,20 +122,6 @@ def _runnable_presets():
 # every case on one preset and thread count, the presets and 1, 2 and 7 threads taken in turn
 CONFIGS = [(name, _runnable_presets()[k % len(_runnable_presets())], (1, 2, 7)[k % 3])
            for k, name in enumerate(CASES)]
-
-
-@pytest.fixture
-def builds(monkeypatch):
-    """The kernels built (or found in the disk cache) by this test, as a list of symbols."""
-    built = []
-    build = tcpy.api._build_and_load
-
-    def counting(spec, options):
-        built.append(spec.symbol)
-        return build(spec, options)
-
-    monkeypatch.setattr(tcpy.api, "_build_and_load", counting)
-    return built
 
 
 _kernels = {}

@@ -118,7 +118,8 @@ class Kernel(Launcher):
         except TCProgramError as err:
             raise err.located(source)
         self.types: dict[str, ScalarType] = {t.name: t.scalar for t in def_.tensors}
-        self._generic = None  # the generic kernel (address, Specialization), or why there is none
+        self._generic = None  # the generic kernel's Specialization (planned), or why there is none
+        self._generic_address = None  # the generic kernel's function, once built (at its first entry)
         self._generic_temps = [None]  # the generic kernel's temporaries, shared by its shapes' entries
         self._served: dict[tuple, str] = {}  # sizes -> which kernel serves them, and why
         self._background: list[threading.Thread] = []  # specialisations being compiled
@@ -284,15 +285,12 @@ class Kernel(Launcher):
         parallel loops)."""
         return dataclasses.replace(self.options, num_threads=self.options.num_threads or max(2, self.options.threads))
 
-    def _generic_kernel(self, sizes: Mapping[str, int]):
-        """``(address, Specialization)`` of the generic kernel, planned and built at the first
-        call's ``sizes``; or why this def has none (text)."""
+    def _generic_plan(self, sizes: Mapping[str, int]):
+        """The generic kernel's Specialization, planned at the first call's ``sizes``; or why
+        this def has none (text). It is built when a shape first runs on it
+        (:meth:`_generic_entry`), not before: a first shape may still need a specialised kernel."""
         if self._generic is None:
-            spec = self._specialize((), sizes, options=self._generic_options(), generic=True)
-            if isinstance(spec, str):
-                self._generic = spec
-            else:
-                self._generic = (_build_and_load(spec, spec.ir.options), spec)
+            self._generic = self._specialize((), sizes, options=self._generic_options(), generic=True)
         return self._generic
 
     def _kernel_choice(self, sizes: Mapping[str, int]) -> tuple[str, Optional[Specialization]]:
@@ -305,10 +303,8 @@ class Kernel(Launcher):
                 return forced, None
         elif not served.startswith("generic"):
             return served, None
-        if self._generic is None:
-            generic = self._specialize((), sizes, options=self._generic_options(), generic=True)
-        else:
-            generic = self._generic if isinstance(self._generic, str) else self._generic[1]
+        # (planned here without being kept: the generic kernel is planned at the first call's sizes)
+        generic = self._generic or self._specialize((), sizes, options=self._generic_options(), generic=True)
         if isinstance(generic, str):
             return f"specialised to these sizes: no generic kernel, {generic}", None
         plans = self._engine_plans(generic, sizes)
@@ -340,12 +336,12 @@ class Kernel(Launcher):
         arrays, sizes = binding.bind_arguments(self.def_, args)
         _check_runnable(self.options.target)
         if self._specialised_by_options(sizes) is None:
-            generic = self._generic_kernel(sizes)
+            generic = self._generic_plan(sizes)
             if not isinstance(generic, str):
                 bound = self.ranges.bind(sizes)  # (once: the plans and the entry read it)
-                plans = self._engine_plans(generic[1], sizes, bound)
+                plans = self._engine_plans(generic, sizes, bound)
                 if not isinstance(plans, str):
-                    return self._generic_entry(*generic, sizes, plans, bound)
+                    return self._generic_entry(generic, sizes, plans, bound)
                 generic = plans
             self._served[_sizes_key(sizes)] = f"specialised to these sizes: no generic kernel, {generic}"
         return self._specialized_entry(self.specialize(**sizes), sizes)
@@ -384,11 +380,14 @@ class Kernel(Launcher):
             plans.append(buffer)
         return tuple(plans)
 
-    def _generic_entry(self, address: int, generic: Specialization, sizes: Mapping[str, int],
+    def _generic_entry(self, generic: Specialization, sizes: Mapping[str, int],
                        plans: tuple = (), bound=None) -> LaunchEntry:
         """The generic kernel's entry for ``sizes``: their checks, shapes, size block and the
         plan buffers of its contractions (``plans``); ``bound``: the ranges bound to them, if at
-        hand."""
+        hand. The first entry builds the kernel."""
+        if self._generic_address is None:
+            self._generic_address = _build_and_load(generic, generic.ir.options)
+        address = self._generic_address
         bound = bound or self.ranges.bind(sizes)  # the preconditions, as a specialised kernel's
         key = _sizes_key(sizes)
         self._served.setdefault(key, _generic_text(self.options.specialize))

@@ -130,3 +130,18 @@ def test_concurrent_calls_of_a_generic_kernel_do_not_share_temporaries():
         gots = list(pool.map(lambda args: kernel(*args), calls))
     for got, want in zip(gots, wants):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_first_shape_with_huge_temporaries_builds_no_generic_kernel(builds):
+    """Under "auto" such a shape is specialised from its first call; the generic kernel is only
+    planned (built at the first shape that runs on it), so no compile is spent on it."""
+    kernel = tcpy.define(ATTENTION, options=tcpy.Options(target="x86-64-v3", num_threads=1))
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 512, 16)).astype(np.float32) for _ in range(3))
+    want = tcpy.define(ATTENTION, backend="reference")(q, k, v, 0.25)
+    np.testing.assert_allclose(kernel(q, k, v, 0.25), want, rtol=1e-4, atol=1e-5)
+    assert "its temporaries whole" in kernel.explain(q, k, v, 0.25)
+    assert len(builds) == 1 and "generic" not in builds[0], builds
+    small = [a[:, :, :8] for a in (q, k, v)]  # a shape the generic kernel serves: built now
+    kernel(*small, 0.25)
+    assert len(builds) == 2 and "generic" in builds[1], builds

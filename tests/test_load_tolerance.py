@@ -190,17 +190,23 @@ def test_proc_stat_is_read_per_cpu(tmp_path):
 class _FakeMachine:
     """/proc/stat and this process's CPU time, advanced by hand: each tick() gives every CPU
     `window` ticks, `others` (per CPU) of them busy with other processes, and this process
-    `own` CPU-ticks in all, spread over the CPUs."""
+    `own` CPU-ticks in all, spread over the CPUs; `child` ticks on CPU 0 are a child process's,
+    counted as this process's only when it is waited for (`wait()`)."""
 
     def __init__(self, n_cpus, hz=100):
         self.busy, self.total, self.own_ticks, self.hz = [0] * n_cpus, [0] * n_cpus, 0, hz
+        self.child_ticks = self.waited_ticks = 0
 
-    def tick(self, others, own=0, window=10):
+    def tick(self, others, own=0, window=10, child=0):
         n = len(self.busy)
         for cpu in range(n):
-            self.busy[cpu] += others[cpu] + own // n
+            self.busy[cpu] += others[cpu] + own // n + (child if cpu == 0 else 0)
             self.total[cpu] += window
         self.own_ticks += own
+        self.child_ticks += child
+
+    def wait(self):
+        self.waited_ticks, self.child_ticks = self.waited_ticks + self.child_ticks, 0
 
     def read(self):
         return {cpu: (b, t) for cpu, (b, t) in enumerate(zip(self.busy, self.total))}
@@ -208,10 +214,17 @@ class _FakeMachine:
     def own_seconds(self):
         return self.own_ticks / self.hz
 
+    def children_seconds(self):
+        return self.waited_ticks / self.hz
+
+    def free_cpus(self, allowed=None):
+        return FreeCpus(allowed, read_stat=self.read, own_seconds=self.own_seconds,
+                        children_seconds=self.children_seconds, hz=self.hz)
+
 
 def test_free_cpus_are_those_other_processes_leave():
     machine = _FakeMachine(4)
-    load = FreeCpus(None, read_stat=machine.read, own_seconds=machine.own_seconds, hz=machine.hz)
+    load = machine.free_cpus()
     assert load.sample() is None  # the baseline
     machine.tick([0, 0, 0, 0], own=40)  # only this process, on every CPU
     assert load.sample() == 4
@@ -229,13 +242,35 @@ def test_free_cpus_are_those_other_processes_leave():
 
 def test_free_cpus_count_only_the_allowed_cpus():
     machine = _FakeMachine(4)
-    load = FreeCpus(frozenset({2, 3}), read_stat=machine.read, own_seconds=machine.own_seconds, hz=machine.hz)
+    load = machine.free_cpus(frozenset({2, 3}))
     load.sample()
     machine.tick([10, 10, 0, 0])  # busy CPUs this process may not use
     assert load.sample() == 2
     machine.tick([0, 0, 10, 0])
     assert load.sample() == 1
     assert FreeCpus(None, read_stat=lambda: None).sample() is None  # no /proc/stat: no estimate
+
+
+def test_a_compile_waited_for_counts_as_this_process_for_its_window_only():
+    """A compiler child is another process's work while it runs; once waited for, its time is
+    this process's for at most the window it ends in, not for the earlier windows that already
+    counted it as others' (a kernel compiled in the background while calls went on)."""
+    machine = _FakeMachine(2)
+    load = machine.free_cpus()
+    load.sample()
+    machine.tick([0, 10], child=10)  # a spinner on CPU 1, the compiler on CPU 0
+    assert load.sample() == 1
+    for _ in range(3):
+        machine.tick([0, 10], child=10)
+        assert load.sample() == 1
+    machine.tick([0, 10], child=10)
+    machine.wait()  # 50 ticks of the child's time arrive at once: the spinner is still seen
+    assert load.sample() == 1
+    machine.tick([0, 0], own=20)
+    assert load.sample() == 2
+    machine.tick([0, 0], child=10)  # a compile inside one window, waited for in it
+    machine.wait()
+    assert load.sample() == 2
 
 
 _WATCHED_CALLS = textwrap.dedent("""

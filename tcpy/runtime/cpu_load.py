@@ -8,7 +8,11 @@ than the CPUs other processes leave free.
 The estimate: over the time since the previous sample, the busy time of the CPUs this process
 may run on (``/proc/stat``: everything but idle and iowait, steal included, since a vCPU the
 hypervisor lends away is not ours either) minus the CPU time of this process and of the children
-it waited for (a compiler the first call ran), in cores. Sampling costs one read of
+it waited for (a compiler the first call ran), in cores. A child's time is known only once it has
+been waited for, all of it at once, while it ran over earlier windows too (a kernel compiled in the
+background while calls went on): a window counts at most its own length of it, as if the child
+had run through this window alone, so the end of a long compile does not hide other processes'
+work. Sampling costs one read of
 ``/proc/stat`` (microseconds); the launcher samples at most every :data:`SAMPLE_INTERVAL_S`, and
 only for parallel calls.
 
@@ -58,27 +62,38 @@ def read_proc_stat(path: str = "/proc/stat") -> Optional[dict[int, tuple[int, in
 
 
 def own_cpu_seconds() -> float:
-    """CPU time of this process's threads and of the children it has waited for."""
+    """CPU time of this process's threads."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system
+
+
+def children_cpu_seconds() -> float:
+    """CPU time of the children this process has waited for."""
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 class FreeCpus:
     """Samples of the CPUs other processes leave free, among ``allowed`` (the CPU numbers this
     process may run on; None: every CPU ``/proc/stat`` lists).
 
-    ``read_stat`` and ``own_seconds`` are the sources (:func:`read_proc_stat`,
-    :func:`own_cpu_seconds`); tests pass their own. The first sample only sets the baseline.
+    ``read_stat``, ``own_seconds`` and ``children_seconds`` are the sources
+    (:func:`read_proc_stat`, :func:`own_cpu_seconds`, :func:`children_cpu_seconds`); tests pass
+    their own. The first sample only sets the baseline.
     """
 
     def __init__(self, allowed: Optional[frozenset[int]] = None,
                  read_stat: Callable[[], Optional[dict[int, tuple[int, int]]]] = read_proc_stat,
-                 own_seconds: Callable[[], float] = own_cpu_seconds, hz: Optional[int] = None):
+                 own_seconds: Callable[[], float] = own_cpu_seconds,
+                 children_seconds: Callable[[], float] = children_cpu_seconds,
+                 hz: Optional[int] = None):
         self.allowed = allowed
         self.read_stat = read_stat
         self.own_seconds = own_seconds
+        self.children_seconds = children_seconds
         self.hz = hz or ticks_per_second()
-        self._last: Optional[tuple[int, int, int, float]] = None  # cpus, busy, total ticks; own s
+        # cpus, busy ticks, total ticks; own s, children s
+        self._last: Optional[tuple[int, int, int, float, float]] = None
 
     def sample(self) -> Optional[int]:
         """CPUs free of other processes' work over the window since the previous sample (at
@@ -89,7 +104,8 @@ class FreeCpus:
         mine = [v for cpu, v in counts.items() if self.allowed is None or cpu in self.allowed]
         if not mine:
             return None
-        now = (len(mine), sum(b for b, _ in mine), sum(t for _, t in mine), self.own_seconds())
+        now = (len(mine), sum(b for b, _ in mine), sum(t for _, t in mine), self.own_seconds(),
+               self.children_seconds())
         last, self._last = self._last, now
         if last is None or last[0] != now[0]:
             return None
@@ -97,7 +113,7 @@ class FreeCpus:
         if window < MIN_WINDOW_TICKS:
             self._last = last  # keep the baseline: the window grows until it says something
             return None
-        own = (now[3] - last[3]) * self.hz
+        own = (now[3] - last[3]) * self.hz + min((now[4] - last[4]) * self.hz, window)
         others = min(max((now[1] - last[1] - own) / window, 0.0), now[0])
         return max(1, int(now[0] - others + 0.5))
 

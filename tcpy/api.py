@@ -77,11 +77,11 @@ SPECIALIZE_AFTER_CALLS = 100
 #: ... or sooner, once the shape's calls have run this many iterations in all: a compile costs
 #: a fraction of a second, which a large shape's specialised (fused) kernel soon pays back.
 SPECIALIZE_AFTER_POINTS = 1 << 30
-#: A shape whose temporaries, each whole as the generic kernel allocates them (it runs no chain), take
-#: more than this many times the bytes of its arguments and results (and more than L2) is
-#: specialised from its first call under ``Options(specialize="auto")``: fused, such
-#: temporaries live in per-thread blocks
-#: (attention's scores and their cotangents, L x S each, against inputs of L x D).
+#: A shape whose temporaries, each whole as the generic kernel allocates them (those its fused
+#: groups and online chains do not shrink), take more than this many times the bytes of its
+#: arguments and results (and more than L2) is specialised from its first call under
+#: ``Options(specialize="auto")``: fused, such temporaries live in per-thread blocks
+#: (attention's gradient: its scores and their cotangents, L x S each, against inputs of L x D).
 GENERIC_TEMPORARIES_RATIO = 4
 
 
@@ -225,9 +225,13 @@ class Kernel(Launcher):
                         lines.append(f"  generic kernel: fused {describe_group(program, nest.group)}")
                     elif nest.kind is NestKind.COMPUTE and nest.schedule is not None:
                         lines.append(f"  generic kernel: {generic.ir.stmts[nest.stmt]}: {nest.schedule.describe()}")
+                from .transform.runtime_chains import describe as describe_chained
+                chains = {i: group for group in program.groups if group.chain is not None for i in group.products}
                 for index, buffer in zip(engine_statements(program), self._engine_plans(generic, bound_sizes)):
                     statement = program.statements[index]
-                    lines.append(f"  generic kernel: {statement.stmt}: {describe(buffer, statement.engine.plan)}")
+                    what = (describe_chained(buffer, chains[index], index) if index in chains
+                            else describe(buffer, statement.engine.plan))
+                    lines.append(f"  generic kernel: {statement.stmt}: {what}")
             lines.append("schedule:")
             for nest in spec.ir.nests:
                 if nest.group is not None:
@@ -367,13 +371,25 @@ class Kernel(Launcher):
         engines = engine_statements(program)
         if not engines:
             return ()
+        from .transform.runtime_chains import chain_buffers
         from .transform.runtime_plan import plan_buffer
         threads = self.options.num_threads or get_num_threads()
+        chained = {}
+        for group in program.groups:
+            if group.chain is not None:
+                found = chain_buffers(program, group, bound.statements, shapes, program.types, sizes,
+                                      generic.ir.options, threads)
+                if found is None:
+                    return f"the chain of statements {group.statements[0] + 1} to {group.statements[-1] + 1} " \
+                           "does not run generically at these sizes"
+                chained.update(found)
         plans = []
         for index in engines:
             statement = program.statements[index]
-            buffer = plan_buffer(statement, bound.statements[statement.origin], shapes, program.types,
-                                 sizes, generic.ir.options, threads)
+            buffer = chained.get(index)
+            if buffer is None:
+                buffer = plan_buffer(statement, bound.statements[statement.origin], shapes, program.types,
+                                     sizes, generic.ir.options, threads)
             if buffer is None:
                 return (f"statement {statement.origin + 1} is no contraction the generic kernel's engine runs "
                         "at these sizes")

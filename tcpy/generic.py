@@ -17,11 +17,15 @@ operands read in place, not through panel copies), without split reductions
 contractions the engine takes (GEMM, batched GEMM, convolutions as implicit GEMM, attention's
 products), on the run-time engine (:mod:`tcpy.codegen.contraction.runtime`): one routine for
 every size, whose extents, offset tables, cache blocks and thread grid come per call shape from
-a plan buffer after the size block (:mod:`tcpy.transform.runtime_plan`). :func:`unsupported` says why a planned program is not generic; such a
-def gets a kernel specialised for each shape.
+a plan buffer after the size block (:mod:`tcpy.transform.runtime_plan`); and online chains
+(attention: its products and softmax over blocks of rows and of columns, whose buffers are sized
+from the blocks; rows per block, products' extents and bases per call shape,
+:mod:`tcpy.transform.runtime_chains`). :func:`unsupported` says why a planned program is not
+generic; such a def gets a kernel specialised for each shape.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
@@ -57,12 +61,17 @@ class GenericSizes:
     shapes: Mapping[str, tuple[IExpr, ...]]
     work: tuple[IExpr, ...] = ()
     extents: Mapping[str, tuple[isl.PwAff, ...]] = field(default_factory=dict)
+    counts: tuple[str, ...] = ()  # parameters after the sizes (see :meth:`counted`)
+
+    def params(self) -> list[str]:
+        """The isl parameters: the sizes' C names, then :attr:`counts`."""
+        return [size_c_name(n) for n in self.names] + list(self.counts)
 
     def context(self) -> isl.Set:
         """The sizes a call may have: every size >= 0."""
-        space = isl.Space.create_from_names(CTX, set=[], params=[size_c_name(n) for n in self.names]).params()
+        space = isl.Space.create_from_names(CTX, set=[], params=self.params()).params()
         context = isl.Set.universe(space)
-        for pos in range(len(self.names)):
+        for pos in range(len(self.names) + len(self.counts)):
             context = context.lower_bound_val(PARAM, pos, isl.Val.zero(CTX))
         return context
 
@@ -71,8 +80,7 @@ class GenericSizes:
         """``{ name[vars] : lo(sizes) <= var < hi(sizes) }`` of statement ``origin``'s ranges;
         ``fixed`` variables equal the parameters named there (the loops of a fused group around
         the nest)."""
-        space = isl.Space.create_from_names(CTX, set=[isl_names[v] for v in vars_],
-                                            params=[size_c_name(n) for n in self.names])
+        space = isl.Space.create_from_names(CTX, set=[isl_names[v] for v in vars_], params=self.params())
         domain = isl.Set.universe(space).intersect_params(self.context())
         ls = isl.LocalSpace.from_space(space)
         for pos, var in enumerate(vars_):
@@ -137,6 +145,17 @@ class GenericSizes:
         relation = isl.Map(f"{{ {label}[{', '.join(names[v] for v in loops)}] -> "
                            f"T[{', '.join(form.isl(names) for form in forms)}] }}")
         return relation.intersect_domain(self.domain(label, origin, loops, names))
+
+    def counted(self, origins: tuple[int, ...], var: str, count: str) -> "GenericSizes":
+        """These sizes with ``var`` running from 0 to the parameter ``count`` in the statements
+        ``origins`` (an online chain's block of columns: ``count``, a C variable, is its columns)."""
+        counted = dataclasses.replace(self, counts=self.counts + (count,))
+        space = counted.context().get_space()
+        hi = isl.PwAff.var_on_domain(isl.LocalSpace.from_space(space), PARAM, len(self.names) + len(self.counts))
+        ranges = tuple({v: (hi.sub(hi), hi) if v == var and origin in origins else
+                        tuple(pa.align_params(space) for pa in bounds) for v, bounds in ranges.items()}
+                       for origin, ranges in enumerate(self.ranges))
+        return dataclasses.replace(counted, ranges=ranges)
 
     def nonempty(self, origin: int, vars_: tuple[str, ...]) -> IExpr:
         """The condition (on the sizes) that every range of ``vars_`` of statement ``origin`` is

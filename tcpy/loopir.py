@@ -526,6 +526,8 @@ TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "
 # Variables a fused chain's loops bind: the first row of the block and its number of rows, and
 # in the online form the first column of a block of columns.
 BLOCK_START, BLOCK_ROWS, KEY_START = "tcpy_blk", "tcpy_rows", "tcpy_key"
+# ... and in a size-generic kernel's online chain, the columns of the block of columns.
+KEY_COLUMNS = "tcpy_key_cols"
 # Index variables of a panel copy (block, lane within it). Names that passes generate for tensors
 # and index variables contain a ".", which no TC identifier does, so they never meet the user's.
 PANEL_BLOCK, PANEL_LANE = "panel.nb", "panel.cc"

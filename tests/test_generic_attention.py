@@ -133,15 +133,34 @@ def test_concurrent_calls_of_a_generic_kernel_do_not_share_temporaries():
 
 
 def test_a_first_shape_with_huge_temporaries_builds_no_generic_kernel(builds):
-    """Under "auto" such a shape is specialised from its first call; the generic kernel is only
-    planned (built at the first shape that runs on it), so no compile is spent on it."""
-    kernel = tcpy.define(ATTENTION, options=tcpy.Options(target="x86-64-v3", num_threads=1))
+    """Under "auto" such a shape (a causal mask: its chain is no online one, which a generic
+    kernel would run) is specialised from its first call; the generic kernel is only planned
+    (built at the first shape that runs on it), so no compile is spent on it."""
+    kernel = tcpy.define(CAUSAL, options=tcpy.Options(target="x86-64-v3", num_threads=1))
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((1, 2, 512, 16)).astype(np.float32) for _ in range(3))
-    want = tcpy.define(ATTENTION, backend="reference")(q, k, v, 0.25)
+    want = tcpy.define(CAUSAL, backend="reference")(q, k, v, 0.25)
     np.testing.assert_allclose(kernel(q, k, v, 0.25), want, rtol=1e-4, atol=1e-5)
     assert "its temporaries whole" in kernel.explain(q, k, v, 0.25)
     assert len(builds) == 1 and "generic" not in builds[0], builds
     small = [a[:, :, :8] for a in (q, k, v)]  # a shape the generic kernel serves: built now
     kernel(*small, 0.25)
     assert len(builds) == 2 and "generic" in builds[1], builds
+
+
+def test_attention_sweeps_its_lengths_on_one_generic_chain(builds):
+    """Attention's online chain runs in the generic kernel (its block buffers sized from the
+    blocks): under "auto" a sweep of lengths, long ones first, compiles once, and each call's
+    rows per block and products are planned for its shape: several blocks of keys, the last
+    one shorter, and rows per block fewer than planned where the blocks would not occupy the
+    threads."""
+    kernel = tcpy.define(ATTENTION, options=tcpy.Options(target="x86-64-v3", num_threads=2))
+    reference = tcpy.define(ATTENTION, backend="reference")
+    rng = np.random.default_rng(4)
+    for length, keys, depth in ((1021, 1009, 16), (672, 673, 8), (671, 336, 7), (64, 5, 3), (1, 1, 1)):
+        args = _arguments(rng, 1, 1, length, keys, depth)
+        np.testing.assert_allclose(kernel(*args), reference(*args), rtol=1e-4, atol=1e-5)
+        text = str(kernel.explain(*args))
+        assert "kernel: generic" in text and "online softmax at every size" in text
+        assert "in the chain, on blocks of" in text
+    assert builds == ["tcpy_attention_generic"]

@@ -4,9 +4,14 @@ head product, the rows between, and the tail product (:func:`tcpy.codegen.contra
 an online chain's blocks of columns and a deferred quotient's division. Functions over the
 kernel's emitter (``em``, :class:`tcpy.codegen.emit._Emitter`)."""
 from tcpy.codegen import contraction as contraction_c
-from tcpy.codegen.cwriter import ScratchSlot, dynamic_schedule
+from tcpy.codegen.contraction.runtime import F
+from tcpy.codegen.cwriter import ScratchSlot, c_literal, dynamic_schedule
 from tcpy.codegen.expressions import c_name, convert, index_c, value
-from tcpy.loopir import BLOCK_ROWS, BLOCK_START, OLD_MAXIMUM, Prepack
+from tcpy.generic import engine_statements
+from tcpy.loopir import BLOCK_ROWS, BLOCK_START, KEY_COLUMNS, OLD_MAXIMUM, Prepack
+from tcpy.transform.runtime_chains import HEADER
+
+_N = F["n"]  # the run-time engine's plan buffer field of N
 
 
 def block_chain(em, node, depth):
@@ -15,7 +20,10 @@ def block_chain(em, node, depth):
     (an online chain's: per block of columns, see :func:`key_blocks`). b is packed where
     the chain's plan says (``node.prepack``): by each thread when its batch changes, or,
     shared (ScratchSlot.CHAIN_SHARED), by one thread for all, every thread running the batch loops and the
-    blocks of the batch split between the threads."""
+    blocks of the batch split between the threads. A size-generic kernel's: :func:`generic_chain`."""
+    if em.generic is not None:
+        generic_chain(em, node, depth)
+        return
     keys = node.online
     calls, tail_c = _block_products(em, node.heads + node.tails, "", node.deferred is not None and not keys,
                                     keys is not None, keys)
@@ -231,11 +239,138 @@ def quotient_rows(em, numerator: str, row: int, divisor: str, T: str, condition,
 
 
 def carve(em, base, slot, buffers, depth):
-    """Declare ``buffers`` (name, elements, type) in scratch ``slot``, each on a cache line."""
-    offsets, total, line = [], 0, em.ir.options.target.cache_line
-    for name, elements, type_ in buffers:
-        offsets.append((name, type_, total))
-        total += -(-elements * (type_.bits // 8) // line) * line
-    em.emit(f"char *{base} = (char *)tcpy_scratch({slot}, {max(total, 1)});", depth)
+    """Declare ``buffers`` (name, elements, type) in scratch ``slot``, each on a cache line;
+    elements given as C text (known at run time) come last."""
+    offsets, total, line, dynamic = [], 0, em.ir.options.target.cache_line, ""
+    for name, elements, type_ in sorted(buffers, key=lambda b: isinstance(b[1], str)):
+        offsets.append((name, type_, f"{total}{dynamic}"))
+        if isinstance(elements, str):
+            dynamic += f" + ({elements} * {type_.bits // 8} + {line - 1}) / {line} * {line}"
+        else:
+            total += -(-elements * (type_.bits // 8) // line) * line
+    em.emit(f"char *{base} = (char *)tcpy_scratch({slot}, {max(total, 1)}{dynamic});", depth)
     for name, type_, offset in offsets:
         em.emit(f"{type_.c_type} *TCPY_RESTRICT {c_name(name)} = ({type_.c_type} *)({base} + {offset});", depth)
+
+
+def generic_chain(em, node, depth):
+    """A size-generic kernel's online chain (:mod:`tcpy.transform.runtime_chains`): its loops
+    over the call's ranges; the rows per block, and each product's plan buffers and operands'
+    bases, read from its statement's plan buffer (variant 0 on a whole block of columns, 1 on
+    the last one, 2 on one whole row); the products run the run-time engine's cell."""
+    keys = node.online
+    whole_head, _, whole_tail, _ = keys.whole
+    names = {name: c_name(name) for name in em.buffer_names()}
+    plans = {}
+    for k, product in enumerate((node.head, node.tail)):
+        plans[product.stmt] = f"tcpy_chain{k}"
+        em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
+                                                             f"{em.symbol}_s{product.stmt}", k == 1))
+    for product in (whole_head, whole_tail):
+        em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
+                                                             f"{em.symbol}_s{product.stmt}_whole"))
+    *batch_loops, (var, lo, hi) = node.loops
+    lo, hi = index_c(lo, top=True), index_c(hi, top=True)
+    em.emit("{", depth)
+    d = depth + 1
+    engines = engine_statements(em.program)
+    for product in (node.head, node.tail):
+        slot = len(names) + 1 + engines.index(product.stmt)
+        em.emit(f"const int64_t *TCPY_RESTRICT {plans[product.stmt]} = (const int64_t *)tcpy_buffers[{slot}];", d)
+    em.emit(f"const int64_t tcpy_step = {plans[node.head.stmt]}[{HEADER - 1}];  /* rows per block at this call */", d)
+    em.emit(f"const int64_t tcpy_width = {index_c(keys.hi, top=True)} - ({index_c(keys.lo, top=True)});", d)
+    chunks = f"(({hi}) - ({lo}) + tcpy_step - 1) / tcpy_step"
+    for _, lo_, hi_ in batch_loops:
+        chunks += f" * (({index_c(hi_, top=True)}) - ({index_c(lo_, top=True)}))"
+    if node.parallel:
+        em.emit(f"const int64_t tcpy_chunks = {chunks};", d)
+        em.emit("const int tcpy_nt = tcpy_num_threads < tcpy_chunks ? tcpy_num_threads : tcpy_chunks > 1 ? "
+                "(int)tcpy_chunks : 1;", d)
+        em.emit("#pragma omp parallel num_threads(tcpy_nt) if(tcpy_nt > 1)", d)
+    em.emit("{", d)
+    d += 1
+    whole = {tensor for p in (whole_head, whole_tail) for tensor, _ in p.bases}
+    carve(em, "tcpy_mem", ScratchSlot.CHAIN_BLOCKS,
+          [(name, "tcpy_width" if name in whole else elements, type_) for name, elements, type_ in node.buffers], d)
+    if node.parallel:
+        collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
+        em.emit(f"#pragma omp for schedule(dynamic, 1){collapse}", d)
+    for loop_var, lo_, hi_ in batch_loops:
+        em.emit(f"for (int64_t {loop_var} = {index_c(lo_, top=True)}; {loop_var} < {index_c(hi_, top=True)}; "
+                f"{loop_var}++)", d)
+        d += 1
+    em.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += tcpy_step) {{", d)
+    em.emit(f"const int64_t {BLOCK_ROWS} = ({hi}) - {var} < tcpy_step ? ({hi}) - {var} : tcpy_step;", d + 1)
+    _generic_key_blocks(em, node, plans, [v for v, _, _ in batch_loops] + [var, keys.var], d + 1)
+    em.emit("}", d)
+    em.emit("}", depth + 1)
+    em.emit("}", depth)
+
+
+def _generic_key_blocks(em, node, plans, loop_vars, depth):
+    """A generic chain's block of rows (as :func:`key_blocks`): blocks of ``KEY_COLUMNS``
+    columns, the last one shorter (its products run the plan buffers' variant 1)."""
+    keys = node.online
+    T = node.tail.contraction.dtype
+    tail = node.tail
+    tail_fn = f"{em.symbol}_s{tail.stmt}"
+    mx, sm, factor = (c_name(b) for b in keys.running)
+    redo = c_name(keys.redo)
+    per = 1 + len(loop_vars)
+    plan = plans[tail.stmt]
+    rows_plan = f"({plan} + {plan}[0] + {3 * per})"  # (the output rows of every variant but the whole row's)
+    tail_c = _operand(em, tail, 2, plan, "0", loop_vars[:-1], per)
+    em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{ {mx}[r] = TCPY_MAX_IDENTITY_{T.numpy_name}; "
+            f"{sm}[r] = ({T.c_type})0; }}", depth)
+    em.emit(f"{tail_fn}_clear_rows({rows_plan}, {tail_c}, {BLOCK_ROWS});", depth)
+    lo, hi = index_c(keys.lo, top=True), index_c(keys.hi, top=True)
+    em.emit(f"for (int64_t {keys.var} = {lo}; {keys.var} < {hi}; {keys.var} += {keys.columns}) {{", depth)
+    d = depth + 1
+    em.emit(f"const int64_t {KEY_COLUMNS} = ({hi}) - {keys.var} < {keys.columns} ? ({hi}) - {keys.var} : "
+            f"{keys.columns};", d)
+    em.emit(f"const int tcpy_variant = {KEY_COLUMNS} == {keys.columns} ? 0 : 1;", d)
+    em.emit(_cell_call(em, node.head, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS), d)
+    block_rows(em, node.row_var, node.body, d)
+    em.emit(f"{tail_fn}_scale_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {factor});", d)
+    em.emit(_cell_call(em, tail, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS), d)
+    em.emit("}", depth)
+    whole_head, body, whole_tail, (numerator, _, divisor) = keys.whole
+    em.emit(f"if ({tail_fn}_finish_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {mx}, {sm}, {redo})) {{", depth)
+    em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth + 1)
+    em.emit(f"if (!{redo}[r]) continue;", depth + 2)
+    em.emit(f"const int64_t tcpy_row = {BLOCK_START} + r;", depth + 2)
+    em.emit("{  /* the row as the statements say: its quotient itself, all its columns at once */", depth + 2)
+    em.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", depth + 3)
+    em.emit(_cell_call(em, whole_head, plans, "2", loop_vars[:-1], "_whole", "1"), depth + 3)
+    block_rows(em, node.row_var, body, depth + 3)
+    quotient_rows(em, numerator, "tcpy_width", divisor, T.c_type, None, depth + 3)
+    em.emit(_cell_call(em, whole_tail, plans, "2", loop_vars[:-1], "_whole", "1"), depth + 3)
+    em.emit("}", depth + 2)
+    em.emit("}", depth + 1)
+    em.emit("}", depth)
+
+
+def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: str) -> str:
+    """The call of a generic chain product's cell with its plan buffer's ``variant`` (C: 0, 1
+    or 2) on ``rows`` rows, its N from that plan buffer, its operands at the variant's bases
+    along ``loop_vars`` (the chain's loops, the block of columns' last)."""
+    plan = plans[product.stmt]
+    per = 1 + len(loop_vars) + (variant == "2")  # (the whole row: no block of columns)
+    operands = ", ".join(_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3))
+    alpha = c_literal(product.contraction.alpha, product.contraction.dtype)  # (no tensor scales a chain's)
+    return (f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[{variant}] + {3 * per}; "
+            f"{em.symbol}_s{product.stmt}{suffix}_cell(tcpy_pl, {operands}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
+            f"{alpha}, tcpy_stop); }}")
+
+
+def _operand(em, product, k: int, plan: str, variant: str, loop_vars, per: int) -> str:
+    """C: operand ``k`` (a, b, c) of a generic chain's ``product``: a block buffer itself, or
+    its tensor at the bases of its plan buffer ``plan``'s ``variant`` (``per`` values an
+    operand) along ``loop_vars``."""
+    tensor = product.bases[k][0]
+    if tensor not in em.buffer_names():
+        return c_name(tensor)
+    at = f"{plan}[{plan}[{variant}] + {k * per}]"
+    for j, var in enumerate(loop_vars):
+        at += f" + {plan}[{plan}[{variant}] + {k * per + 1 + j}] * {var}"
+    return f"{c_name(tensor)} + {at}"

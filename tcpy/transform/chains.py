@@ -77,6 +77,8 @@ def _plan(program: Program, group: FusedGroup, serial: str, options: Options) ->
     chain = group.chain
     ranges = program.statements[group.statements[0]].ranges
     mr = math.lcm(*(program.statements[i].engine.plan.mr for i in group.products))
+    if program.generic is not None:
+        return _generic_plan(program, group, mr, options)
     rows, reasons = row_block(program, chain.blocked, ranges, group.shared, mr, options, bool(chain.accumulating))
     blocked, columns = chain.blocked, 0
     whole_bytes = rows * _row_bytes(program, blocked)
@@ -122,6 +124,39 @@ def _plan(program: Program, group: FusedGroup, serial: str, options: Options) ->
                 _prepack_reason(group, prepack, batches, blocks, threads))
     return ChainPlan(rows, columns, blocked, chunks, prepack, products, last_products, whole_products, whole,
                      tuple(packed), panels, block_loops, last_block_loops, reasons)
+
+
+def _generic_plan(program: Program, group: FusedGroup, mr: int, options: Options) -> ChainPlan:
+    """The plan of a size-generic kernel's chain (an online one, :func:`tcpy.transform.fusion`):
+    its columns always run in blocks, of a size fixed from the Target as its rows' most, so
+    that its block buffers hold a block of rows and columns whatever the sizes; the rows per
+    block, each product's extents, cache blocks and operands' bases are planned per call shape
+    (:mod:`tcpy.transform.runtime_chains`); b is packed by each block's products."""
+    chain = group.chain
+    online = chain.online
+    head = program.statements[group.statements[0]]
+    columns = _key_block(program, chain, head.engine.plan.nr, mr, options, clamped=False)
+    blocked = tuple((tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in chain.blocked)
+    row_bytes = _row_bytes(program, blocked)
+    rows = max(mr, options.target.l2 // 2 // row_bytes // mr * mr)
+    buffers = {tensor: buffer for tensor, buffer, _ in blocked}
+    products, _ = _products(program, group, options, rows, buffers, False, columns, columns)
+    column_lo, column_hi = program.statements[online.maximum].ranges[online.column_var]
+    whole = tuple((tensor, f"{WHOLE_PREFIX}{k}", column_hi - column_lo if row > 1 else row)
+                  for k, (tensor, _, row) in enumerate(chain.blocked))
+    whole_products, _ = _products(program, group, options, 1, {t: b for t, b, _ in whole}, False)
+    names = ", ".join(tensor for tensor, _, _ in blocked)
+    reasons = (f"row block at most {rows} rows of {chain.block_var} (a multiple of the micro-tiles' {mr}): the "
+               f"block buffers of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half "
+               f"of L2 ({options.target.l2 // 1024} KiB); each call's shape takes fewer when its blocks would "
+               "not occupy every thread",
+               f"online softmax at every size (a size-generic kernel): {online.column_var} runs in blocks of "
+               f"{columns}, the last one shorter; the rows' running maximum and sum rescale the output rows",
+               "each block's products pack b themselves; their extents, cache blocks and operands' bases are "
+               "planned per call shape (the run-time engine's micro-kernel)")
+    block_loops = _block_loops(program, online, columns, options)
+    return ChainPlan(rows, columns, blocked, 0, Prepack.NONE, products, None, whole_products, whole,
+                     block_loops=block_loops, reasons=reasons)
 
 
 def _row_bytes(program: Program, blocked) -> int:
@@ -184,17 +219,17 @@ def rereads_pay(program: Program, engines, blocked, ranges, shared, mr: int, opt
     return -(-extent // rows) * b_bytes <= 2 * extent * _row_bytes(program, blocked)
 
 
-def _key_block(program: Program, chain: Chain, nr: int, mr: int, options: Options) -> int:
+def _key_block(program: Program, chain: Chain, nr: int, mr: int, options: Options, clamped: bool = True) -> int:
     """Columns per block of the online form: a multiple of the first product's micro-tile
     columns such that ``KEY_BLOCK_TILES`` micro-tiles of rows of scores and exponentials fit
     half of L2 (each block of the products' b then serves that many rows before the next);
-    no more than the columns there are."""
+    with ``clamped``, no more than the columns there are."""
     online = chain.online
     score = program.statements[online.maximum].stmt.rhs.tensor
     bytes_ = program.types[score].bits // 8
     lo, hi = program.statements[online.maximum].ranges[online.column_var]
     columns = max(nr, options.target.l2 // 2 // (KEY_BLOCK_TILES * mr * 2 * bytes_) // nr * nr)
-    return min(columns, -(-(hi - lo) // nr) * nr)
+    return min(columns, -(-(hi - lo) // nr) * nr) if clamped else columns
 
 
 def _block_loops(program: Program, online, columns: int, options: Options) -> tuple:
@@ -203,7 +238,7 @@ def _block_loops(program: Program, online, columns: int, options: Options) -> tu
     inner = dataclasses.replace(options, parallel=False)
     return tuple(stamp_loops(dataclasses.replace(program.statements[i], ranges={
         **program.statements[i].ranges, online.column_var: (0, columns)}), program.shapes, program.types,
-        inner).loops for i in (online.maximum, online.exponential, online.total))
+        inner, program.generic is not None).loops for i in (online.maximum, online.exponential, online.total))
 
 
 def _online_reason(program: Program, chain: Chain, columns: int, whole: int, tail: int) -> str:
@@ -240,7 +275,7 @@ def _products(program: Program, group: FusedGroup, options: Options, rows: int, 
         if (columns and index == group.statements[-1]) or summed:
             block = dataclasses.replace(block, init=False)  # sums over the blocks of columns or rows
         own_b = summed or bases[1].tensor in buffers  # (b moves with the blocks)
-        block_plan = plan_block(block, options, b_packed_once=reuse and not own_b)
+        block_plan = plan_block(block, options, reuse and not own_b, program.generic is not None)
         prepacked = None
         if reuse and not own_b:
             prepacked = f"{PREPACK_PREFIX}{k}"

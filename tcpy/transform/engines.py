@@ -127,9 +127,19 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     return con, shaped
 
 
-def plan_block(block: Contraction, options: Options, b_packed_once: bool) -> Plan:
+def shape_block(block: Contraction, options: Options, tile: Plan) -> Plan:
+    """A size-generic kernel's chain product on one block at a call's shape
+    (:mod:`tcpy.transform.runtime_chains`): planned for one thread on the packed path with the
+    kernel's micro-tile (``tile``'s)."""
+    return plan(block, options.target, 1, overrides={"path": "packed", "mr": tile.mr, "nr": tile.nr})
+
+
+def plan_block(block: Contraction, options: Options, b_packed_once: bool, generic: bool = False) -> Plan:
     """The plan of a chain's product on one block of rows (one thread: the chain's loop over
     blocks is the parallel one); ``Options.plan``'s micro-tile applies (the row block is a
-    multiple of its rows), its blocks and grid do not."""
+    multiple of its rows), its blocks and grid do not. ``generic``: a size-generic kernel's,
+    on the packed path (the run-time engine's loops, :mod:`tcpy.transform.runtime_chains`)."""
     overrides = {k: v for k, v in options.plan.items() if k in ("mr", "nr")}
+    if generic:
+        overrides["path"] = "packed"
     return plan(block, options.target, 1, b_packed_once=b_packed_once, overrides=overrides)

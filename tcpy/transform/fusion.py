@@ -108,9 +108,12 @@ def fuse_statements(program: Program, options: Options) -> Program:
         if end - start >= 2:
             groups.append(FusedGroup(tuple(range(start, end)), shared))
         start = end
-    if program.generic is None:  # (a chain's blocks and products are planned at fixed sizes)
-        groups = [_chain(program, uses, group, options) or group for group in groups]
-        groups = _with_product_pairs(program, uses, groups, options)
+    chained = [_chain(program, uses, group, options) or group for group in groups]
+    if program.generic is None:
+        groups = _with_product_pairs(program, uses, chained, options)
+    else:  # only online chains: their block buffers are sized from the blocks, not the sizes
+        groups = [new if new.chain is None or _generic_chain(program, new) else old
+                  for old, new in zip(groups, chained)]
     if not groups:
         return program
     statements = list(statements)
@@ -291,6 +294,16 @@ def _chain(program: Program, uses, group: FusedGroup, options: Options, first: i
                     f"thread (the loops over {', '.join(fixed) or 'no batch'} in parallel)",)
     return FusedGroup(members, shared, chain=Chain(block_var, blocked, reasons, deferral, online, heads=len(heads),
                                                    tails=len(tails), accumulating=accumulating))
+
+
+def _generic_chain(program: Program, group: FusedGroup) -> bool:
+    """Whether a size-generic kernel runs ``group``'s chain (see
+    :mod:`tcpy.transform.runtime_chains`): its online form, whose blocks of rows and of columns
+    have a fixed size, with one product each side scaled by no tensor (the block products run
+    on the run-time engine, without the exact sums an inf or NaN scale needs)."""
+    chain = group.chain
+    return (chain.online is not None and not chain.accumulating and chain.heads == chain.tails == 1
+            and not any(program.statements[i].engine.contraction.alpha_tensors for i in group.products))
 
 
 def _micro_rows(engines) -> int:

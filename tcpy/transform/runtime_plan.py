@@ -42,6 +42,20 @@ def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], sha
     if found is None:
         return None
     con, plan = found
+    zero = None
+    if empty & set(statement.stmt.output_vars):
+        zero = "batch"
+    elif empty:
+        zero = "k"
+    return contraction_buffer(con, plan, nominal, zero)
+
+
+def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero: Optional[str] = None
+                       ) -> Optional[np.ndarray]:
+    """The plan buffer of ``con`` planned with ``plan`` at a call's shape, for the routine
+    rendered from ``nominal`` (its contraction at the kernel's nominal sizes); ``zero``: the
+    extent ("batch" or "k") that is 0 at this shape (recognised with 1). None when the routine
+    cannot run it."""
     if len(con.guards) > len(nominal.guards):
         return None  # guards the kernel was not built to test
     swapped = con.a.tensor != nominal.a.tensor
@@ -51,10 +65,8 @@ def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], sha
         ("a", "b", "m", "n", con.guarded)
     acc = {"a": getattr(con, a), "b": getattr(con, b), "c": con.c}
     sizes_ = {"batch": con.size("batch"), "m": con.size(m), "n": con.size(n), "k": con.size("k")}
-    if empty & set(statement.stmt.output_vars):
-        sizes_["batch"] = 0
-    elif empty:
-        sizes_["k"] = 0
+    if zero is not None:
+        sizes_[zero] = 0
     tables = {
         "a_batch": _offsets(con.batch, a), "a_m": _offsets(getattr(con, m), a), "a_k": _offsets(con.k, a),
         "b_batch": _offsets(con.batch, b), "b_n": _offsets(getattr(con, n), b), "b_k": _offsets(con.k, b),

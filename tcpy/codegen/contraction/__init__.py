@@ -101,3 +101,10 @@ def render_block(con: Contraction, plan: Plan, names: dict, prefix: str, pointer
     (see :func:`.rows.render_block`); ``divided`` adds ``<prefix>_divide_rows``, ``online`` the
     row helpers of an online chain's last product, ``cleared`` ``<prefix>_clear_rows``."""
     return _render_block(Context(con, plan, names, prefix), pointers, rows, prepacked, divided, online, cleared)
+
+
+def render_runtime_block(con: Contraction, plan: Plan, names: dict, prefix: str, online: bool = False) -> str:
+    """The helpers of a size-generic kernel's chain product on one block of rows
+    (:func:`.runtime.render_block`): its cell runs with a plan buffer made per call shape;
+    ``online`` adds the row helpers of an online chain's last product."""
+    return runtime.render_block(Context(con, plan, names, prefix), online)

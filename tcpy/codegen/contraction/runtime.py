@@ -41,6 +41,28 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
     """``(helpers, body)`` of the contraction ``ctx.con`` (its roles, dtypes, scale and guards:
     the same at every size) run with the plan buffer ``tcpy_buffers[plan_slot]``."""
     w = CWriter()
+    _routines(ctx, w)
+    _cells(ctx, w)
+    body = CWriter()
+    _driver(ctx, body, plan_slot)
+    return w.text(), body.text()
+
+
+def render_block(ctx: Context, online: bool) -> str:
+    """The routines of a size-generic kernel's chain product on one block of rows (see
+    :mod:`tcpy.transform.runtime_chains`): ``<p>_cell(pl, A, B, C, 0, 1, 0, rows, 0, N, alpha,
+    stop)`` with the block's plan buffer ``pl`` and operands; with ``online``, the row helpers of
+    an online chain's last product over the output rows ``pl`` lays out
+    (:func:`tcpy.codegen.contraction.rows.online_rows`' with a plan buffer first)."""
+    w = CWriter()
+    _routines(ctx, w)
+    if online:
+        _online_rows(ctx, w)
+    return w.text()
+
+
+def _routines(ctx: Context, w: CWriter):
+    """The vector types, packing routines, micro-kernels and cell every size shares."""
     p, T, s = ctx.prefix, ctx.T, ctx.element_bytes
     vb = ctx.plan.lanes * s
     w(f"/* contraction {ctx.con.stmt.replace('*/', '* /')}")
@@ -54,10 +76,41 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
     _pack_a(ctx, w)
     _micro_kernel(ctx, w)
     _cell(ctx, w)
-    _cells(ctx, w)
-    body = CWriter()
-    _driver(ctx, body, plan_slot)
-    return w.text(), body.text()
+
+
+def _online_rows(ctx: Context, w: CWriter):
+    """``<p>_clear_rows(pl, C, rows)``, ``<p>_scale_rows(pl, C, rows, f)`` and ``int
+    <p>_finish_rows(pl, C, rows, m, z, redo)`` over a block's output rows (their offsets and
+    N from the plan buffer ``pl``), as :func:`tcpy.codegen.contraction.rows.online_rows`."""
+    p, T = ctx.prefix, ctx.T
+    helpers = (("clear_rows", "", (), (f"*e = ({T})0;",), ()),
+               ("scale_rows", f", const {T} *TCPY_RESTRICT f", (f"const {T} s = f[r];", "if (s == 1) continue;"),
+                ("*e = *e * s;",), ()),
+               ("finish_rows", f", const {T} *TCPY_RESTRICT m, const {T} *TCPY_RESTRICT z, "
+                "int32_t *TCPY_RESTRICT redo",
+                (f"const {T} d = z[r];", f"int bad = !(isfinite(m[r]) && isfinite(d) && fabs(d) >= ({T})1);"),
+                ("*e = *e / d;", "bad |= !isfinite(*e);"), ("redo[r] = bad;", "any |= bad;")))
+    for name, params, row, element, after in helpers:
+        w(f"static {'int' if after else 'void'} {p}_{name}(const int64_t *TCPY_RESTRICT pl, {T} *TCPY_RESTRICT C, "
+          f"int64_t rows{params}) {{")
+        w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')}, N = {_field('n')};", 1)
+        if after:
+            w("int any = 0;", 1)
+        w("for (int64_t r = 0; r < rows; r++) {", 1)
+        w(f"{T} *TCPY_RESTRICT o = C + {_field('c_base')} + cm[r];", 2)
+        for line in row:
+            w(line, 2)
+        w("for (int64_t j = 0; j < N; j++) {", 2)
+        w(f"{T} *e = o + cn[j];", 3)
+        for line in element:
+            w(line, 3)
+        w("}", 2)
+        for line in after:
+            w(line, 2)
+        w("}", 1)
+        if after:
+            w("return any;", 1)
+        w("}")
 
 
 def _guards(ctx: Context) -> int:

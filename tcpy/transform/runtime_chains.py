@@ -1,0 +1,133 @@
+"""Plans of a size-generic kernel's online chains, per call shape.
+
+A generic kernel's chain (attention's scores, softmax and product with V) has its structure
+decided at the kernel's nominal sizes and valid at every size (:func:`tcpy.transform.fusion`
+checks its legality with the sizes as isl parameters): the statements, the loops over batches
+and blocks of rows, the online form, the block buffers (a block of rows and columns, their
+sizes fixed from the Target by :mod:`tcpy.transform.chains`). What depends on the sizes is
+planned here for each call shape, into one int64 buffer per product (the plan buffer slot of
+its statement, after the size block):
+
+``[full, last, whole, rows]`` then three *variants*, each at the offset the first three give:
+a product on a whole block of columns, on the last (shorter) one, and on one whole row (the
+rows the online form cannot give exactly, computed again as the statements say). A variant
+is its operands' bases, ``3 x (1 + loops)`` values (per operand a, b, c: a constant, then its
+stride along each loop of the chain: the batch loops, the block's first row, the block's first
+column), followed by the run-time engine's plan buffer of that block contraction
+(:func:`tcpy.transform.runtime_plan.contraction_buffer`). ``rows`` is the call's rows per block:
+at most the plan's (what the block buffers hold), fewer when the blocks would not occupy every
+thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..contraction_ir import Contraction
+from ..lang import ast
+from ..loopir import FusedGroup, Program
+from ..options import Options
+from ..schedule import volume
+from .engines import shape_block
+from .recognition import _access, block_contraction
+from . import runtime_plan
+from .runtime_plan import contraction_buffer
+
+HEADER = 4  # offsets of the variants (whole block of columns, last block, whole row), rows per block
+
+
+def bases_length(group: FusedGroup) -> int:
+    """Values of a variant's bases: per operand, a constant and a stride per chain loop."""
+    return 3 * (1 + len(group.shared) + 1)
+
+
+def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, sizes: Mapping[str, int],
+                  options: Options, threads: int) -> Optional[dict[int, np.ndarray]]:
+    """The plan buffers of ``group``'s chain products (statement index -> buffer) at a call's
+    ``ranges`` (per def statement), ``shapes``, ``types`` and ``sizes`` for ``threads`` threads;
+    None when at these sizes the chain cannot run generically (an empty range, or a product
+    that is no block contraction there): the call then needs a kernel specialised to it."""
+    chain, chain_plan = group.chain, group.chain.plan
+    online = chain.online
+    members = [program.statements[i] for i in group.statements]
+    shared = set(group.shared)
+    if any(hi <= lo for s in members for v, (lo, hi) in ranges[s.origin].items() if v not in shared):
+        return None  # (empty sums and blocks of columns: the specialised kernel's paths)
+    if any(hi <= lo for s in members for v, (lo, hi) in ranges[s.origin].items()):
+        # no blocks to run: planned with one value of each empty loop (the loops do not run)
+        ranges = {s.origin: {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges[s.origin].items()} for s in members}
+        shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
+    first = ranges[members[0].origin]
+    extent = first[chain.block_var][1] - first[chain.block_var][0]
+    mr = math.lcm(*(p.plan.mr for p in chain_plan.products))
+    rows = min(chain_plan.rows, -(-extent // mr) * mr)
+    outer = volume(first[v][1] - first[v][0] for v in group.shared[:-1])
+    team = threads if group.parallel else 1
+    while rows > mr and outer * -(-extent // rows) < team:
+        rows -= mr  # fewer rows per block so that every thread has one
+    lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]
+    columns = chain_plan.columns
+    rest = (hi - lo) % columns or columns
+    in_program = SimpleNamespace(shapes=shapes, sizes=sizes)
+    blocks = {tensor: buffer for tensor, buffer, _ in chain_plan.blocked}
+    whole = {tensor: buffer for tensor, buffer, _ in chain_plan.whole}
+    loops = group.shared[:-1] + (chain.block_var, online.column_var)
+    buffers = {}
+    for product, whole_product in zip(chain_plan.products, chain_plan.whole_products):
+        statement = program.statements[product.stmt]
+        own = ranges[statement.origin]
+        con = _at_sizes(statement.engine.contraction, statement.stmt, own, shapes, sizes)
+        if con is None:
+            return None
+        variants = []
+        for count, buffers_, nominal in ((columns, blocks, product), (rest, blocks, product),
+                                         (0, whole, whole_product)):
+            keys = (online.column_var, count, columns) if count else None
+            found = block_contraction(con, statement.stmt, own, group.shared[:-1], chain.block_var,
+                                      rows if count else 1, buffers_, in_program, keys)
+            if found is None:
+                return None
+            block, bases = found
+            buffer = contraction_buffer(block, shape_block(block, options, nominal.plan), nominal.contraction)
+            if buffer is None:
+                return None
+            values = []
+            for base in bases:
+                strides = dict(base.strides)
+                values.append(base.offset - sum(s * own[v][0] for v, s in strides.items()))
+                values.extend(strides.get(v, 0) for v in loops)
+            variants.append(np.concatenate([np.array(values, np.int64), buffer]))
+        at = HEADER + np.cumsum([0] + [len(v) for v in variants[:-1]])
+        buffers[product.stmt] = np.concatenate([np.array([*at, rows], np.int64), *variants])
+    return buffers
+
+
+def _at_sizes(nominal: Contraction, stmt, ranges, shapes, sizes) -> Optional[Contraction]:
+    """``nominal`` (a chain product as recognised at the kernel's nominal sizes) with its
+    operands' offsets and strides at a call's sizes: the roles stay the nominal ones (a
+    variable of extent 1 at these sizes keeps its role, with one value)."""
+    reads = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
+    reads[stmt.target] = ast.Access(stmt.target, stmt.lhs)
+    accesses = {}
+    for which in "abc":
+        acc = getattr(nominal, which)
+        found = _access(acc.tensor, reads[acc.tensor].indices, acc.dtype, ranges, sizes, shapes)
+        if found is None:
+            return None
+        accesses[which] = found
+    return dataclasses.replace(nominal, **accesses)
+
+
+def describe(buffer: np.ndarray, group: FusedGroup, stmt: int) -> str:
+    """What the chain product ``stmt`` of ``group`` runs with its plan ``buffer`` (at a call's
+    shape): the rows per block, and on a whole block of columns its run-time engine plan."""
+    chain, chain_plan = group.chain, group.chain.plan
+    product = next(p for p in chain_plan.products if p.stmt == stmt)
+    block = buffer[int(buffer[0]) + bases_length(group):]
+    return (f"in the chain, on blocks of {int(buffer[HEADER - 1])} rows of {chain.block_var} (at most "
+            f"{chain_plan.rows}) and {chain_plan.columns} columns of {chain.online.column_var}: "
+            f"{runtime_plan.describe(block, product.plan)}")

@@ -442,11 +442,31 @@ class ConvForm(ImageForm):
 #: own role and K (``guard[g] = batch[g][bi] + own[g][i] + k[g][k] >= 0``); per NR-wide block
 #: of N (slivers and tiles start at multiples of NR), whether its B columns and its C columns
 #: are each one unit-stride run (vector copies and stores: every block of a GEMM, the blocks of
-#: a convolution inside one image row).
+#: a convolution inside one image row). ``winograd``: 0 on the packed path, else where the
+#: winograd path's section (:data:`RUNTIME_WINOGRAD_FIELDS`) starts: the call runs as F(2x2,
+#: 3x3) (the sizes and tables above then serve the point-by-point sums alone).
 RUNTIME_FIELDS = (
     "batch", "m", "n", "k", "kc", "mc", "nc", "grid_batch", "grid_m", "grid_n", "swapped",
-    "a_base", "b_base", "c_base", "a_k_unit", "guarded", "other_elements",
+    "a_base", "b_base", "c_base", "a_k_unit", "guarded", "other_elements", "winograd",
     "a_batch_table", "a_m_table", "a_k_table", "b_batch_table", "b_n_table", "b_k_table",
     "c_batch_table", "c_m_table", "c_n_table", "g_batch_table", "g_own_table", "g_k_table",
     "b_runs_table", "c_runs_table",
+)
+
+#: The winograd section of a plan buffer (see :class:`WinogradForm`; its ``*_table`` fields
+#: index the whole buffer): the batch, M (output channels), K (input channels), the tiles per
+#: batch index and per axis, each axis' output extent, window, and strides of its output
+#: variable in the image and the output and of its tap in the weights; the blocks (kc, mc and
+#: nc: tiles per block); the tensors' element offsets and the image's elements (scanned for
+#: inf and NaN). Tables: offsets per linear index of the batch, K, the images (the form's
+#: ``n``) and M in the tensors each indexes; per guard, its value's parts along the batch (with
+#: its constant), K and the images, its coefficients along the two axes' output variables and
+#: its least part over K and a tile's 4x4 patch (a tile inside it everywhere needs no test).
+RUNTIME_WINOGRAD_FIELDS = (
+    "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent", "row_window", "col_window",
+    "row_image", "col_image", "row_c", "col_c", "row_weights", "col_weights", "kc", "mc", "nc",
+    "image_base", "weights_base", "c_base", "image_elements",
+    "image_batch_table", "weights_batch_table", "c_batch_table", "image_k_table", "weights_k_table",
+    "image_n_table", "c_n_table", "weights_m_table", "c_m_table",
+    "g_batch_table", "g_k_table", "g_n_table", "g_row_table", "g_col_table", "g_k_min_table",
 )

@@ -17,7 +17,9 @@ operands read in place, not through panel copies), without split reductions
 contractions the engine takes (GEMM, batched GEMM, convolutions as implicit GEMM, attention's
 products), on the run-time engine (:mod:`tcpy.codegen.contraction.runtime`): one routine for
 every size, whose extents, offset tables, cache blocks and thread grid come per call shape from
-a plan buffer after the size block (:mod:`tcpy.transform.runtime_plan`); and online chains
+a plan buffer after the size block (:mod:`tcpy.transform.runtime_plan`; a 3x3 convolution's
+routine also holds the winograd path, :mod:`tcpy.codegen.contraction.runtime_winograd`, which
+the call shapes the cost model runs as F(2x2, 3x3) take); and online chains
 (attention: its products and softmax over blocks of rows and of columns, whose buffers are sized
 from the blocks; rows per block, products' extents and bases per call shape,
 :mod:`tcpy.transform.runtime_chains`). :func:`unsupported` says why a planned program is not

@@ -150,7 +150,7 @@ def test_one_generic_kernel_runs_the_engine_at_every_shape(builds, name, preset,
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     text = kernel.explain(*args)
-    assert "kernel: generic" in text and "run-time engine (packed path" in text, text
+    assert "kernel: generic" in text and "run-time engine (" in text, text
     # one build in the kernel's life (this test's examples are its only calls)
     assert len(builds) == 1 and "generic" in builds[0]
 

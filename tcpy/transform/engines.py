@@ -26,6 +26,7 @@ from ..contraction_ir import Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
 from .contraction import micro_tile, plan
 from .recognition import recognize, split_result_scale
+from .winograd import winograd_form
 
 
 def decide_engines(program: Program, options: Options) -> Program:
@@ -102,25 +103,40 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
     overrides = {k: v for k, v in options.plan.items() if k != "rows"}  # (rows: a chain's, see chains)
     if program.generic is not None:
         # the run-time engine (tcpy.codegen.contraction.runtime): the packed path's loops with a
-        # micro-tile for every N; its blocks and grid are planned per call (shape_engine)
+        # micro-tile for every N; its blocks and grid are planned per call (shape_engine). A 3x3
+        # convolution also gets the winograd path's loops (with the same micro-tile), taken by
+        # the calls whose sizes the cost model runs as F(2x2, 3x3): the plan holds its form.
         element_bytes = con.dtype.bits // 8
         mr, vectors = micro_tile(options.target, element_bytes)
         overrides = {"path": "packed", "mr": mr, "nr": vectors * options.target.lanes(element_bytes)}
+        form = winograd_form(con) if options.winograd else None
+        nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides)
+        return Engine(con, dataclasses.replace(nominal, winograd=form))
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
 
 
-def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options, tile: Plan,
+def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options, kernel: Engine,
                  threads: int) -> Optional[tuple[Contraction, Plan]]:
     """A size-generic kernel's contraction at one call's ``ranges``, ``shapes``, ``types`` and
     ``sizes`` (:mod:`tcpy.transform.runtime_plan`): recognised, and planned for ``threads``
-    threads on the packed path with the kernel's micro-tile (``tile``'s) and no split K (the
-    run-time engine's loops); None when at these sizes it is no contraction."""
+    threads with the micro-tile of the ``kernel``'s plan: on the winograd path when the kernel
+    holds it (its plan's ``winograd`` form), the call's form has the same image and as many
+    guards at most, and the cost model prefers it to the implicit GEMM; else on the packed path
+    with no split K (the run-time engine's loops). None when at these sizes it is no
+    contraction."""
     con = recognize(stmt, ranges, shapes, types, sizes)
     if con is None:
         return None
-    overrides = {"path": "packed", "mr": tile.mr, "nr": tile.nr}
     threads = threads if options.parallel else 1
+    tile, form = kernel.plan, kernel.plan.winograd
+    if form is not None and options.winograd:
+        chosen = plan(con, options.target, threads, direct_conv=False, winograd_tile=(tile.mr, tile.nr_vectors))
+        image = getattr(kernel.contraction, form.image).tensor
+        if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
+                and len(con.guards) <= len(kernel.contraction.guards)):
+            return con, chosen
+    overrides = {"path": "packed", "mr": tile.mr, "nr": tile.nr}
     shaped = plan(con, options.target, threads, overrides=overrides)
     if shaped.grid[3] > 1:
         shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)})

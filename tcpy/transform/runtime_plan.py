@@ -13,11 +13,12 @@ assumed.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Optional
 
 import numpy as np
 
-from ..contraction_ir import RUNTIME_FIELDS, Contraction, Plan
+from ..contraction_ir import RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, Contraction, Plan
 from ..loopir import Statement
 from ..options import Options
 from .engines import shape_engine
@@ -35,10 +36,13 @@ def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], sha
     # an empty range: recognised with one value (and tensors of no elements with one, whose
     # strides are not 0), then run with no work, or with empty sums (no operand is read)
     empty = {v for v, (lo, hi) in ranges.items() if hi <= lo}
+    engine = statement.engine
     if empty:
         ranges = {v: (lo, lo + 1) if v in empty else (lo, hi) for v, (lo, hi) in ranges.items()}
         shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
-    found = shape_engine(statement.stmt, ranges, shapes, types, sizes, options, statement.engine.plan, threads)
+        # (no work or empty sums: the packed path's driver has them)
+        engine = dataclasses.replace(engine, plan=dataclasses.replace(engine.plan, winograd=None))
+    found = shape_engine(statement.stmt, ranges, shapes, types, sizes, options, engine, threads)
     if found is None:
         return None
     con, plan = found
@@ -96,15 +100,70 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
               "c_base": acc["c"].offset, "a_k_unit": int(_runs(tables["a_k"], len(tables["a_k"]))[0]),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
-    header = np.zeros(len(RUNTIME_FIELDS), np.int64)
+    parts = _section(RUNTIME_FIELDS, fields, tables, 0)
+    if plan.path == "winograd":
+        at = sum(len(part) for part in parts)
+        parts[0][_FIELD["winograd"]] = at
+        parts += _winograd_section(con, plan, len(nominal.guards), at)
+    return np.concatenate(parts)
+
+
+def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[str, np.ndarray],
+             at: int) -> list[np.ndarray]:
+    """A header of ``names`` holding ``fields`` and where each of ``tables`` starts (its
+    ``<name>_table`` field: the section starts at ``at`` in the buffer), then the tables."""
+    index = {name: i for i, name in enumerate(names)}
+    header = np.zeros(len(names), np.int64)
     for name, value in fields.items():
-        header[_FIELD[name]] = value
-    parts, at = [header], len(header)
+        header[index[name]] = value
+    parts, at = [header], at + len(header)
     for name, table in tables.items():
-        header[_FIELD[name + "_table"]] = at
+        header[index[name + "_table"]] = at
         parts.append(table)
         at += len(table)
-    return np.concatenate(parts)
+    return parts
+
+
+def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> list[np.ndarray]:
+    """The winograd section (:data:`RUNTIME_WINOGRAD_FIELDS`) of ``con`` on the winograd
+    ``plan``, for a kernel that tests ``guards`` guards, starting at ``at`` in the buffer."""
+    form = plan.winograd
+    image, weights = getattr(con, form.image), getattr(con, form.weights)
+    rows, cols = form.rows, form.cols
+    fields = {"batch": con.size("batch"), "m": form.M, "k": form.K, "tiles": form.tiles,
+              "row_tiles": rows.tiles, "col_tiles": cols.tiles, "row_extent": rows.out.extent,
+              "col_extent": cols.out.extent, "row_window": rows.window, "col_window": cols.window,
+              "row_image": rows.out.image, "col_image": cols.out.image, "row_c": rows.out.c, "col_c": cols.out.c,
+              "row_weights": rows.tap.weights, "col_weights": cols.tap.weights,
+              "kc": plan.kc, "mc": plan.mc, "nc": plan.nc, "image_base": image.offset,
+              "weights_base": weights.offset, "c_base": con.c.offset, "image_elements": image.elements}
+    tables = {"image_batch": _offsets(con.batch, form.image), "weights_batch": _offsets(con.batch, form.weights),
+              "c_batch": _offsets(con.batch, "c"), "image_k": _var_offsets(form.k, "image"),
+              "weights_k": _var_offsets(form.k, "weights"), "image_n": _var_offsets(form.n, "image"),
+              "c_n": _var_offsets(form.n, "c"), "weights_m": _var_offsets(form.m, "weights"),
+              "c_m": _var_offsets(form.m, "c")}
+    g_batch, g_k, g_n, g_row, g_col, g_k_min = [], [], [], [], [], []
+    for i in range(guards):  # a guard this shape does not have holds everywhere
+        if i < len(con.guards):
+            g_batch.append(con.guards[i].const + _offsets(con.batch, f"g{i}"))
+            g_k.append(_var_offsets(form.k, "g", i))
+            g_n.append(_var_offsets(form.n, "g", i))
+            g_row.append(rows.out.g[i])
+            g_col.append(cols.out.g[i])
+            # its least value over the input channels and a tile's 4x4 patch, from a tile's corner
+            g_k_min.append(sum(min(0, v.g[i] * (v.extent - 1)) for v in form.k)
+                           + min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i]))
+        else:
+            g_batch.append(np.zeros_like(tables["c_batch"]))
+            g_k.append(np.zeros_like(tables["image_k"]))
+            g_n.append(np.zeros_like(tables["image_n"]))
+            g_row.append(0)
+            g_col.append(0)
+            g_k_min.append(0)
+    tables.update(g_batch=_joined(g_batch), g_k=_joined(g_k), g_n=_joined(g_n),
+                  g_row=np.array(g_row or [0], np.int64), g_col=np.array(g_col or [0], np.int64),
+                  g_k_min=np.array(g_k_min or [0], np.int64))
+    return _section(RUNTIME_WINOGRAD_FIELDS, fields, tables, at)
 
 
 def _offsets(groups, which: str) -> np.ndarray:
@@ -114,6 +173,16 @@ def _offsets(groups, which: str) -> np.ndarray:
     for group in groups:
         along = group.stride(which) * np.arange(group.extent, dtype=np.int64)
         offsets = (offsets[:, None] + along[None, :]).ravel()
+    return offsets
+
+
+def _var_offsets(variables, which: str, guard: int = 0) -> np.ndarray:
+    """Offsets in the tensor ``which`` names (a :class:`~tcpy.contraction_ir.Var` field; ``g``:
+    guard ``guard``'s coefficients) per linear index of ``variables`` (outer first)."""
+    offsets = np.zeros(1, np.int64)
+    for var in variables:
+        stride = var.g[guard] if which == "g" else getattr(var, which)
+        offsets = (offsets[:, None] + stride * np.arange(var.extent, dtype=np.int64)[None, :]).ravel()
     return offsets
 
 
@@ -135,10 +204,21 @@ def _runs(offsets: np.ndarray, width: int) -> np.ndarray:
 
 def describe(buffer: np.ndarray, tile: Plan) -> str:
     """What the run-time engine runs with the plan ``buffer`` (``tile``: the kernel's plan at its
-    nominal sizes, whose micro-tile it has)."""
+    nominal sizes, whose micro-tile it has and which names the winograd form it also holds)."""
     field = {name: int(buffer[index]) for name, index in _FIELD.items()}
+    if field["winograd"]:
+        at = field["winograd"]
+        w = {name: int(buffer[at + index]) for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
+        return (f"run-time engine (winograd path F(2x2, 3x3), one routine for every size; the cost model's choice "
+                f"at these sizes over the implicit GEMM): micro-tile {tile.mr}x{tile.nr}; at these sizes batch "
+                f"{w['batch']} x 16 products of M {w['m']} x K {w['k']} x {w['tiles']} tiles "
+                f"({w['row_tiles']} x {w['col_tiles']} per image), blocks of {w['nc']} tiles, kc {w['kc']}, "
+                f"mc {w['mc']}")
+    held = (f"; its winograd path not taken at these sizes (the cost model's choice, or no 3x3 window at "
+            f"stride 1)" if tile.winograd is not None else "")
     return (f"run-time engine (packed path, one routine for every size): micro-tile {tile.mr}x{tile.nr}; at these "
             f"sizes batch {field['batch']} x M {field['m']} x N {field['n']} x K {field['k']}, blocks kc "
             f"{field['kc']}, mc {field['mc']}, nc {field['nc']}; thread grid batch {field['grid_batch']} x M "
             f"{field['grid_m']} x N {field['grid_n']} x K 1"
-            + ("; operands exchanged (the output is contiguous along the first)" if field["swapped"] else ""))
+            + ("; operands exchanged (the output is contiguous along the first)" if field["swapped"] else "")
+            + held)

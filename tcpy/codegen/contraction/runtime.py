@@ -13,6 +13,9 @@ run copy whole vectors, and output rows that are one unit-stride run take vector
 guarded operand (a padded convolution's image) is packed with zeros where a guard fails, its
 guards' values read from tables too; as on the specialised paths, an operand holding inf or NaN
 beside it (or an inf or NaN scale by rank-0 tensors) sums point by point (:mod:`.exact`'s rule).
+
+A 3x3 convolution's routine also holds the winograd path (:mod:`.runtime_winograd`), which the
+calls whose plan buffer has a winograd section take instead of the packed loops.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import dataclasses
 
 from ...contraction_ir import RUNTIME_FIELDS
 from ..cwriter import CWriter, ScratchSlot
+from . import runtime_winograd
 from .context import Context
 from .copies import copy_sliver_row, transpose_block
 from .exact import nonfinite
@@ -43,6 +47,8 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
     w = CWriter()
     _routines(ctx, w)
     _cells(ctx, w)
+    if ctx.plan.winograd is not None:
+        w(runtime_winograd.render(ctx))
     body = CWriter()
     _driver(ctx, body, plan_slot)
     return w.text(), body.text()
@@ -384,23 +390,35 @@ def _driver(ctx: Context, w: CWriter, plan_slot: int):
     else:
         w("if (K > 0) {", 2)
     w(f"int nonfinite = {nonfinite(T, 'alpha') if con.alpha_tensors else '0'};", 3)
+    depth = 3
+    if ctx.plan.winograd is not None:  # the winograd path scans its operands itself
+        image, weights = (ctx.names[getattr(con, role).tensor] for role in (ctx.plan.winograd.image,
+                                                                          ctx.plan.winograd.weights))
+        w(f"if ({_field('winograd')}) {{", 3)
+        w(f"if (!nonfinite) nonfinite = {p}_winograd(pl, {image}, {weights}, Cc, alpha, tcpy_num_threads, "
+          "tcpy_stop);", 4)
+        w("} else {", 3)
+        depth = 4
     if con.guards and not con.padding_multiplies:
         # the operand beside the guarded one, whose inf or NaN a packed zero would turn into NaN
         for guarded, other in ((2, "A"), (1, "B")):
-            w(f"if ({_field('guarded')} == {guarded})", 3)
+            w(f"if ({_field('guarded')} == {guarded})", depth)
             w(f"for (int64_t e = 0; e < {_field('other_elements')}; e++) nonfinite |= {nonfinite(T, f'{other}[e]')};",
-              4)
-    w("if (TCPY_UNLIKELY(nonfinite)) {", 3)
-    _exact(ctx, w, 4)
-    w("} else {", 3)
-    w("int64_t next_cell = 0;  /* the cells are claimed one by one (tcpy_claim) */", 4)
-    w(f"const int64_t cells = {_field('grid_batch')} * {_field('grid_m')} * {_field('grid_n')};", 4)
-    w("const int team = tcpy_num_threads < cells ? tcpy_num_threads : (int)cells;", 4)
+              depth + 1)
+    w("if (!nonfinite) {", depth)
+    w("int64_t next_cell = 0;  /* the cells are claimed one by one (tcpy_claim) */", depth + 1)
+    w(f"const int64_t cells = {_field('grid_batch')} * {_field('grid_m')} * {_field('grid_n')};", depth + 1)
+    w("const int team = tcpy_num_threads < cells ? tcpy_num_threads : (int)cells;", depth + 1)
     call = f"{p}_cells(pl, A, B, Cc, alpha, tcpy_stop, &next_cell);"
-    w("if (team > 1) {  /* (one cell: no parallel region to open) */", 4)
-    w("#pragma omp parallel num_threads(team)", 5)
-    w(f"{{ TCPY_TEAM_START(); {call} }}", 5)
-    w(f"}} else {call}", 4)
+    w("if (team > 1) {  /* (one cell: no parallel region to open) */", depth + 1)
+    w("#pragma omp parallel num_threads(team)", depth + 2)
+    w(f"{{ TCPY_TEAM_START(); {call} }}", depth + 2)
+    w(f"}} else {call}", depth + 1)
+    w("}", depth)
+    if depth > 3:
+        w("}", 3)
+    w("if (TCPY_UNLIKELY(nonfinite)) {  /* inf or NaN: the sums as TC states them */", 3)
+    _exact(ctx, w, 4)
     w("}", 3)
     w("}", 2)
     w("}", 1)

@@ -1,0 +1,330 @@
+"""The run-time engine's winograd path: a 3x3 convolution of a size-generic kernel as F(2x2, 3x3)
+(:mod:`tcpy.transform.winograd`), rendered once for every size.
+
+The loops are the specialised winograd path's (:mod:`.winograd`): the weights' transform U once
+per call (scanning them, and the image, for inf, NaN and huge magnitudes), then blocks of tiles
+claimed by the threads: the block's input transform into slivers, its 16 products on the
+kernel's micro-kernel, the output transform into the output. What depends on sizes is read from
+the winograd section of the plan buffer (:data:`tcpy.contraction_ir.RUNTIME_WINOGRAD_FIELDS`,
+made per call shape by :mod:`tcpy.transform.runtime_plan`): the channels, tiles and windows,
+the blocks, and offset tables for every variable besides the two axes, so the images,
+channels and batch may be any variables (NCHW, NHWC, grouped). Partial tiles at the image's
+edges and the guards of a padded image are tested per tile as on the specialised path, with
+the guards' coefficients from the section. The point-by-point sums that an operand holding
+inf, NaN or a huge value needs are the run-time engine's (:mod:`.runtime`).
+"""
+from __future__ import annotations
+
+from ...contraction_ir import POINTS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
+from ..cwriter import CWriter, ScratchSlot, c_literal
+from .context import Context
+from .kernel import accumulate_loop
+from .stores import whole_tile
+from .winograd import HUGE, SCAN_BLOCK
+
+W = {name: index for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
+
+
+def _f(name: str) -> str:
+    """C: a field of the winograd section (``wp``: where it starts)."""
+    return f"wp[{W[name]}]"
+
+
+def _t(name: str) -> str:
+    """C: a table the winograd section points at (its index in the whole buffer ``pl``)."""
+    return f"(pl + wp[{W[name + '_table']}])"
+
+
+# the derived extents every routine reads, from the section's fields
+_EXTENTS = ("const int64_t M = {m}, K = {k}, mt = (M + {mr1}) / {mr}, nc = {nc}, ns = nc / {nr};\n"
+            "const int64_t u_point = mt * K * {mr} + {nr}, v_point = ns * K * {nr} + {nr}, "
+            "p_point = mt * {mr} * nc + {nr};\n"
+            "(void)u_point; (void)v_point; (void)p_point;")
+
+
+def render(ctx: Context) -> str:
+    """The helpers of the winograd path of ``ctx.con`` (the kernel's contraction at its nominal
+    sizes, whose plan holds the form: its image and weights operands, types, scale and guards
+    are the same at every size); ``<p>_winograd(pl, image, weights, C, alpha, threads, stop)``
+    runs it with the plan buffer ``pl`` and returns 1 when an operand holds inf, NaN or a huge value (nothing
+    is written then: the caller sums point by point)."""
+    return _RuntimeWinograd(ctx).render()
+
+
+class _RuntimeWinograd:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        form = ctx.plan.winograd
+        self.form = form
+        self.TI = getattr(ctx.con, form.image).dtype.c_type
+        self.TW = getattr(ctx.con, form.weights).dtype.c_type
+        self.G = len(ctx.con.guards)
+
+    def extents(self, w: CWriter, depth: int):
+        plan = self.ctx.plan
+        text = _EXTENTS.format(m=_f("m"), k=_f("k"), nc=_f("nc"), mr=plan.mr, mr1=plan.mr - 1, nr=plan.nr)
+        for line in text.splitlines():
+            w(line, depth)
+
+    def unusual(self, value: str) -> str:
+        """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (NaN fails both tests)."""
+        huge = f"({self.ctx.T}){HUGE[self.ctx.element_bytes]}"
+        return f"!({value} <= {huge} && {value} >= -{huge})"
+
+    def weights(self, w: CWriter):
+        """``<p>_wweights``: U = G g G^T for the MR rows from r0 (a sliver) of batch index bi;
+        returns whether a weight it read is inf, NaN or huge."""
+        p, T, TW, mr = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr
+        half = c_literal(0.5, self.ctx.con.dtype)
+        taps = [(i, j) for i in range(3) for j in range(3)]
+        w(f"static int {p}_wweights(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
+          f"const {TW} *TCPY_RESTRICT Wt, {self.ctx.T} *TCPY_RESTRICT U, int64_t bi, int64_t r0) {{")
+        self.extents(w, 1)
+        w("int bad = 0;", 1)
+        w(f"const int64_t *wk_t = {_t('weights_k')}, *wm_t = {_t('weights_m')};", 1)
+        w(f"const int64_t rw = {_f('row_weights')}, cw = {_f('col_weights')};", 1)
+        w(f"{T} *us = U + bi * {POINTS} * u_point + r0 / {mr} * K * {mr};", 1)
+        w(f"const int64_t live = tcpy_min_int64({mr}, M - r0);  /* rows past M hold zeros */", 1)
+        w(f"const {TW} *wm[{mr}];", 1)
+        w("for (int64_t r = 0; r < live; r++)", 1)
+        w(f"wm[r] = Wt + {_f('weights_base')} + {_t('weights_batch')}[bi] + wm_t[r0 + r];", 2)
+        w("for (int64_t k = 0; k < K; k++) {", 1)
+        w("const int64_t wk = wk_t[k];", 2)
+        w("for (int64_t r = 0; r < live; r++) {", 2)
+        w(f"const {TW} *q = wm[r] + wk;", 3)
+        w(f"const {T} " + ", ".join(f"g{i}{j} = ({T})q[{i} * rw + {j} * cw]" for i, j in taps) + ";", 3)
+        fabs = "fabsf" if self.ctx.element_bytes == 4 else "fabs"
+        w(f"bad |= {self.unusual(' + '.join(f'{fabs}(g{i}{j})' for i, j in taps))};", 3)
+        for j in range(3):  # t = G g
+            w(f"const {T} t0{j} = g0{j}, t1{j} = (g0{j} + g1{j} + g2{j}) * {half}, "
+              f"t2{j} = (g0{j} - g1{j} + g2{j}) * {half}, t3{j} = g2{j};", 3)
+        w(f"{T} *u = us + k * {mr} + r;", 3)
+        for i in range(4):  # U = t G^T
+            at = lambda x: f"u[{4 * i + x} * u_point]"  # noqa: E731
+            w(f"{at(0)} = t{i}0; {at(1)} = (t{i}0 + t{i}1 + t{i}2) * {half}; "
+              f"{at(2)} = (t{i}0 - t{i}1 + t{i}2) * {half}; {at(3)} = t{i}2;", 3)
+        w("}", 2)
+        w("}", 1)
+        w(f"for (int64_t r = live; r < {mr}; r++)", 1)
+        w(f"for (int64_t k = 0; k < K; k++) for (int x = 0; x < {POINTS}; x++) us[x * u_point + k * {mr} + r] = 0;",
+          2)
+        w("return bad;", 1)
+        w("}")
+
+    def inputs(self, w: CWriter):
+        """``<p>_winputs``: V = B^T d B for tiles t0..t0+nt of batch index bi; lanes past nt (to
+        the end of their sliver) hold 0. A tile whose 4x4 patches are inside the image and the
+        guards for every input channel is read without tests; groups of a vector's width of
+        such tiles in one tile row, along a unit-stride image row, load as vectors."""
+        p, T, TI, G = self.ctx.prefix, self.ctx.T, self.TI, self.G
+        nr, L = self.ctx.plan.nr, self.ctx.plan.lanes
+        w(f"static void {p}_winputs(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
+          f"const {TI} *TCPY_RESTRICT I, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, int64_t nt) {{")
+        self.extents(w, 1)
+        w(f"const int64_t rt = {_f('row_tiles')}, ct = {_f('col_tiles')}, ri = {_f('row_image')}, "
+          f"ci = {_f('col_image')}, rwin = {_f('row_window')}, cwin = {_f('col_window')};", 1)
+        w(f"const int64_t *ik_t = {_t('image_k')}, *in_t = {_t('image_n')};", 1)
+        w(f"const {TI} *ib = I + {_f('image_base')} + {_t('image_batch')}[bi];", 1)
+        w(f"const {TI} *src[nc]; int inside[nc]; int64_t ty[nc], tx[nc];", 1)
+        if G:
+            w(f"const int64_t *gb_t = {_t('g_batch')}, *gk_t = {_t('g_k')}, *gn_t = {_t('g_n')}, "
+              f"*grow = {_t('g_row')}, *gcol = {_t('g_col')}, *gmin = {_t('g_k_min')};", 1)
+            w(f"const int64_t nb = {_f('batch')}, images = {_f('tiles')} / (rt * ct);", 1)
+            w(f"int64_t gt[{G}][nc];", 1)
+        w("for (int64_t q = 0; q < nt; q++) {", 1)
+        w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y = t / ct % rt * {TILE}, x = t % ct * {TILE};", 2)
+        w("src[q] = ib + in_t[nn] + y * ri + x * ci;", 2)
+        w("ty[q] = y; tx[q] = x;", 2)
+        w("int in = y + 3 < rwin && x + 3 < cwin;", 2)
+        for i in range(G):
+            w(f"gt[{i}][q] = gb_t[{i} * nb + bi] + gn_t[{i} * images + nn] + y * grow[{i}] + x * gcol[{i}];", 2)
+            w(f"in = in && gt[{i}][q] + gmin[{i}] >= 0;", 2)
+        w("inside[q] = in;", 2)
+        w("}", 1)
+        w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
+        vector = TI == T and L >= 2
+        if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
+            w(f"int whole[nc / {L}];", 1)
+            w(f"for (int64_t q = 0; q < nc; q += {L}) {{", 1)
+            w(f"int all = ci == 1 && q + {L} <= nt && (t0 + q) / ct == (t0 + q + {L - 1}) / ct;", 2)
+            w(f"for (int64_t l = 0; all && l < {L}; l++) all = inside[q + l];", 2)
+            w(f"whole[q / {L}] = all;", 2)
+            w("}", 1)
+        w("for (int64_t k = 0; k < K; k++) {", 1)
+        w("const int64_t ik = ik_t[k];", 2)
+        for i in range(G):
+            w(f"const int64_t gk{i} = gk_t[{i} * K + k];", 2)
+        w("for (int64_t q = 0; q < lanes; q++) {", 2)
+        w(f"{T} *vk = V + q / {nr} * K * {nr} + k * {nr} + q % {nr};", 3)
+        if vector:
+            w(f"if (q % {L} == 0 && whole[q / {L}]) {{", 3)
+            w(f"const {T} *s = src[q] + ik;", 4)
+            w(f"{p}_v d[4][4];", 4)
+            evens = ", ".join(str(2 * c) for c in range(L))
+            odds = ", ".join(str(2 * c + 1) for c in range(L))
+            w("for (int r = 0; r < 4; r++) {", 4)
+            w(f"const {T} *sr = s + r * ri;", 5)
+            w(f"const {p}_v a0 = *(const {p}_vu *)sr, a1 = *(const {p}_vu *)(sr + {L}), "
+              f"b0 = *(const {p}_vu *)(sr + 2), b1 = *(const {p}_vu *)(sr + {L + 2});", 5)
+            w(f"d[r][0] = __builtin_shuffle(a0, a1, ({p}_m){{{evens}}}); "
+              f"d[r][1] = __builtin_shuffle(a0, a1, ({p}_m){{{odds}}});", 5)
+            w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
+              f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", 5)
+            w("}", 4)
+            self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *)(vk + {at})")
+            w(f"q += {L - 1};", 4)
+            w("continue;", 4)
+            w("}", 3)
+        w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * v_point] = 0; continue; }}", 3)
+        w(f"const {TI} *s = src[q] + ik;", 3)
+        w(f"{T} d[4][4];", 3)
+        read = f"({T})s[r * ri + c * ci]"
+        w(f"if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
+        holds = ["ty[q] + r < rwin", "tx[q] + c < cwin"]
+        holds += [f"gt[{i}][q] + gk{i} + r * grow[{i}] + c * gcol[{i}] >= 0" for i in range(G)]
+        w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
+          3)
+        self.transform_input(w, 3, T, lambda at: f"vk[{at}]")
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    @staticmethod
+    def transform_input(w: CWriter, depth: int, elem: str, at):
+        """B^T d B of the patch ``d[4][4]`` (scalars or vectors of tiles, type ``elem``) stored
+        through ``at(offset)`` at each point's offset (``v_point`` apart)."""
+        w(f"{elem} e[4][4];", depth)
+        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
+          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", depth)
+        w("for (int r = 0; r < 4; r++) {", depth)
+        w(f"{at('(4 * r) * v_point')} = e[r][0] - e[r][2];", depth + 1)
+        w(f"{at('(4 * r + 1) * v_point')} = e[r][1] + e[r][2];", depth + 1)
+        w(f"{at('(4 * r + 2) * v_point')} = e[r][2] - e[r][1];", depth + 1)
+        w(f"{at('(4 * r + 3) * v_point')} = e[r][1] - e[r][3];", depth + 1)
+        w("}", depth)
+
+    def kernel(self, w: CWriter):
+        """``<p>_wukr``: one MR x NR tile of one point's product, set (first K block) or added
+        into the block's products (row stride ``ldp``)."""
+        p, T, mr, nr = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr
+        w(f"static __attribute__((noinline)) void {p}_wukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
+          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT mw, int64_t ldp, int first) {{")
+        accumulate_loop(self.ctx, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.ctx.plan.lanes})",
+                        lambda r: f"a[k * {mr} + {r}]", 1)
+        whole_tile(self.ctx, w, 1, lambda r: f"mw + {r} * ldp", "first", "")
+        w("}")
+
+    def block(self, w: CWriter):
+        """``<p>_wblock``: the 16 products of a transformed block, then the output transform."""
+        p, T, mr, nr = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr
+        w(f"static void {p}_wblock(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
+          f"const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, {T} *TCPY_RESTRICT C, "
+          f"int64_t bi, int64_t t0, int64_t nt, {T} alpha) {{")
+        self.extents(w, 1)
+        w(f"const int64_t KC = {_f('kc')}, MCS = {_f('mc')} / {mr};", 1)
+        w(f"const {T} *ub = U + bi * {POINTS} * u_point;", 1)
+        w(f"const int64_t nsb = (nt + {nr - 1}) / {nr};", 1)
+        w(f"for (int x = 0; x < {POINTS}; x++)", 1)
+        w("for (int64_t pc = 0; pc < K; pc += KC) {", 2)
+        w("const int64_t kc = K - pc < KC ? K - pc : KC;", 3)
+        w("for (int64_t ic = 0; ic < mt; ic += MCS)", 3)
+        w("for (int64_t jr = 0; jr < nsb; jr++)", 4)
+        w("for (int64_t ir = ic; ir < ic + MCS && ir < mt; ir++)", 5)
+        w(f"{p}_wukr(kc, ub + x * u_point + (ir * K + pc) * {mr}, V + x * v_point + (jr * K + pc) * {nr}, "
+          f"P + x * p_point + ir * {mr} * nc + jr * {nr}, nc, pc == 0);", 6)
+        w("}", 2)
+        w(f"const int64_t rt = {_f('row_tiles')}, ct = {_f('col_tiles')}, rc = {_f('row_c')}, cc = {_f('col_c')}, "
+          f"re = {_f('row_extent')}, ce = {_f('col_extent')};", 1)
+        w(f"const int64_t *cm_t = {_t('c_m')}, *cn_t = {_t('c_n')};", 1)
+        w(f"{T} *cb = C + {_f('c_base')} + {_t('c_batch')}[bi];", 1)
+        w(f"const int64_t width = nsb * {nr};", 1)
+        # each tile's offset in the output and its rows and columns inside it, once per block
+        # (run-time divisions: not once per output channel)
+        w("int64_t co[nc]; int rows[nc], cols[nc];", 1)
+        w("for (int64_t q = 0; q < nt; q++) {", 1)
+        w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y0 = t / ct % rt * {TILE}, x0 = t % ct * {TILE};", 2)
+        w("co[q] = cn_t[nn] + y0 * rc + x0 * cc;", 2)
+        w(f"rows[q] = re - y0 < {TILE} ? (int)(re - y0) : {TILE}; cols[q] = ce - x0 < {TILE} ? (int)(ce - x0) : {TILE};",
+          2)
+        w("}", 1)
+        w("for (int64_t m = 0; m < M; m++) {", 1)
+        w(f"{T} *cm = cb + cm_t[m];", 2)
+        w(f"const {T} *pm = P + m * nc;", 2)
+        w(f"{T} y[4][nc];", 2)
+        w("for (int64_t q = 0; q < width; q++) {  /* A^T M A, vectorised along the tiles */", 2)
+        w(f"{T} s[4][4];", 3)
+        w(f"for (int x = 0; x < {POINTS}; x++) s[x / 4][x % 4] = pm[x * p_point + q];", 3)
+        w(f"{T} r0[4], r1[4];", 3)
+        w("for (int c = 0; c < 4; c++) { r0[c] = s[0][c] + s[1][c] + s[2][c]; r1[c] = s[1][c] - s[2][c] - s[3][c]; }",
+          3)
+        w("y[0][q] = r0[0] + r0[1] + r0[2]; y[1][q] = r0[1] - r0[2] - r0[3];", 3)
+        w("y[2][q] = r1[0] + r1[1] + r1[2]; y[3][q] = r1[1] - r1[2] - r1[3];", 3)
+        w("}", 2)
+        w("for (int64_t q = 0; q < nt; q++) {", 2)
+        w(f"{T} *o = cm + co[q];", 3)
+        w("for (int i = 0; i < rows[q]; i++) for (int j = 0; j < cols[q]; j++) {", 3)
+        w(f"{T} *e = o + i * rc + j * cc;", 4)
+        value = f"alpha * y[{TILE} * i + j][q]"
+        w(f"*e = {value if self.ctx.con.init else '*e + ' + value};", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("}")
+
+    def run(self, w: CWriter):
+        """``<p>_winograd``: the scan and the weights' transform, then the blocks claimed by the
+        threads; 1 (with nothing written) when an operand holds inf, NaN or a huge value."""
+        p, T, mr, nr = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr
+        w(f"static int {p}_winograd(const int64_t *TCPY_RESTRICT pl, const {self.TI} *image, "
+          f"const {self.TW} *weights, {T} *C, {T} alpha, int tcpy_num_threads, const volatile int *tcpy_stop) {{")
+        w(f"const int64_t *wp = pl + pl[{RUNTIME_FIELDS.index('winograd')}];", 1)
+        self.extents(w, 1)
+        w(f"const int64_t nb = {_f('batch')}, tiles = {_f('tiles')}, elements = {_f('image_elements')};", 1)
+        w(f"const int64_t slivers = (tiles + {nr - 1}) / {nr}, per_image = (slivers + ns - 1) / ns, "
+          "blocks = nb * per_image;", 1)
+        w(f"const int64_t scans = (elements + {SCAN_BLOCK - 1}) / {SCAN_BLOCK}, weight_rows = nb * mt;", 1)
+        w("int bad = 0;", 1)
+        w(f"{T} *U = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, sizeof({T}) * nb * {POINTS} * u_point);", 1)
+        w("int64_t next_scan = 0, next_weights = 0, next_block = 0;  /* items claimed (tcpy_claim) */", 1)
+        w("const int team = tcpy_num_threads < blocks ? tcpy_num_threads : (int)blocks;", 1)
+        w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
+        w("{", 1)
+        w("TCPY_TEAM_START();", 2)
+        w("int mine = 0;", 2)
+        w("for (int64_t sb; (sb = tcpy_claim(&next_scan, scans)) < scans; )", 2)
+        w(f"for (int64_t e = sb * {SCAN_BLOCK}, e1 = tcpy_min_int64(e + {SCAN_BLOCK}, elements); e < e1; e++) "
+          f"mine |= {self.unusual(f'({T})image[e]')};", 3)
+        w("for (int64_t r; (r = tcpy_claim(&next_weights, weight_rows)) < weight_rows; )", 2)
+        w(f"mine |= {p}_wweights(pl, wp, weights, U, r / mt, r % mt * {mr});", 3)
+        w("if (mine) {", 2)
+        w("#pragma omp atomic write", 0)
+        w("bad = 1;", 3)
+        w("}", 2)
+        w("#pragma omp barrier", 0)
+        w("int stop_all;", 2)
+        w("#pragma omp atomic read", 0)
+        w("stop_all = bad;", 2)
+        w("if (!stop_all) {", 2)
+        w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * {POINTS} * v_point);", 3)
+        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * {POINTS} * p_point);", 3)
+        w("for (int64_t block; (block = tcpy_claim(&next_block, blocks)) < blocks; ) {", 3)
+        w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
+        w("const int64_t bi = block / per_image, j = block % per_image * ns;", 4)
+        w("const int64_t count = tcpy_min_int64(ns, slivers - j);", 4)
+        w(f"const int64_t t0 = j * {nr}, nt = tcpy_min_int64(count * {nr}, tiles - t0);", 4)
+        w(f"{p}_winputs(pl, wp, image, V, bi, t0, nt);", 4)
+        w(f"{p}_wblock(pl, wp, U, V, P, C, bi, t0, nt, alpha);", 4)
+        w("}", 3)
+        w("}", 2)
+        w("}", 1)
+        w("return bad;", 1)
+        w("}")
+
+    def render(self) -> str:
+        helpers = CWriter()
+        self.weights(helpers)
+        self.inputs(helpers)
+        self.kernel(helpers)
+        self.block(helpers)
+        self.run(helpers)
+        return helpers.text()

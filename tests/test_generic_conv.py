@@ -1,0 +1,138 @@
+"""Size-generic convolutions: one compiled kernel holds the run-time engine's packed path and its
+winograd path, and each call shape takes the one the cost model chooses for its sizes (NCHW and
+NHWC, padding by guards, edge tiles, 1x1 images, windows that are no 3x3, stride 2), with the
+reference evaluator's results and one build."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tcpy
+from tcpy.demo import CONV2D
+from tcpy.target import Target
+
+# "same" padding by a guard around the whole product (a failing term adds nothing)
+PADDED = """
+def conv_padded(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+    O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+        ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+        where h in 0:H, w in 0:W, kh in 0:KH, kw in 0:KW
+}
+"""
+# NHWC, double, the guard around the image's read alone (a failing term is 0 times the weight)
+NHWC = """
+def conv_nhwc(double(N,H,W,C) I, double(F,KH,KW,C) Wt) -> (O) {
+    O(n, h, w, f) +=! ((h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+        ? I(n, h + kh - 1, w + kw - 1, c) : 0.0) * Wt(f, kh, kw, c)
+        where h in 0:H, w in 0:W, kh in 0:KH, kw in 0:KW
+}
+"""
+STRIDED = """
+def conv_strided(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+    O(n, f, h, w) +=! I(n, c, 2*h + kh, 2*w + kw) * Wt(f, c, kh, kw)
+        where h in 0:(H - KH)/2 + 1, w in 0:(W - KW)/2 + 1
+}
+"""
+
+BATCH = (1, 2, 3)
+CHANNELS = (1, 2, 5, 16, 33)
+PIXELS = (1, 2, 3, 5, 7, 13, 16, 29)  # 1x1 images, primes, edge tiles (odd), whole tiles
+WINDOWS = ((3, 3), (3, 3), (3, 3), (1, 1), (3, 1), (2, 3))
+FIRST = (1, 16, 16, 12, 12, 3, 3)  # the first call (N, C, F, H, W, KH, KW): a 3x3 window
+
+
+def _conv_args(rng, source, n, c, f, h, w, kh, kw):
+    """Arguments of ``source`` for a batch of ``n`` images of ``h x w`` outputs, ``c`` -> ``f``
+    channels, a ``kh x kw`` window."""
+    dtype = np.float64 if source is NHWC else np.float32
+    if source is CONV2D:
+        shapes = (n, c, h + kh - 1, w + kw - 1), (f, c, kh, kw)
+    elif source is STRIDED:
+        shapes = (n, c, 2 * (h - 1) + kh, 2 * (w - 1) + kw), (f, c, kh, kw)
+    elif source is NHWC:
+        shapes = (n, h, w, c), (f, kh, kw, c)
+    else:
+        shapes = (n, c, h, w), (f, c, kh, kw)
+    return tuple(rng.standard_normal(shape).astype(dtype) for shape in shapes)
+
+
+def _runnable(preset):
+    return Target.preset(preset).can_run_here()
+
+
+# each def on the presets and thread counts taken in turn (the prepadded NCHW one on all three)
+CONFIGS = [(source, preset, threads) for source, preset, threads in (
+    (CONV2D, "x86-64-v3", 1), (CONV2D, "x86-64", 2), (CONV2D, "x86-64-v4", 7),
+    (PADDED, "x86-64-v3", 2), (NHWC, "x86-64", 7), (STRIDED, "x86-64-v3", 7)) if _runnable(preset)]
+
+_kernels = {}
+
+
+def _kernel(source, preset, threads):
+    """One generic kernel per configuration for the whole module, first called with a 3x3 window
+    (the shape it is planned at: its winograd path is held from then on)."""
+    key = (source, preset, threads)
+    if key not in _kernels:
+        options = tcpy.Options(specialize="never", target=preset, num_threads=threads)
+        kernel, reference = tcpy.define(source, options=options), tcpy.define(source, backend="reference")
+        _check(kernel, reference, _conv_args(np.random.default_rng(1), source, *FIRST))
+        _kernels[key] = kernel, reference
+    return _kernels[key]
+
+
+def _check(kernel, reference, args):
+    got, want = kernel(*args), reference(*args)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    # Winograd's transforms round differently from the direct sums (by the largest terms)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+@pytest.mark.parametrize("source, preset, threads", CONFIGS)
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_generic_conv_kernel_serves_every_shape(builds, source, preset, threads, data):
+    kernel, reference = _kernel(source, preset, threads)
+    rng = np.random.default_rng(0)
+    draw = lambda values: data.draw(st.sampled_from(values))  # noqa: E731
+    for _ in range(3):
+        kh, kw = draw(WINDOWS)
+        _check(kernel, reference, _conv_args(rng, source, draw(BATCH), draw(CHANNELS), draw(CHANNELS),
+                                             draw(PIXELS), draw(PIXELS), kh, kw))
+    # built once, at the kernel's first call (in this module's first example)
+    assert len(builds) == 1 and "generic" in builds[0]
+
+
+def _variant(kernel, *args) -> str:
+    line = next(line for line in kernel.explain(*args).splitlines() if "generic kernel:" in line)
+    return "winograd" if "run-time engine (winograd path" in line else \
+        "packed" if "run-time engine (packed path" in line else line
+
+
+@pytest.mark.parametrize("source", [CONV2D, PADDED])
+def test_explain_names_the_variant_each_shape_takes(builds, source):
+    """Wide channels on a large image take the winograd path, a few channels, a window that is
+    no 3x3 and an image of one output the packed path; one build serves them all."""
+    kernel = tcpy.define(source, options=tcpy.Options(specialize="never", target="x86-64-v3", num_threads=2))
+    reference = tcpy.define(source, backend="reference")
+    rng = np.random.default_rng(2)
+    expected = {(1, 16, 16, 14, 14, 3, 3): "winograd", (2, 32, 32, 17, 9, 3, 3): "winograd",
+                (1, 4, 4, 7, 7, 3, 3): "packed", (1, 16, 16, 14, 14, 1, 1): "packed",
+                (1, 16, 16, 1, 1, 3, 3): "packed"}
+    for shape, variant in expected.items():
+        args = _conv_args(rng, source, *shape)
+        _check(kernel, reference, args)
+        assert _variant(kernel, *args) == variant, (shape, kernel.explain(*args))
+    assert len(builds) == 1 and "generic" in builds[0]
+
+
+def test_winograd_sums_point_by_point_where_an_operand_is_not_finite():
+    """inf or NaN in the image or the weights (which Winograd's transforms would spread over a
+    tile) takes the exact sums, as the specialised kernel does."""
+    kernel = tcpy.define(CONV2D, options=tcpy.Options(specialize="never", num_threads=2))
+    reference = tcpy.define(CONV2D, backend="reference")
+    rng = np.random.default_rng(3)
+    image, weights = _conv_args(rng, CONV2D, 1, 16, 16, 14, 14, 3, 3)
+    assert _variant(kernel, image, weights) == "winograd"
+    for which, value in ((image, np.inf), (weights, np.nan), (image, 3e38)):
+        which.flat[37] = value
+        np.testing.assert_allclose(kernel(image, weights), reference(image, weights), rtol=1e-4, atol=1e-3)

@@ -130,7 +130,7 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
         return None
     threads = threads if options.parallel else 1
     tile, form = kernel.plan, kernel.plan.winograd
-    if form is not None and options.winograd:
+    if form is not None:
         chosen = plan(con, options.target, threads, direct_conv=False, winograd_tile=(tile.mr, tile.nr_vectors))
         image = getattr(kernel.contraction, form.image).tensor
         if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image

@@ -5,11 +5,11 @@ an online chain's blocks of columns and a deferred quotient's division. Function
 kernel's emitter (``em``, :class:`tcpy.codegen.emit._Emitter`)."""
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.contraction.runtime import F
-from tcpy.codegen.cwriter import ScratchSlot, c_literal, dynamic_schedule
+from tcpy.codegen.cwriter import CLAIMS_PER_THREAD, ScratchSlot, c_literal, dynamic_schedule
 from tcpy.codegen.expressions import c_name, convert, index_c, value
 from tcpy.generic import engine_statements
 from tcpy.loopir import BLOCK_ROWS, BLOCK_START, KEY_COLUMNS, OLD_MAXIMUM, Prepack
-from tcpy.transform.runtime_chains import HEADER
+from tcpy.transform.runtime_chains import FIELD
 
 _N = F["n"]  # the run-time engine's plan buffer field of N
 
@@ -257,51 +257,77 @@ def generic_chain(em, node, depth):
     """A size-generic kernel's online chain (:mod:`tcpy.transform.runtime_chains`): its loops
     over the call's ranges; the rows per block, and each product's plan buffers and operands'
     bases, read from its statement's plan buffer (variant 0 on a whole block of columns, 1 on
-    the last one, 2 on one whole row); the products run the run-time engine's cell."""
+    the last one, 2 on one whole row); the products run the run-time engine's cell, their b
+    packed by each thread once per batch for every block of columns."""
     keys = node.online
     whole_head, _, whole_tail, _ = keys.whole
     names = {name: c_name(name) for name in em.buffer_names()}
-    plans = {}
-    for k, product in enumerate((node.head, node.tail)):
-        plans[product.stmt] = f"tcpy_chain{k}"
+    products = (node.head, node.tail)
+    plans = {p.stmt: f"tcpy_chain{k}" for k, p in enumerate(products)}
+    for k, product in enumerate(products):
         em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
                                                              f"{em.symbol}_s{product.stmt}", k == 1))
     for product in (whole_head, whole_tail):
         em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
-                                                             f"{em.symbol}_s{product.stmt}_whole"))
+                                                             f"{em.symbol}_s{product.stmt}_whole", False))
     *batch_loops, (var, lo, hi) = node.loops
     lo, hi = index_c(lo, top=True), index_c(hi, top=True)
+    key_lo, key_hi = index_c(keys.lo, top=True), index_c(keys.hi, top=True)
     em.emit("{", depth)
     d = depth + 1
     engines = engine_statements(em.program)
-    for product in (node.head, node.tail):
+    for product in products:
         slot = len(names) + 1 + engines.index(product.stmt)
         em.emit(f"const int64_t *TCPY_RESTRICT {plans[product.stmt]} = (const int64_t *)tcpy_buffers[{slot}];", d)
-    em.emit(f"const int64_t tcpy_step = {plans[node.head.stmt]}[{HEADER - 1}];  /* rows per block at this call */", d)
-    em.emit(f"const int64_t tcpy_width = {index_c(keys.hi, top=True)} - ({index_c(keys.lo, top=True)});", d)
-    chunks = f"(({hi}) - ({lo}) + tcpy_step - 1) / tcpy_step"
-    for _, lo_, hi_ in batch_loops:
-        chunks += f" * (({index_c(hi_, top=True)}) - ({index_c(lo_, top=True)}))"
+    em.emit(f"const int64_t tcpy_step = {plans[node.head.stmt]}[{FIELD['rows']}];  /* rows per block at this call */",
+            d)
+    em.emit(f"const int64_t tcpy_width = ({key_hi}) - ({key_lo}), tcpy_key_blocks = (tcpy_width + "
+            f"{keys.columns - 1}) / {keys.columns};", d)
+    chunks, batch = f"(({hi}) - ({lo}) + tcpy_step - 1) / tcpy_step", "0"
+    for loop_var, lo_, hi_ in batch_loops:
+        extent = f"(({index_c(hi_, top=True)}) - ({index_c(lo_, top=True)}))"
+        chunks += f" * {extent}"
+        batch = f"({batch}) * {extent} + ({loop_var} - ({index_c(lo_, top=True)}))"
+    em.emit(f"const int64_t tcpy_chunks = {chunks};", d)
+    em.emit("const int tcpy_nt = tcpy_num_threads < tcpy_chunks ? tcpy_num_threads : tcpy_chunks > 1 ? "
+            f"(int)tcpy_chunks : 1; (void)tcpy_nt;", d)
+    # (a thread's iterations in a row: mostly one batch, whose packed b they share)
+    em.emit(f"const int64_t tcpy_chunk = tcpy_chunks / ({CLAIMS_PER_THREAD} * tcpy_nt) > 1 ? "
+            f"tcpy_chunks / ({CLAIMS_PER_THREAD} * tcpy_nt) : 1; (void)tcpy_chunk;", d)
     if node.parallel:
-        em.emit(f"const int64_t tcpy_chunks = {chunks};", d)
-        em.emit("const int tcpy_nt = tcpy_num_threads < tcpy_chunks ? tcpy_num_threads : tcpy_chunks > 1 ? "
-                "(int)tcpy_chunks : 1;", d)
         em.emit("#pragma omp parallel num_threads(tcpy_nt) if(tcpy_nt > 1)", d)
     em.emit("{", d)
     d += 1
     whole = {tensor for p in (whole_head, whole_tail) for tensor, _ in p.bases}
+    packed = [(f"prepack.{k}", f"tcpy_key_blocks * {plans[p.stmt]}[{FIELD['panel']}]", p.contraction.dtype)
+              for k, p in enumerate(products)]
     carve(em, "tcpy_mem", ScratchSlot.CHAIN_BLOCKS,
-          [(name, "tcpy_width" if name in whole else elements, type_) for name, elements, type_ in node.buffers], d)
+          [(name, "tcpy_width" if name in whole else elements, type_) for name, elements, type_ in node.buffers]
+          + packed, d)
+    em.emit("int64_t tcpy_batch = -1;  /* the batch whose b this thread packed */", d)
     if node.parallel:
         collapse = f" collapse({len(node.loops)})" if len(node.loops) > 1 else ""
-        em.emit(f"#pragma omp for schedule(dynamic, 1){collapse}", d)
+        em.emit(f"#pragma omp for schedule(dynamic, tcpy_chunk){collapse}", d)
     for loop_var, lo_, hi_ in batch_loops:
         em.emit(f"for (int64_t {loop_var} = {index_c(lo_, top=True)}; {loop_var} < {index_c(hi_, top=True)}; "
                 f"{loop_var}++)", d)
         d += 1
     em.emit(f"for (int64_t {var} = {lo}; {var} < {hi}; {var} += tcpy_step) {{", d)
     em.emit(f"const int64_t {BLOCK_ROWS} = ({hi}) - {var} < tcpy_step ? ({hi}) - {var} : tcpy_step;", d + 1)
-    _generic_key_blocks(em, node, plans, [v for v, _, _ in batch_loops] + [var, keys.var], d + 1)
+    loop_vars = [v for v, _, _ in batch_loops] + [var, keys.var]
+    em.emit(f"if ({batch} != tcpy_batch) {{  /* b of every block of columns, packed once per batch */", d + 1)
+    em.emit(f"tcpy_batch = {batch};", d + 2)
+    em.emit(f"for (int64_t {keys.var} = {key_lo}; {keys.var} < {key_hi}; {keys.var} += {keys.columns}) {{", d + 2)
+    em.emit(f"const int64_t tcpy_variant = ({key_hi}) - {keys.var} < {keys.columns};", d + 3)
+    for k, product in enumerate(products):
+        plan = plans[product.stmt]
+        b = _operand(em, product, 1, plan, "tcpy_variant", loop_vars, 1 + len(loop_vars))
+        em.emit(f"{em.symbol}_s{product.stmt}_prepack({plan} + {plan}[tcpy_variant] + {3 * (1 + len(loop_vars))}, "
+                f"{b}, {c_name(f'prepack.{k}')} + ({keys.var} - ({key_lo})) / {keys.columns} * "
+                f"{plan}[{FIELD['panel']}]);", d + 3)
+    em.emit("}", d + 2)
+    em.emit("}", d + 1)
+    _generic_key_blocks(em, node, plans, loop_vars, d + 1)
     em.emit("}", d)
     em.emit("}", depth + 1)
     em.emit("}", depth)
@@ -328,11 +354,14 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     d = depth + 1
     em.emit(f"const int64_t {KEY_COLUMNS} = ({hi}) - {keys.var} < {keys.columns} ? ({hi}) - {keys.var} : "
             f"{keys.columns};", d)
-    em.emit(f"const int tcpy_variant = {KEY_COLUMNS} == {keys.columns} ? 0 : 1;", d)
-    em.emit(_cell_call(em, node.head, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS), d)
-    block_rows(em, node.row_var, node.body, d)
-    em.emit(f"{tail_fn}_scale_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {factor});", d)
-    em.emit(_cell_call(em, tail, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS), d)
+    em.emit(f"const int tcpy_variant = {KEY_COLUMNS} < {keys.columns};", d)
+    for k, product in enumerate((node.head, tail)):
+        if product is tail:
+            block_rows(em, node.row_var, node.body, d)
+            em.emit(f"{tail_fn}_scale_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {factor});", d)
+        prepacked = (f"{c_name(f'prepack.{k}')} + ({keys.var} - ({lo})) / {keys.columns} * "
+                     f"{plans[product.stmt]}[{FIELD['panel']}]")
+        em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS, prepacked), d)
     em.emit("}", depth)
     whole_head, body, whole_tail, (numerator, _, divisor) = keys.whole
     em.emit(f"if ({tail_fn}_finish_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {mx}, {sm}, {redo})) {{", depth)
@@ -341,26 +370,27 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     em.emit(f"const int64_t tcpy_row = {BLOCK_START} + r;", depth + 2)
     em.emit("{  /* the row as the statements say: its quotient itself, all its columns at once */", depth + 2)
     em.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", depth + 3)
-    em.emit(_cell_call(em, whole_head, plans, "2", loop_vars[:-1], "_whole", "1"), depth + 3)
+    em.emit(_cell_call(em, whole_head, plans, "2", loop_vars[:-1], "_whole", "1", "0"), depth + 3)
     block_rows(em, node.row_var, body, depth + 3)
     quotient_rows(em, numerator, "tcpy_width", divisor, T.c_type, None, depth + 3)
-    em.emit(_cell_call(em, whole_tail, plans, "2", loop_vars[:-1], "_whole", "1"), depth + 3)
+    em.emit(_cell_call(em, whole_tail, plans, "2", loop_vars[:-1], "_whole", "1", "0"), depth + 3)
     em.emit("}", depth + 2)
     em.emit("}", depth + 1)
     em.emit("}", depth)
 
 
-def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: str) -> str:
+def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: str, prepacked: str) -> str:
     """The call of a generic chain product's cell with its plan buffer's ``variant`` (C: 0, 1
     or 2) on ``rows`` rows, its N from that plan buffer, its operands at the variant's bases
-    along ``loop_vars`` (the chain's loops, the block of columns' last)."""
+    along ``loop_vars`` (the chain's loops, the block of columns' last), its b packed at
+    ``prepacked`` (C: 0, the cell packs it)."""
     plan = plans[product.stmt]
     per = 1 + len(loop_vars) + (variant == "2")  # (the whole row: no block of columns)
     operands = ", ".join(_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3))
     alpha = c_literal(product.contraction.alpha, product.contraction.dtype)  # (no tensor scales a chain's)
     return (f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[{variant}] + {3 * per}; "
             f"{em.symbol}_s{product.stmt}{suffix}_cell(tcpy_pl, {operands}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
-            f"{alpha}, tcpy_stop); }}")
+            f"{alpha}, tcpy_stop, {prepacked}); }}")
 
 
 def _operand(em, product, k: int, plan: str, variant: str, loop_vars, per: int) -> str:

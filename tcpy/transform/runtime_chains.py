@@ -8,7 +8,7 @@ sizes fixed from the Target by :mod:`tcpy.transform.chains`). What depends on th
 planned here for each call shape, into one int64 buffer per product (the plan buffer slot of
 its statement, after the size block):
 
-``[full, last, whole, rows]`` then three *variants*, each at the offset the first three give:
+``[full, last, whole, rows, panel]`` then three *variants*, each at the offset the first three give:
 a product on a whole block of columns, on the last (shorter) one, and on one whole row (the
 rows the online form cannot give exactly, computed again as the statements say). A variant
 is its operands' bases, ``3 x (1 + loops)`` values (per operand a, b, c: a constant, then its
@@ -16,7 +16,8 @@ stride along each loop of the chain: the batch loops, the block's first row, the
 column), followed by the run-time engine's plan buffer of that block contraction
 (:func:`tcpy.transform.runtime_plan.contraction_buffer`). ``rows`` is the call's rows per block:
 at most the plan's (what the block buffers hold), fewer when the blocks would not occupy every
-thread.
+thread; ``panel`` the elements of the product's b on a whole block of columns, packed (each
+thread packs b of every block of columns once per batch, ``panel`` elements apart).
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ from .recognition import _access, block_contraction
 from . import runtime_plan
 from .runtime_plan import contraction_buffer
 
-HEADER = 4  # offsets of the variants (whole block of columns, last block, whole row), rows per block
+# a product's plan buffer starts with: the offsets of its variants (a whole block of columns, the
+# last block, a whole row), the rows per block, the elements of b's packed panel
+HEADER = ("full", "last", "whole", "rows", "panel")
+FIELD = {name: index for index, name in enumerate(HEADER)}
 
 
 def bases_length(group: FusedGroup) -> int:
@@ -83,7 +87,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
         con = _at_sizes(statement.engine.contraction, statement.stmt, own, shapes, sizes)
         if con is None:
             return None
-        variants = []
+        variants, panel = [], 0
         for count, buffers_, nominal in ((columns, blocks, product), (rest, blocks, product),
                                          (0, whole, whole_product)):
             keys = (online.column_var, count, columns) if count else None
@@ -92,6 +96,8 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             if found is None:
                 return None
             block, bases = found
+            if count == columns:
+                panel = block.size("k") * -(-block.size("n") // nominal.plan.nr) * nominal.plan.nr
             buffer = contraction_buffer(block, shape_block(block, options, nominal.plan), nominal.contraction)
             if buffer is None:
                 return None
@@ -101,8 +107,8 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
                 values.append(base.offset - sum(s * own[v][0] for v, s in strides.items()))
                 values.extend(strides.get(v, 0) for v in loops)
             variants.append(np.concatenate([np.array(values, np.int64), buffer]))
-        at = HEADER + np.cumsum([0] + [len(v) for v in variants[:-1]])
-        buffers[product.stmt] = np.concatenate([np.array([*at, rows], np.int64), *variants])
+        at = len(HEADER) + np.cumsum([0] + [len(v) for v in variants[:-1]])
+        buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel], np.int64), *variants])
     return buffers
 
 
@@ -128,6 +134,6 @@ def describe(buffer: np.ndarray, group: FusedGroup, stmt: int) -> str:
     chain, chain_plan = group.chain, group.chain.plan
     product = next(p for p in chain_plan.products if p.stmt == stmt)
     block = buffer[int(buffer[0]) + bases_length(group):]
-    return (f"in the chain, on blocks of {int(buffer[HEADER - 1])} rows of {chain.block_var} (at most "
+    return (f"in the chain, on blocks of {int(buffer[FIELD['rows']])} rows of {chain.block_var} (at most "
             f"{chain_plan.rows}) and {chain_plan.columns} columns of {chain.online.column_var}: "
             f"{runtime_plan.describe(block, product.plan)}")

@@ -57,18 +57,22 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
 def render_block(ctx: Context, online: bool) -> str:
     """The routines of a size-generic kernel's chain product on one block of rows (see
     :mod:`tcpy.transform.runtime_chains`): ``<p>_cell(pl, A, B, C, 0, 1, 0, rows, 0, N, alpha,
-    stop)`` with the block's plan buffer ``pl`` and operands; with ``online``, the row helpers of
-    an online chain's last product over the output rows ``pl`` lays out
+    stop, bpre)`` with the block's plan buffer ``pl`` and operands, ``bpre`` B as
+    ``<p>_prepack(pl, B, bpre)`` packed it (or 0: the cell packs B itself); A's rows are read in
+    place where they run along K (a block buffer or a row of queries, in cache: packing them
+    would copy them again for every block of columns). With ``online``, the row helpers of an
+    online chain's last product over the output rows ``pl`` lays out
     (:func:`tcpy.codegen.contraction.rows.online_rows`' with a plan buffer first)."""
     w = CWriter()
-    _routines(ctx, w)
+    _routines(ctx, w, True)
     if online:
         _online_rows(ctx, w)
     return w.text()
 
 
-def _routines(ctx: Context, w: CWriter):
-    """The vector types, packing routines, micro-kernels and cell every size shares."""
+def _routines(ctx: Context, w: CWriter, chained: bool = False):
+    """The vector types, packing routines, micro-kernels and cell every size shares (a
+    ``chained`` one: see :func:`render_block`)."""
     p, T, s = ctx.prefix, ctx.T, ctx.element_bytes
     vb = ctx.plan.lanes * s
     w(f"/* contraction {ctx.con.stmt.replace('*/', '* /')}")
@@ -81,7 +85,11 @@ def _routines(ctx: Context, w: CWriter):
     _pack_b(ctx, w)
     _pack_a(ctx, w)
     _micro_kernel(ctx, w)
-    _cell(ctx, w)
+    if chained and ctx.TA == ctx.T:
+        _micro_kernel(ctx, w, True)
+    if chained:
+        _prepack(ctx, w)
+    _cell(ctx, w, chained)
 
 
 def _online_rows(ctx: Context, w: CWriter):
@@ -100,16 +108,21 @@ def _online_rows(ctx: Context, w: CWriter):
         w(f"static {'int' if after else 'void'} {p}_{name}(const int64_t *TCPY_RESTRICT pl, {T} *TCPY_RESTRICT C, "
           f"int64_t rows{params}) {{")
         w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')}, N = {_field('n')};", 1)
+        w("int unit = 1;  /* the rows are contiguous: loops the compiler vectorises */", 1)
+        w("for (int64_t j = 1; j < N; j++) unit &= cn[j] == cn[0] + j;", 1)
         if after:
             w("int any = 0;", 1)
         w("for (int64_t r = 0; r < rows; r++) {", 1)
         w(f"{T} *TCPY_RESTRICT o = C + {_field('c_base')} + cm[r];", 2)
         for line in row:
             w(line, 2)
-        w("for (int64_t j = 0; j < N; j++) {", 2)
-        w(f"{T} *e = o + cn[j];", 3)
-        for line in element:
-            w(line, 3)
+        for test, offset in (("if (unit) {", "cn[0] + j"), ("} else {", "cn[j]")):
+            w(test, 2)
+            w("for (int64_t j = 0; j < N; j++) {", 3)
+            w(f"{T} *e = o + {offset};", 4)
+            for line in element:
+                w(line, 4)
+            w("}", 3)
         w("}", 2)
         for line in after:
             w(line, 2)
@@ -259,25 +272,29 @@ def _pack_a(ctx: Context, w: CWriter):
     w("}")
 
 
-def _micro_kernel(ctx: Context, w: CWriter):
+def _micro_kernel(ctx: Context, w: CWriter, a_in_place: bool = False):
     """``<p>_ukr<v>``: the tile at rows i.., columns j.. of the output (``cb``: its batch base;
     ``cm``, ``cn``: its offset tables) from ``v`` vectors of each B sliver row (the narrower
     kernels serve N's last tile: fewer FMAs on padding); vector stores of whole rows when the
     tile's columns are one unit-stride run of C (``c_run``), else element by element through
-    the tables."""
+    the tables. With ``a_in_place``, ``<p>_uka<v>``: A's MR rows read in place (``a`` holds a
+    pointer per row, each at the K block's first element)."""
     p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
+    name, a_type = ("uka", f"const {T} *const *TCPY_RESTRICT") if a_in_place else ("ukr", f"const {T} *TCPY_RESTRICT")
+    a_load = (lambda r: f"a{r}[k]") if a_in_place else (lambda r: f"a[k * {mr} + {r}]")
     for vectors in range(1, ctx.plan.nr_vectors + 1):
         tile = ctx.with_plan(dataclasses.replace(ctx.plan, nr=vectors * L))
         width = vectors * L
-        w(f"static __attribute__((noinline)) void {p}_ukr{vectors}(int64_t kc, const {T} *TCPY_RESTRICT a, "
+        w(f"static __attribute__((noinline)) void {p}_{name}{vectors}(int64_t kc, {a_type} a, "
           f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, const int64_t *TCPY_RESTRICT cm, "
           f"const int64_t *TCPY_RESTRICT cn, int c_run, int64_t i, int64_t j, int64_t mr, int64_t nr, "
           f"int overwrite, {T} alpha) {{")
+        if a_in_place:
+            w(" ".join(f"const {T} *TCPY_RESTRICT a{r} = a[{r}];" for r in range(mr)), 1)
         w(f"if (c_run) for (int64_t r = 0; r < mr; r++) {{ {T} *q = cb + cm[i + r] + cn[j]; "
           "__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }", 1)
         # (B slivers keep the full width's layout)
-        accumulate_loop(tile, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * L})",
-                        lambda r: f"a[k * {mr} + {r}]", 1)
+        accumulate_loop(tile, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * L})", a_load, 1)
         w(f"if (c_run && nr == {width}) {{", 1)
         w(f"if (mr == {mr}) {{", 2)
         for r in range(mr):
@@ -303,17 +320,42 @@ def _micro_kernel(ctx: Context, w: CWriter):
         w("}")
 
 
-def _cell(ctx: Context, w: CWriter):
+def _prepack(ctx: Context, w: CWriter):
+    """``<p>_prepack(pl, B, bp)``: every (kc x nc) panel of B (batch index 0) packed as the cell
+    packs it, panel (pc, jc) at ``bp + pc * npad + jc * kc`` (``npad``: N in whole slivers)."""
+    p, T, TB, nr = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr
+    w(f"static void {p}_prepack(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT B, "
+      f"{T} *TCPY_RESTRICT bp) {{")
+    w(f"const int64_t K = {_field('k')}, N = {_field('n')}, KC = {_field('kc')}, NC = {_field('nc')};", 1)
+    w(f"const int64_t npad = (N + {nr - 1}) / {nr} * {nr};", 1)
+    w(f"const {TB} *bb = B + {_field('b_base')} + {_table('b_batch')}[0];", 1)
+    w("for (int64_t pc = 0; pc < K; pc += KC)", 1)
+    w("for (int64_t jc = 0; jc < N; jc += NC)", 2)
+    w(f"{p}_pack_b(pl, bb, 0, pc, K - pc < KC ? K - pc : KC, jc, N - jc < NC ? N - jc : NC, "
+      "bp + pc * npad + jc * (K - pc < KC ? K - pc : KC));", 3)
+    w("}")
+
+
+def _cell(ctx: Context, w: CWriter, chained: bool = False):
     """``<p>_cell``: one cell of the thread grid (batch, M and N ranges), BLIS's five loops
-    around the micro-kernel with the plan's blocks."""
+    around the micro-kernel with the plan's blocks; a ``chained`` one (see
+    :func:`render_block`) takes B prepacked (``bpre``, or 0) and reads A's rows in place where
+    they run along K."""
     p, T, TA, TB, mr, nr = ctx.prefix, ctx.T, ctx.TA, ctx.TB, ctx.plan.mr, ctx.plan.nr
+    in_place = chained and TA == T
     w(f"static void {p}_cell(const int64_t *TCPY_RESTRICT pl, const {TA} *TCPY_RESTRICT A, "
       f"const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C, int64_t b0, int64_t b1, int64_t m0, int64_t m1, "
-      f"int64_t n0, int64_t n1, {T} alpha, const volatile int *stop) {{")
+      f"int64_t n0, int64_t n1, {T} alpha, const volatile int *stop"
+      + (f", const {T} *TCPY_RESTRICT bpre) {{" if chained else ") {"))
     w(f"const int64_t K = {_field('k')}, KC = {_field('kc')}, MC = {_field('mc')}, NC = {_field('nc')};", 1)
     w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
     w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')};", 1)
     w(f"const int64_t *c_runs = {_table('c_runs')};", 1)
+    if chained:
+        w(f"const int64_t N = {_field('n')}; (void)N;", 1)
+    if in_place:  # A's rows run along K: read in place
+        w(f"const int64_t *am = {_table('a_m')}, *ak = {_table('a_k')};", 1)
+        w(f"const int direct = (int){_field('a_k_unit')};", 1)
     # (+ lanes: slack as the specialised path's buffers have)
     w(f"{T} *ap = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, sizeof({T}) * (MC * KC + {ctx.plan.lanes}));", 1)
     w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * (KC * NC + {ctx.plan.lanes}));", 1)
@@ -326,21 +368,36 @@ def _cell(ctx: Context, w: CWriter):
     w("for (int64_t pc = 0; pc < K; pc += KC) {", 3)
     w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
     w("const int64_t kc = K - pc < KC ? K - pc : KC;", 4)
-    w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 4)
+    if chained:
+        w(f"const {T} *bq = bpre ? bpre + pc * ((N + {nr - 1}) / {nr} * {nr}) + jc * kc : bp;", 4)
+        w(f"if (!bpre) {p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 4)
+    else:
+        w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 4)
     w("for (int64_t ic = m0; ic < m1; ic += MC) {", 4)
     w("const int64_t mc = m1 - ic < MC ? m1 - ic : MC;", 5)
-    w(f"{p}_pack_a(pl, ab, bi, ic, mc, pc, kc, ap);", 5)
+    w(f"{'if (!direct) ' if in_place else ''}{p}_pack_a(pl, ab, bi, ic, mc, pc, kc, ap);", 5)
     w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
     w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
     w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 6)
     w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
     w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
     overwrite = "pc == 0" if ctx.con.init else "0"
-    args = f"(kc, ap + ir * kc, bp + jr * kc, cb, cm, cn, c_run, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);"
-    call = f"{p}_ukr{ctx.plan.nr_vectors}{args}"
-    for vectors in range(ctx.plan.nr_vectors - 1, 0, -1):  # N's last tile: the narrowest that covers it
-        call = f"if (nr <= {vectors * ctx.plan.lanes}) {p}_ukr{vectors}{args} else {call}"
-    w(call, 7)
+    rest = f"{'bq' if chained else 'bp'} + jr * kc, cb, cm, cn, c_run, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);"
+    calls = []
+    for name, a in (("ukr", "ap + ir * kc"), ("uka", "ar")) if in_place else (("ukr", "ap + ir * kc"),):
+        args = f"(kc, {a}, {rest}"
+        call = f"{p}_{name}{ctx.plan.nr_vectors}{args}"
+        for vectors in range(ctx.plan.nr_vectors - 1, 0, -1):  # N's last tile: the narrowest that covers it
+            call = f"if (nr <= {vectors * ctx.plan.lanes}) {p}_{name}{vectors}{args} else {call}"
+        calls.append(call)
+    if in_place:  # (rows past M repeat its last row, whose results are not stored)
+        w("if (direct) {", 7)
+        w(f"const {TA} *ar[{mr}];", 8)
+        w(f"for (int r = 0; r < {mr}; r++) ar[r] = ab + am[ic + ir + (r < mr ? r : mr - 1)] + ak[pc];", 8)
+        w(calls[1], 8)
+        w(f"}} else {calls[0]}", 7)
+    else:
+        w(calls[0], 7)
     for depth in range(6, 1, -1):
         w("}", depth)
     w("}", 1)

@@ -444,10 +444,14 @@ class ConvForm(ImageForm):
 #: are each one unit-stride run (vector copies and stores: every block of a GEMM, the blocks of
 #: a convolution inside one image row). ``winograd``: 0 on the packed path, else where the
 #: winograd path's section (:data:`RUNTIME_WINOGRAD_FIELDS`) starts: the call runs as F(2x2,
-#: 3x3) (the sizes and tables above then serve the point-by-point sums alone).
+#: 3x3) (the sizes and tables above then serve the point-by-point sums alone). ``path``: otherwise,
+#: an index in :data:`RUNTIME_PATHS`; the small and stream paths read A in place along
+#: ``a_m_stride`` and ``a_k_stride`` (the small path also B, its rows ``b_k_stride`` apart, each
+#: sliver copied when ``copy_b``).
 RUNTIME_FIELDS = (
     "batch", "m", "n", "k", "kc", "mc", "nc", "grid_batch", "grid_m", "grid_n", "swapped",
     "a_base", "b_base", "c_base", "a_k_unit", "guarded", "other_elements", "winograd",
+    "path", "a_m_stride", "a_k_stride", "b_k_stride", "copy_b",
     "a_batch_table", "a_m_table", "a_k_table", "b_batch_table", "b_n_table", "b_k_table",
     "c_batch_table", "c_m_table", "c_n_table", "g_batch_table", "g_own_table", "g_k_table",
     "b_runs_table", "c_runs_table",
@@ -470,3 +474,16 @@ RUNTIME_WINOGRAD_FIELDS = (
     "image_n_table", "c_n_table", "weights_m_table", "c_m_table",
     "g_batch_table", "g_k_table", "g_n_table", "g_row_table", "g_col_table", "g_k_min_table",
 )
+
+#: The paths of the run-time engine, in the plan buffer's ``path`` order: the packed path for
+#: every contraction; the small and stream paths (A read in place) when the kernel's operands
+#: have the contraction's type.
+RUNTIME_PATHS = ("packed", "small", "stream")
+
+
+def runtime_paths(con: Contraction) -> tuple[str, ...]:
+    """The run-time engine's paths that a size-generic kernel holds for ``con`` (its
+    contraction at the kernel's nominal sizes): the small and stream paths read operands in
+    place, so only when they have the contraction's type."""
+    same = con.a.dtype is con.dtype and con.b.dtype is con.dtype
+    return RUNTIME_PATHS if same else RUNTIME_PATHS[:1]

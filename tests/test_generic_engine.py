@@ -161,8 +161,8 @@ def test_explain_names_the_engine_and_its_plan_at_each_shape():
     np.testing.assert_array_equal(kernel(a, b), np.full((3, 40, 50), 20, np.float32))
     text = kernel.explain(a, b)
     # the micro-tile is the preset's (6 x 16 floats in AVX2's 16 registers)
-    assert ("generic kernel: C(z, m, n) +=! A(z, m, k) * B(z, n, k): run-time engine (packed path, one routine for "
-            "every size): micro-tile 6x16; at these sizes batch 3 x M 40 x N 50 x K 20, blocks kc 20") in text, text
+    assert ("generic kernel: C(z, m, n) +=! A(z, m, k) * B(z, n, k): run-time engine (stream path: A read in place, "
+            "each K block of B packed; one routine for every size): micro-tile 6x16; at these sizes batch 3 x M 40 x N 50 x K 20, blocks kc 20") in text, text
     assert "batch 5 x M 7 x N 9 x K 11" in kernel.explain(np.ones((5, 7, 11), np.float32), np.ones((5, 9, 11), np.float32))
 
 

@@ -117,14 +117,15 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
 
 
 def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options, kernel: Engine,
-                 threads: int) -> Optional[tuple[Contraction, Plan]]:
+                 threads: int, paths: tuple[str, ...]) -> Optional[tuple[Contraction, Plan]]:
     """A size-generic kernel's contraction at one call's ``ranges``, ``shapes``, ``types`` and
     ``sizes`` (:mod:`tcpy.transform.runtime_plan`): recognised, and planned for ``threads``
     threads with the micro-tile of the ``kernel``'s plan: on the winograd path when the kernel
     holds it (its plan's ``winograd`` form), the call's form has the same image and as many
-    guards at most, and the cost model prefers it to the implicit GEMM; else on the packed path
-    with no split K (the run-time engine's loops). None when at these sizes it is no
-    contraction."""
+    guards at most, and the cost model prefers it to the implicit GEMM; else on the cost
+    model's path among ``paths`` (the run-time engine's that the kernel holds; the packed path
+    when it picks another) with no split K (the run-time engine's loops). None when at these
+    sizes it is no contraction."""
     con = recognize(stmt, ranges, shapes, types, sizes)
     if con is None:
         return None
@@ -136,9 +137,13 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
         if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
                 and len(con.guards) <= len(kernel.contraction.guards)):
             return con, chosen
-    overrides = {"path": "packed", "mr": tile.mr, "nr": tile.nr}
+    overrides = {"mr": tile.mr, "nr": tile.nr}
     shaped = plan(con, options.target, threads, overrides=overrides)
+    if shaped.path not in paths:
+        overrides["path"] = "packed"
+        shaped = plan(con, options.target, threads, overrides=overrides)
     if shaped.grid[3] > 1:
+        overrides["path"] = shaped.path
         shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)})
     return con, shaped
 

@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..contraction_ir import RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, Contraction, Plan
+from ..contraction_ir import RUNTIME_FIELDS, RUNTIME_PATHS, RUNTIME_WINOGRAD_FIELDS, Contraction, Plan, runtime_paths
 from ..loopir import Statement
 from ..options import Options
 from .engines import shape_engine
@@ -42,7 +42,8 @@ def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], sha
         shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
         # (no work or empty sums: the packed path's driver has them)
         engine = dataclasses.replace(engine, plan=dataclasses.replace(engine.plan, winograd=None))
-    found = shape_engine(statement.stmt, ranges, shapes, types, sizes, options, engine, threads)
+    found = shape_engine(statement.stmt, ranges, shapes, types, sizes, options, engine, threads,
+                         runtime_paths(nominal))
     if found is None:
         return None
     con, plan = found
@@ -100,6 +101,11 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
               "c_base": acc["c"].offset, "a_k_unit": int(_runs(tables["a_k"], len(tables["a_k"]))[0]),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
+    if plan.path in RUNTIME_PATHS:
+        fields.update(path=RUNTIME_PATHS.index(plan.path), copy_b=int(plan.copy_b))
+    if plan.path in ("small", "stream"):  # (A, and on the small path B, read in place: one linear stride per role)
+        fields.update(a_m_stride=con.linear_stride("m", "a"), a_k_stride=con.linear_stride("k", "a"),
+                      b_k_stride=con.linear_stride("k", "b") or 0)
     parts = _section(RUNTIME_FIELDS, fields, tables, 0)
     if plan.path == "winograd":
         at = sum(len(part) for part in parts)
@@ -216,8 +222,12 @@ def describe(buffer: np.ndarray, tile: Plan) -> str:
                 f"mc {w['mc']}")
     held = (f"; its winograd path not taken at these sizes (the cost model's choice, or no 3x3 window at "
             f"stride 1)" if tile.winograd is not None else "")
-    return (f"run-time engine (packed path, one routine for every size): micro-tile {tile.mr}x{tile.nr}; at these "
-            f"sizes batch {field['batch']} x M {field['m']} x N {field['n']} x K {field['k']}, blocks kc "
+    path = RUNTIME_PATHS[field["path"]]
+    how = {"packed": "A and B packed",
+           "small": "A and B read in place" + (", each B sliver copied" if field["copy_b"] else ""),
+           "stream": "A read in place, each K block of B packed"}[path]
+    return (f"run-time engine ({path} path: {how}; one routine for every size): micro-tile {tile.mr}x{tile.nr}; at "
+            f"these sizes batch {field['batch']} x M {field['m']} x N {field['n']} x K {field['k']}, blocks kc "
             f"{field['kc']}, mc {field['mc']}, nc {field['nc']}; thread grid batch {field['grid_batch']} x M "
             f"{field['grid_m']} x N {field['grid_n']} x K 1"
             + ("; operands exchanged (the output is contiguous along the first)" if field["swapped"] else "")

@@ -16,12 +16,18 @@ beside it (or an inf or NaN scale by rank-0 tensors) sums point by point (:mod:`
 
 A 3x3 convolution's routine also holds the winograd path (:mod:`.runtime_winograd`), which the
 calls whose plan buffer has a winograd section take instead of the packed loops.
+
+When the operands have the contraction's type the routine also holds the small and stream
+paths (:mod:`.small`, :mod:`.stream`), which the plan buffer picks per shape: A read in place
+along its run-time strides by a second family of micro-kernels, B read in place too (small:
+slivers copied only when partial or when the plan says its rows crowd L1) or each K block of it
+packed (stream: a micro-tile of A's rows against all of it).
 """
 from __future__ import annotations
 
 import dataclasses
 
-from ...contraction_ir import RUNTIME_FIELDS
+from ...contraction_ir import RUNTIME_FIELDS, RUNTIME_PATHS, runtime_paths
 from ..cwriter import CWriter, ScratchSlot
 from . import runtime_winograd
 from .context import Context
@@ -46,6 +52,8 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
     the same at every size) run with the plan buffer ``tcpy_buffers[plan_slot]``."""
     w = CWriter()
     _routines(ctx, w)
+    if len(runtime_paths(ctx.con)) > 1:
+        _in_place(ctx, w)
     _cells(ctx, w)
     if ctx.plan.winograd is not None:
         w(runtime_winograd.render(ctx))
@@ -282,42 +290,140 @@ def _micro_kernel(ctx: Context, w: CWriter, a_in_place: bool = False):
     p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
     name, a_type = ("uka", f"const {T} *const *TCPY_RESTRICT") if a_in_place else ("ukr", f"const {T} *TCPY_RESTRICT")
     a_load = (lambda r: f"a{r}[k]") if a_in_place else (lambda r: f"a[k * {mr} + {r}]")
+    setup = [" ".join(f"const {T} *TCPY_RESTRICT a{r} = a[{r}];" for r in range(mr))] if a_in_place else []
     for vectors in range(1, ctx.plan.nr_vectors + 1):
         tile = ctx.with_plan(dataclasses.replace(ctx.plan, nr=vectors * L))
-        width = vectors * L
-        w(f"static __attribute__((noinline)) void {p}_{name}{vectors}(int64_t kc, {a_type} a, "
-          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT cb, const int64_t *TCPY_RESTRICT cm, "
-          f"const int64_t *TCPY_RESTRICT cn, int c_run, int64_t i, int64_t j, int64_t mr, int64_t nr, "
-          f"int overwrite, {T} alpha) {{")
-        if a_in_place:
-            w(" ".join(f"const {T} *TCPY_RESTRICT a{r} = a[{r}];" for r in range(mr)), 1)
-        w(f"if (c_run) for (int64_t r = 0; r < mr; r++) {{ {T} *q = cb + cm[i + r] + cn[j]; "
-          "__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }", 1)
         # (B slivers keep the full width's layout)
-        accumulate_loop(tile, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * L})", a_load, 1)
-        w(f"if (c_run && nr == {width}) {{", 1)
-        w(f"if (mr == {mr}) {{", 2)
-        for r in range(mr):
-            w(f"{T} *q{r} = cb + cm[i + {r}] + cn[j];", 3)
-        whole_tile(tile, w, 3, lambda r: f"q{r}", "overwrite", "alpha * ")
-        w("return;", 3)
+        _tile_kernel(tile, w, f"{p}_{name}{vectors}", f"{a_type} a, const {T} *TCPY_RESTRICT b",
+                     lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * L})", a_load, setup)
+
+
+def _tile_kernel(tile: Context, w: CWriter, name: str, operands: str, b_load, a_load, setup=()):
+    """A micro-kernel ``name`` of ``tile``'s width whose operands (C parameters ``operands``)
+    are read by ``b_load`` and ``a_load`` (see :func:`.kernel.accumulate_loop`) after the C
+    lines ``setup``."""
+    T, mr, width = tile.T, tile.plan.mr, tile.plan.nr
+    w(f"static __attribute__((noinline)) void {name}(int64_t kc, {operands}, {T} *TCPY_RESTRICT cb, "
+      f"const int64_t *TCPY_RESTRICT cm, const int64_t *TCPY_RESTRICT cn, int c_run, int64_t i, int64_t j, "
+      f"int64_t mr, int64_t nr, int overwrite, {T} alpha) {{")
+    for line in setup:
+        w(line, 1)
+    w(f"if (c_run) for (int64_t r = 0; r < mr; r++) {{ {T} *q = cb + cm[i + r] + cn[j]; "
+      "__builtin_prefetch(q, 1, 3); __builtin_prefetch(q + nr - 1, 1, 3); }", 1)
+    accumulate_loop(tile, w, "kc", b_load, a_load, 1)
+    w(f"if (c_run && nr == {width}) {{", 1)
+    w(f"if (mr == {mr}) {{", 2)
+    for r in range(mr):
+        w(f"{T} *q{r} = cb + cm[i + {r}] + cn[j];", 3)
+    whole_tile(tile, w, 3, lambda r: f"q{r}", "overwrite", "alpha * ")
+    w("return;", 3)
+    w("}", 2)
+    for r in range(mr - 1):
+        w(f"if (mr > {r}) {{", 2)
+        w(f"{T} *q = cb + cm[i + {r}] + cn[j];", 3)
+        tile_row(tile, w, 3, r, "q", "overwrite", "alpha * ")
         w("}", 2)
-        for r in range(mr - 1):
-            w(f"if (mr > {r}) {{", 2)
-            w(f"{T} *q = cb + cm[i + {r}] + cn[j];", 3)
-            tile_row(tile, w, 3, r, "q", "overwrite", "alpha * ")
-            w("}", 2)
-        w("return;", 2)
-        w("}", 1)
-        spill(tile, w, 1)
-        w("for (int64_t r = 0; r < mr; r++) {", 1)
-        w(f"{T} *q = cb + cm[i + r];", 2)
-        w("for (int64_t c = 0; c < nr; c++) {", 2)
-        w(f"{T} *e = q + cn[j + c];", 3)
-        w("*e = overwrite ? alpha * t[r][c] : *e + alpha * t[r][c];", 3)
-        w("}", 2)
-        w("}", 1)
-        w("}")
+    w("return;", 2)
+    w("}", 1)
+    spill(tile, w, 1)
+    w("for (int64_t r = 0; r < mr; r++) {", 1)
+    w(f"{T} *q = cb + cm[i + r];", 2)
+    w("for (int64_t c = 0; c < nr; c++) {", 2)
+    w(f"{T} *e = q + cn[j + c];", 3)
+    w("*e = overwrite ? alpha * t[r][c] : *e + alpha * t[r][c];", 3)
+    w("}", 2)
+    w("}", 1)
+    w("}")
+
+
+def _narrowest(ctx: Context, name: str, args: str) -> str:
+    """C: the call of kernel ``<p>_<name><v>`` with ``args`` of the fewest vectors ``v`` that
+    cover the tile's ``nr`` columns (N's last tile)."""
+    p, nv = ctx.prefix, ctx.plan.nr_vectors
+    call = f"{p}_{name}{nv}{args}"
+    for vectors in range(nv - 1, 0, -1):
+        call = f"if (nr <= {vectors * ctx.plan.lanes}) {p}_{name}{vectors}{args} else {call}"
+    return call
+
+
+def _in_place(ctx: Context, w: CWriter):
+    """The small and stream paths' micro-kernels ``<p>_ipk<v>``, as ``<p>_ukr<v>`` with A read in
+    place (its rows ``sam``, its columns ``sak`` apart; rows past ``mr`` clamped to the last,
+    never stored) and B's rows ``ldb`` apart, and their cell."""
+    p, T, mr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.lanes
+    for vectors in range(1, ctx.plan.nr_vectors + 1):
+        tile = ctx.with_plan(dataclasses.replace(ctx.plan, nr=vectors * L))
+        _tile_kernel(tile, w, f"{p}_ipk{vectors}", f"const {T} *TCPY_RESTRICT a, int64_t sam, int64_t sak, "
+                     f"const {T} *TCPY_RESTRICT b, int64_t ldb",
+                     lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})", lambda r: f"a{r}[k * sak]",
+                     [f"const {T} *TCPY_RESTRICT a{r} = a + sam * (i + ({r} < mr ? {r} : mr - 1));"
+                      for r in range(mr)])
+    _in_place_cell(ctx, w)
+
+
+def _in_place_cell(ctx: Context, w: CWriter):
+    """``<p>_ip_cell``: one cell of the thread grid on the small path (B's slivers read in place,
+    a sliver copied zero-padded when it is partial, ``copy_b`` when every one is) or the stream
+    path (each K block of B packed, A's rows of one micro-tile against all of it)."""
+    p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
+    w(f"static void {p}_ip_cell(const int64_t *TCPY_RESTRICT pl, const {T} *TCPY_RESTRICT A, "
+      f"const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C, int64_t b0, int64_t b1, int64_t m0, int64_t m1, "
+      f"int64_t n0, int64_t n1, {T} alpha, const volatile int *stop) {{")
+    w(f"const int64_t K = {_field('k')}, KC = {_field('kc')}, NC = {_field('nc')};", 1)
+    w(f"const int64_t sam = {_field('a_m_stride')}, sak = {_field('a_k_stride')}, sbk = {_field('b_k_stride')};", 1)
+    w(f"const int stream = {_field('path')} == {RUNTIME_PATHS.index('stream')}, copy_b = (int){_field('copy_b')};", 1)
+    w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
+    w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')}, *bn = {_table('b_n')};", 1)
+    w(f"const int64_t *c_runs = {_table('c_runs')};", 1)
+    w("const int64_t block = stream ? NC : n1 - n0;  /* (the small path: the cell's N in one block) */", 1)
+    w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * ((stream ? KC * NC : KC * {nr}) + {L}));",
+      1)
+    w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
+    w(f"const {T} *ab = A + {_field('a_base')} + ab_t[bi];", 2)
+    w(f"const {T} *bb = B + {_field('b_base')} + bb_t[bi];", 2)
+    w(f"{T} *cb = C + {_field('c_base')} + cb_t[bi];", 2)
+    w("for (int64_t jc = n0; jc < n1; jc += block) {", 2)
+    w("const int64_t nc = n1 - jc < block ? n1 - jc : block;", 3)
+    w("for (int64_t pc = 0; pc < K; pc += KC) {", 3)
+    w("if (TCPY_UNLIKELY(*stop)) return;  /* Ctrl-C: the kernel reports it after the nest */", 4)
+    w("const int64_t kc = K - pc < KC ? K - pc : KC;", 4)
+    w(f"const {T} *ak = ab + pc * sak;", 4)
+    overwrite = "pc == 0" if ctx.con.init else "0"
+    args = f"(kc, ak, sam, sak, bs, ldb, cb, cm, cn, c_run, i, jc + jr, mr, nr, {overwrite}, alpha);"
+    w("if (stream) {", 4)
+    w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 5)
+    w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
+    w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
+    w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 6)
+    w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr}, ldb = {nr};", 7)
+    w(f"const {T} *bs = bp + jr * kc;", 7)
+    w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 7)
+    w(_narrowest(ctx, "ipk", args), 7)
+    w("}", 6)
+    w("}", 5)
+    w("continue;", 5)
+    w("}", 4)
+    w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 4)
+    w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 5)
+    w(f"const {T} *bs = bb + pc * sbk + bn[jc + jr];", 5)
+    w("int64_t ldb = sbk;", 5)
+    # a sliver whose width is no whole number of vectors is copied, zero-padded (in place,
+    # the last vector would read past B); all of them when B's rows crowd L1 (the plan's copy_b)
+    w(f"if (copy_b || nr % {L}) {{", 5)
+    w("for (int64_t k = 0; k < kc; k++)", 6)
+    w(f"for (int64_t c = 0; c < {nr}; c++) bp[k * {nr} + c] = c < nr ? bs[k * sbk + c] : ({T})0;", 7)
+    w(f"bs = bp; ldb = {nr};", 6)
+    w("}", 5)
+    w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 5)
+    w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
+    w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
+    w(_narrowest(ctx, "ipk", args), 6)
+    w("}", 5)
+    w("}", 4)
+    w("}", 3)
+    w("}", 2)
+    w("}", 1)
+    w("}")
 
 
 def _prepack(ctx: Context, w: CWriter):
@@ -383,13 +489,8 @@ def _cell(ctx: Context, w: CWriter, chained: bool = False):
     w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
     overwrite = "pc == 0" if ctx.con.init else "0"
     rest = f"{'bq' if chained else 'bp'} + jr * kc, cb, cm, cn, c_run, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);"
-    calls = []
-    for name, a in (("ukr", "ap + ir * kc"), ("uka", "ar")) if in_place else (("ukr", "ap + ir * kc"),):
-        args = f"(kc, {a}, {rest}"
-        call = f"{p}_{name}{ctx.plan.nr_vectors}{args}"
-        for vectors in range(ctx.plan.nr_vectors - 1, 0, -1):  # N's last tile: the narrowest that covers it
-            call = f"if (nr <= {vectors * ctx.plan.lanes}) {p}_{name}{vectors}{args} else {call}"
-        calls.append(call)
+    calls = [_narrowest(ctx, name, f"(kc, {a}, {rest}")
+             for name, a in ((("ukr", "ap + ir * kc"), ("uka", "ar")) if in_place else (("ukr", "ap + ir * kc"),))]
     if in_place:  # (rows past M repeat its last row, whose results are not stored)
         w("if (direct) {", 7)
         w(f"const {TA} *ar[{mr}];", 8)
@@ -418,7 +519,10 @@ def _cells(ctx: Context, w: CWriter):
     w(f"const int64_t m0 = cm * mt / tm * {mr}, m1 = tcpy_min_int64((cm + 1) * mt / tm * {mr}, M);", 2)
     w(f"const int64_t n0 = cn * nt / tn * {nr}, n1 = tcpy_min_int64((cn + 1) * nt / tn * {nr}, N);", 2)
     w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 2)
-    w(f"{p}_cell(pl, A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop);", 2)
+    call = f"cell(pl, A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop);"
+    if len(runtime_paths(ctx.con)) > 1:
+        w(f"if ({_field('path')} != {RUNTIME_PATHS.index('packed')}) {{ {p}_ip_{call} continue; }}", 2)
+    w(f"{p}_{call}", 2)
     w("}", 1)
     w("}")
 

@@ -1,6 +1,7 @@
 """One size-generic attention kernel (Options(specialize="never")) serves every sequence length
 and head size: the results of the reference evaluator at lengths 1, primes and block multiples
-+- 1, with a scale, a causal mask or keys limited by a where clause, from one compile; the
++- 1 (attention's online chain: its blocks of rows and of keys), with a scale, a causal mask or
+keys limited by a where clause, from one compile; the
 precondition errors of a specialised kernel; one set of temporaries for every shape, none
 shared by concurrent calls."""
 import tracemalloc
@@ -37,8 +38,11 @@ def prefix(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V, float scale) ->
 """
 SOURCES = {"attention": ATTENTION, "causal": CAUSAL, "prefix": PREFIX}
 
-# lengths: 1, primes, around vector widths, micro-tiles and blocks (multiples of 16 and 64 +- 1)
+# lengths: 1, primes, around vector widths, micro-tiles and blocks (multiples of 16 and 64 +- 1),
+# and attention's blocks of rows and of keys in its online chain (96 rows; 336 keys on x86-64-v3,
+# 168 on x86-64; +- 1)
 LENGTHS = (1, 2, 3, 7, 13, 15, 16, 17, 31, 47, 63, 64, 65, 97, 127, 128, 129)
+BLOCKS = (95, 96, 97, 167, 168, 169, 335, 336, 337)
 HEADS = (1, 3, 16, 17, 64)
 
 # (def, preset, threads): every def, both presets, 1, 2 and 7 threads among them
@@ -73,7 +77,10 @@ def test_one_generic_attention_kernel_serves_every_length(builds, name, preset, 
     lengths = st.sampled_from(LENGTHS)
     shapes = data.draw(st.lists(st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 3)), lengths,
                                           lengths, st.sampled_from(HEADS)), min_size=3, max_size=5))
-    for batch, heads, length, keys, depth in shapes + [(1, 2, 129, 127, 17)]:
+    blocks = data.draw(st.tuples(st.sampled_from(BLOCKS), st.sampled_from(BLOCKS + (677, 1009))))
+    # (first a shape whose sizes are not 1: the kernel is planned at its first call's sizes, and a
+    # product with one row or column is recognised without it, so it would make no chain)
+    for batch, heads, length, keys, depth in [(1, 2, 129, 127, 17)] + shapes + [(1, 1, *blocks, 5)]:
         if name == "causal":
             keys = length
         elif name == "prefix":
@@ -82,7 +89,10 @@ def test_one_generic_attention_kernel_serves_every_length(builds, name, preset, 
         got, want = kernel(*args), reference(*args)
         assert got.shape == want.shape == (batch, heads, length, depth) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    assert "kernel: generic" in kernel.explain(*args)
+    text = str(kernel.explain(*args))
+    assert "kernel: generic" in text
+    if name == "attention":  # its products and softmax: one chain over blocks of rows and of keys
+        assert "online softmax at every size" in text and "in the chain, on blocks of" in text
     # one build in the kernel's life (this test's examples are its only calls)
     assert len(builds) == 1 and "generic" in builds[0]
 

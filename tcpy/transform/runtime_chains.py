@@ -90,6 +90,9 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
         variants, panel = [], 0
         for count, buffers_, nominal in ((columns, blocks, product), (rest, blocks, product),
                                          (0, whole, whole_product)):
+            if count == rest == columns and variants:
+                variants.append(None)  # (the columns divide the range: no shorter block)
+                continue
             keys = (online.column_var, count, columns) if count else None
             found = block_contraction(con, statement.stmt, own, group.shared[:-1], chain.block_var,
                                       rows if count else 1, buffers_, in_program, keys)
@@ -107,8 +110,13 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
                 values.append(base.offset - sum(s * own[v][0] for v, s in strides.items()))
                 values.extend(strides.get(v, 0) for v in loops)
             variants.append(np.concatenate([np.array(values, np.int64), buffer]))
-        at = len(HEADER) + np.cumsum([0] + [len(v) for v in variants[:-1]])
-        buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel], np.int64), *variants])
+        at = [len(HEADER)]
+        for variant in variants[:-1]:
+            at.append(at[-1] + (len(variant) if variant is not None else 0))
+        if variants[1] is None:
+            at[1] = at[0]
+        buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel], np.int64),
+                                                *(v for v in variants if v is not None)])
     return buffers
 
 

@@ -1,6 +1,7 @@
 """The contraction engine's IR: what a recognised contraction computes (:class:`Contraction`,
 its roles' :class:`Group` s, :class:`AffineAccess` es and guards) and how it runs
-(:class:`Plan`, with its :class:`Path`; a convolution's :class:`WinogradForm`).
+(:class:`Plan`, with its :class:`Path`; a convolution's :class:`WinogradForm`, a weight
+gradient's :class:`WinogradTapsForm`).
 
 Frozen values, made by the planner (:mod:`tcpy.transform.contraction`,
 :mod:`tcpy.transform.winograd`), stamped on statements by :mod:`tcpy.transform.engines`, and
@@ -26,6 +27,8 @@ class Path(str, enum.Enum):
     DIRECT = "direct"  # M = 1, a short K: each run of outputs sums its taps in registers
     BATCH_LANES = "batch_lanes"  # N = 1: vector lanes over consecutive batch indices
     WINOGRAD = "winograd"  # a 3x3 stride-1 convolution as F(2x2, 3x3)
+    # a 3x3 stride-1 convolution's weight gradient (the window's taps are outputs) as F(3x3, 2x2)
+    WINOGRAD_TAPS = "winograd_taps"
     # a convolution with the image read in place: output channels in the vector lanes, a run of
     # output pixels along a row in registers (:class:`ConvForm`)
     DIRECT_CONV = "direct_conv"
@@ -277,6 +280,7 @@ class Plan:
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
     padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
     winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
+    taps: Optional[WinogradTapsForm] = None  # winograd_taps path: the F(3x3, 2x2) form
     conv: Optional[ConvForm] = None  # direct_conv path: the convolution's variables (mr pixels x nr channels)
     # the Target's cache line in bytes: the renderer prefetches B by lines and aligns spilled tiles to one
     cache_line: int = field(kw_only=True)
@@ -300,6 +304,9 @@ class Plan:
         elif self.path == "winograd":
             text = (f"winograd path; {self.winograd.describe()}; micro-tile {self.mr}x{self.nr}; blocks of "
                     f"{self.nc} tiles, kc {self.kc}, mc {self.mc}")
+        elif self.path == "winograd_taps":
+            text = (f"winograd_taps path; {self.taps.describe()}; micro-tile {self.mr}x{self.nr}; chunks of "
+                    f"{self.nc} tiles, kc {self.kc}")
         else:
             text = f"{self.path} path; micro-tile {self.mr}x{self.nr} ({self.nr_vectors} vectors of {self.lanes})"
         if self.path == "packed":
@@ -389,6 +396,39 @@ class WinogradForm(ImageForm):
         return (f"Winograd F(2x2, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
                 f"{self.cols.out.name} + {self.cols.tap.name}): {POINTS} products of M {self.M} x "
                 f"K {self.K} x {self.tiles} tiles")
+
+
+@dataclass(frozen=True)
+class WinogradTapsForm(ImageForm):
+    """A contraction as F(3x3, 2x2) (:mod:`tcpy.transform.winograd_taps`): a convolution's weight
+    gradient, whose outputs are the window's taps. ``image`` is the image operand; the other
+    holds the output gradient (a Var's ``weights`` stride is its stride there). Each axis pairs a
+    reduced pixel variable (``out``: ``h``, read by both operands) with an output tap (``tap``:
+    ``kh``, the image reads ``h + kh``)."""
+
+    rows: Axis
+    cols: Axis
+    m: tuple[Var, ...]  # the gradient's channels (the other operand's and the output's)
+    n: tuple[Var, ...]  # the image's channels besides the taps (the image's and the output's)
+    k: tuple[Var, ...]  # the reduction besides the pixels (images), read by both operands
+
+    @property
+    def M(self) -> int:
+        return math.prod(v.extent for v in self.m)
+
+    @property
+    def N(self) -> int:
+        return math.prod(v.extent for v in self.n)
+
+    @property
+    def tiles(self) -> int:
+        """Tiles over all images: the products' reduction."""
+        return math.prod(v.extent for v in self.k) * self.rows.tiles * self.cols.tiles
+
+    def describe(self) -> str:
+        return (f"Winograd F(3x3, 2x2) over ({self.rows.out.name} + {self.rows.tap.name}, "
+                f"{self.cols.out.name} + {self.cols.tap.name}), the taps as outputs: {POINTS} products of "
+                f"M {self.M} x N {self.N} x {self.tiles} tiles")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ after Low et al., "Analytical modeling is enough for high-performance BLIS"), th
 (``packed``: both operands packed into slivers, BLIS's five loops; ``small``: operands read in
 place by a register-blocked kernel when everything already fits in L2 and one K block;
 ``winograd``: a 3x3 stride-1 convolution as Winograd's F(2x2, 3x3), :mod:`.winograd`, when its
-estimated time beats the GEMM's) and the thread grid (batch x M x N x K cells, from a cost model
+estimated time beats the GEMM's; ``winograd_taps``: its weight gradient as F(3x3, 2x2),
+:mod:`.winograd_taps`, likewise) and the thread grid (batch x M x N x K cells, from a cost model
 of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` renders the C
 (:mod:`tcpy.codegen.contraction.winograd` the winograd path's).
 """
@@ -16,7 +17,7 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from ..contraction_ir import POINTS, Contraction, ConvForm, Plan, WinogradForm
+from ..contraction_ir import POINTS, Contraction, ConvForm, Plan, WinogradForm, WinogradTapsForm
 from ..errors import TCOptionError
 from ..options import PLAN_PATHS
 from ..schedule import CHUNKS_PER_THREAD
@@ -26,6 +27,9 @@ from .direct_conv import cycles as direct_conv_cycles
 from .winograd import cycles as winograd_cycles
 from .winograd import direct_cycles as gemm_cycles
 from .winograd import slivers_per_block, winograd_form
+from .winograd_taps import chunk_tiles, winograd_taps_form
+from .winograd_taps import cycles as winograd_taps_cycles
+from .winograd_taps import direct_cycles as taps_gemm_cycles
 
 
 # ----------------------------------------------------------------------------- planning
@@ -243,6 +247,13 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                                winograd_tile)
         if wplan is not None:
             return wplan
+    taps = winograd_taps_form(con) if winograd and not b_packed_once and not overrides else None
+    if taps is not None:
+        baseline = None if dplan is None else \
+            batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2, target.cost) / dplan.grid[2]
+        tplan = _winograd_taps_plan(con, taps, target, threads, unroll, baseline)
+        if tplan is not None:
+            return tplan
     if dplan is not None:
         return dplan
     kc = _balanced(K, kc_max, unroll)
@@ -455,6 +466,46 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
                f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): the threads claim blocks "
                "of tile slivers, transform and multiply them")
     return Plan("winograd", mr, nr, lanes, kc, mc, blocks * nr, unroll, grid, threads, reasons, winograd=form,
+                cache_line=target.cache_line)
+
+
+def _winograd_taps_plan(con: Contraction, form: WinogradTapsForm, target: Target, threads: int,
+                        unroll: int, direct: Optional[float] = None) -> Optional[Plan]:
+    """The winograd_taps path's plan when its estimated time per thread beats, by the cost
+    model's ``winograd_gain_min``, the implicit GEMM's (its FMAs over all 9 taps and the gather of
+    the image's window into packed B, split over the threads) or, when the pixels make a direct
+    convolution (``direct``: its estimated cycles per thread), that one's."""
+    s = con.dtype.bits // 8
+    lanes = target.lanes(s)
+    cost = target.cost
+    fmas = cost.fma_pipes * lanes
+    mr, nv = micro_tile(target, s, form.N)
+    nr = nv * lanes
+    slivers = -(-form.N // nr)
+    gemm = (taps_gemm_cycles(form, fmas) + con.size("k") * con.size("n") * cost.pack_window) / threads
+    against = "the implicit GEMM (all 9 taps' FMAs and the window's gather)"
+    if direct is not None and direct < gemm:
+        gemm, against = direct, "the direct convolution"
+    # the products split over points and column slivers; the transforms over slivers and tiles
+    fast = winograd_taps_cycles(form, mr, nr, fmas, cost) / min(threads, POINTS * slivers)
+    if gemm < cost.winograd_gain_min * fast:
+        return None
+    a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
+    b_ways = max(1, target.l1d_ways - 1 - a_ways)
+    kc = _balanced(form.tiles, _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll), unroll)
+    chunk = chunk_tiles(form, kc, s, threads * target.l3_per_core)
+    rows = -(-form.M // mr) * mr
+    grid = (1, 1, min(threads, POINTS * slivers), 1)
+    reasons = (f"winograd_taps path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {against} "
+               f"with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the transforms)",
+               f"chunks of {chunk} tiles: their transformed operands (16 x ({rows} + {slivers * nr}) values a tile, "
+               f"{POINTS * (rows + slivers * nr) * chunk * s // 1024} KiB) in half of the threads' L3 share",
+               f"kc {kc}: a transformed image sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of "
+               f"{target.l1d_ways} ways of L1 while the gradient's slivers pass",
+               f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): per chunk the threads claim "
+               "blocks of tiles to transform, then (point, column sliver) products; each product sums the "
+               "tiles in one fixed order")
+    return Plan("winograd_taps", mr, nr, lanes, kc, mr, chunk, unroll, grid, threads, reasons, taps=form,
                 cache_line=target.cache_line)
 
 

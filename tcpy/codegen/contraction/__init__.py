@@ -46,7 +46,7 @@ The package is cut along BLIS's seams, each module a set of functions over one r
 :class:`~.context.Context`: :mod:`.kernel` (micro-kernel), :mod:`.stores`, :mod:`.packing`,
 :mod:`.copies` and :mod:`.guarded` (packm), one module per path (:mod:`.packed`,
 :mod:`.stream`, :mod:`.small`, :mod:`.direct`, :mod:`.batch_lanes`, :mod:`.winograd`,
-:mod:`.direct_conv`),
+:mod:`.winograd_taps`, :mod:`.direct_conv`),
 :mod:`.grid` (the thread grid's driver and the split-K combine), :mod:`.exact` (the point by
 point fallback) and :mod:`.rows` (what a fused chain renders of its products).
 """
@@ -56,7 +56,7 @@ from typing import Optional
 
 from ...contraction_ir import Contraction, Path, Plan
 from ..cwriter import CWriter
-from . import direct_conv, runtime, winograd
+from . import direct_conv, runtime, winograd, winograd_taps
 from .context import Context, header
 from .grid import driver, path_helpers
 from .rows import render_block as _render_block
@@ -71,13 +71,15 @@ def render(con: Contraction, plan: Plan, names: dict, prefix: str, epilogue: Opt
     int64_t cols, const T *v)`` that consumes the final values ``v[0:cols]`` of the output at
     batch ``bi``, row ``m``, columns ``j..`` (linear indices of the roles); it is called once per
     output element, after the element's last store. The winograd path is :mod:`.winograd`'s, the
-    direct_conv path :mod:`.direct_conv`'s.
+    winograd_taps path :mod:`.winograd_taps`'s, the direct_conv path :mod:`.direct_conv`'s.
     """
     ctx = Context(con, plan, names, prefix, epilogue)
     if plan.path == Path.WINOGRAD:
         return winograd.render(ctx)
     if plan.path == Path.DIRECT_CONV:
         return direct_conv.render(ctx)
+    if plan.path == Path.WINOGRAD_TAPS:
+        return winograd_taps.render(ctx)
     helpers = CWriter()
     header(ctx, helpers)
     path_helpers(ctx, helpers)

@@ -229,10 +229,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
     conv = conv_form(con) if not b_packed_once and (path_set == "direct_conv" or not overrides) else None
     dplan = None
-    if conv is not None:
+    if conv is not None and (direct_conv or path_set == "direct_conv"):
         gemm = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, 1, target.cost)
-        dplan = _direct_conv_plan(con, conv, target, threads, gemm, forced=path_set == "direct_conv") \
-            if direct_conv or path_set == "direct_conv" else None
+        dplan = _direct_conv_plan(con, conv, target, threads, gemm, forced=path_set == "direct_conv")
         if path_set == "direct_conv":
             return dplan
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None

@@ -179,7 +179,9 @@ class _RuntimeWinograd:
         w(f"const {TI} *s = src[q] + ik;", 3)
         w(f"{T} d[4][4];", 3)
         read = f"({T})s[r * ri + c * ci]"
-        w(f"if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
+        w(f"if (inside[q] && ci == 1) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = ({T})s[r * ri + c];",
+          3)
+        w(f"else if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
         holds = ["ty[q] + r < rwin", "tx[q] + c < cwin"]
         holds += [f"gt[{i}][q] + gk{i} + r * grow[{i}] + c * gcol[{i}] >= 0" for i in range(G)]
         w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
@@ -262,10 +264,14 @@ class _RuntimeWinograd:
         w("}", 2)
         w("for (int64_t q = 0; q < nt; q++) {", 2)
         w(f"{T} *o = cm + co[q];", 3)
+        init = self.ctx.con.init
+        store = lambda at, x: f"{at} = {'' if init else at + ' + '}alpha * y[{x}][q];"  # noqa: E731
+        w(f"if (rows[q] == {TILE} && cols[q] == {TILE}) {{  /* a whole tile */", 3)
+        w(" ".join(store(f"o[{i} * rc + {j} * cc]", TILE * i + j) for i in range(TILE) for j in range(TILE)), 4)
+        w("continue;", 4)
+        w("}", 3)
         w("for (int i = 0; i < rows[q]; i++) for (int j = 0; j < cols[q]; j++) {", 3)
-        w(f"{T} *e = o + i * rc + j * cc;", 4)
-        value = f"alpha * y[{TILE} * i + j][q]"
-        w(f"*e = {value if self.ctx.con.init else '*e + ' + value};", 4)
+        w(store("o[i * rc + j * cc]", f"{TILE} * i + j"), 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)

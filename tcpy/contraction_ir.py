@@ -51,6 +51,7 @@ class Operand(str, enum.Enum):
 TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
 TILE = 2  # outputs per tile and axis
 POINTS = (TILE + TAPS - 1) ** 2  # 16 transformed values (and products) per tile
+MAX_SLIVERS = 8  # tile slivers per block of the winograd path (its block buffers grow with it)
 
 
 ROLES = ("batch", "m", "n", "k")

@@ -34,12 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..contraction_ir import POINTS, TAPS, TILE, Axis, WinogradForm
+from ..contraction_ir import MAX_SLIVERS, POINTS, TAPS, TILE, Axis, WinogradForm
 from ..target import CostModel
-
-MAX_SLIVERS = 8  # tile slivers per block (the block buffers grow with it)
-
-
 
 
 def winograd_form(con) -> Optional[WinogradForm]:

@@ -15,7 +15,7 @@ inf, NaN or a huge value needs are the run-time engine's (:mod:`.runtime`).
 """
 from __future__ import annotations
 
-from ...contraction_ir import POINTS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
+from ...contraction_ir import MAX_SLIVERS, POINTS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
 from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context
 from .kernel import accumulate_loop
@@ -118,6 +118,7 @@ class _RuntimeWinograd:
         such tiles in one tile row, along a unit-stride image row, load as vectors."""
         p, T, TI, G = self.ctx.prefix, self.ctx.T, self.TI, self.G
         nr, L = self.ctx.plan.nr, self.ctx.plan.lanes
+        NC = MAX_SLIVERS * nr  # (fixed-size arrays: at known places in the frame, fewer registers taken)
         w(f"static void {p}_winputs(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
           f"const {TI} *TCPY_RESTRICT I, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, int64_t nt) {{")
         self.extents(w, 1)
@@ -125,12 +126,12 @@ class _RuntimeWinograd:
           f"ci = {_f('col_image')}, rwin = {_f('row_window')}, cwin = {_f('col_window')};", 1)
         w(f"const int64_t *ik_t = {_t('image_k')}, *in_t = {_t('image_n')};", 1)
         w(f"const {TI} *ib = I + {_f('image_base')} + {_t('image_batch')}[bi];", 1)
-        w(f"const {TI} *src[nc]; int inside[nc]; int64_t ty[nc], tx[nc];", 1)
+        w(f"const {TI} *src[{NC}]; int inside[{NC}]; int64_t ty[{NC}], tx[{NC}];", 1)
         if G:
             w(f"const int64_t *gb_t = {_t('g_batch')}, *gk_t = {_t('g_k')}, *gn_t = {_t('g_n')}, "
               f"*grow = {_t('g_row')}, *gcol = {_t('g_col')}, *gmin = {_t('g_k_min')};", 1)
             w(f"const int64_t nb = {_f('batch')}, images = {_f('tiles')} / (rt * ct);", 1)
-            w(f"int64_t gt[{G}][nc];", 1)
+            w(f"int64_t gt[{G}][{NC}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
         w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y = t / ct % rt * {TILE}, x = t % ct * {TILE};", 2)
         w("src[q] = ib + in_t[nn] + y * ri + x * ci;", 2)
@@ -144,7 +145,7 @@ class _RuntimeWinograd:
         w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
         vector = TI == T and L >= 2
         if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
-            w(f"int whole[nc / {L}];", 1)
+            w(f"int whole[{NC // L}];", 1)
             w(f"for (int64_t q = 0; q < nc; q += {L}) {{", 1)
             w(f"int all = ci == 1 && q + {L} <= nt && (t0 + q) / ct == (t0 + q + {L - 1}) / ct;", 2)
             w(f"for (int64_t l = 0; all && l < {L}; l++) all = inside[q + l];", 2)
@@ -219,6 +220,7 @@ class _RuntimeWinograd:
     def block(self, w: CWriter):
         """``<p>_wblock``: the 16 products of a transformed block, then the output transform."""
         p, T, mr, nr = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr
+        NC = MAX_SLIVERS * nr  # (fixed-size arrays: at known places in the frame, fewer registers taken)
         w(f"static void {p}_wblock(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
           f"const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, {T} *TCPY_RESTRICT C, "
           f"int64_t bi, int64_t t0, int64_t nt, {T} alpha) {{")
@@ -242,7 +244,7 @@ class _RuntimeWinograd:
         w(f"const int64_t width = nsb * {nr};", 1)
         # each tile's offset in the output and its rows and columns inside it, once per block
         # (run-time divisions: not once per output channel)
-        w("int64_t co[nc]; int rows[nc], cols[nc];", 1)
+        w(f"int64_t co[{NC}]; int rows[{NC}], cols[{NC}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
         w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y0 = t / ct % rt * {TILE}, x0 = t % ct * {TILE};", 2)
         w("co[q] = cn_t[nn] + y0 * rc + x0 * cc;", 2)
@@ -252,7 +254,7 @@ class _RuntimeWinograd:
         w("for (int64_t m = 0; m < M; m++) {", 1)
         w(f"{T} *cm = cb + cm_t[m];", 2)
         w(f"const {T} *pm = P + m * nc;", 2)
-        w(f"{T} y[4][nc];", 2)
+        w(f"{T} y[4][{NC}];", 2)
         w("for (int64_t q = 0; q < width; q++) {  /* A^T M A, vectorised along the tiles */", 2)
         w(f"{T} s[4][4];", 3)
         w(f"for (int x = 0; x < {POINTS}; x++) s[x / 4][x % 4] = pm[x * p_point + q];", 3)

@@ -475,10 +475,10 @@ class ConvForm(ImageForm):
 #: order, then the offset tables the ``*_table`` fields point at (their index in the buffer).
 #: Sizes and blocks: the linear extents of the roles, the cache blocks and the thread grid.
 #: ``swapped``: the operands run exchanged (a call whose output is contiguous along the other
-#: one). ``*_base``: each tensor's element offset; ``a_k_unit``: A's K is one run of unit
-#: stride (the rows of an A sliver load as vectors). ``guarded``: 0, or 1 / 2 when a / b is
-#: packed with zeros where a guard fails; ``other_elements``: the elements of the operand
-#: beside it (scanned for inf and NaN). Tables: element offsets per linear index of each role
+#: one). ``*_base``: each tensor's element offset; ``a_k_unit``, ``b_k_unit``: A's, B's K is
+#: one run of unit stride (the rows of an A sliver, the columns of a B sliver load as vectors).
+#: ``guarded``: 0, or 1 / 2 when a / b is packed with zeros where a guard fails;
+#: ``other_elements``: the elements of the operand beside it (scanned for inf and NaN). Tables: element offsets per linear index of each role
 #: in A, B and C; per guard, its value's parts along batch (with its constant), its operand's
 #: own role and K (``guard[g] = batch[g][bi] + own[g][i] + k[g][k] >= 0``); per NR-wide block
 #: of N (slivers and tiles start at multiples of NR), whether its B columns and its C columns
@@ -491,7 +491,7 @@ class ConvForm(ImageForm):
 #: sliver copied when ``copy_b``).
 RUNTIME_FIELDS = (
     "batch", "m", "n", "k", "kc", "mc", "nc", "grid_batch", "grid_m", "grid_n", "swapped",
-    "a_base", "b_base", "c_base", "a_k_unit", "guarded", "other_elements", "winograd",
+    "a_base", "b_base", "c_base", "a_k_unit", "b_k_unit", "guarded", "other_elements", "winograd",
     "path", "a_m_stride", "a_k_stride", "b_k_stride", "copy_b",
     "a_batch_table", "a_m_table", "a_k_table", "b_batch_table", "b_n_table", "b_k_table",
     "c_batch_table", "c_m_table", "c_n_table", "g_batch_table", "g_own_table", "g_k_table",

@@ -99,6 +99,7 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     fields = {**sizes_, "kc": plan.kc, "mc": plan.mc, "nc": plan.nc, "grid_batch": tb, "grid_m": tm, "grid_n": tn,
               "swapped": int(swapped and not keep), "a_base": acc["a"].offset, "b_base": acc["b"].offset,
               "c_base": acc["c"].offset, "a_k_unit": int(_runs(tables["a_k"], len(tables["a_k"]))[0]),
+              "b_k_unit": int(_runs(tables["b_k"], len(tables["b_k"]))[0]),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
     if plan.path in RUNTIME_PATHS:

@@ -34,6 +34,7 @@ from .context import Context
 from .copies import copy_sliver_row, transpose_block
 from .exact import nonfinite
 from .kernel import accumulate_loop
+from .packing import PACK_B_AHEAD
 from .stores import spill, tile_row, whole_tile
 
 F = {name: index for index, name in enumerate(RUNTIME_FIELDS)}
@@ -202,14 +203,15 @@ def _mixed(ctx: Context, index: str) -> str:
 def _pack_b(ctx: Context, w: CWriter):
     """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) of batch index bi into NR-wide slivers, k-major,
     zero-padded (and zeros where a guard fails when B is the guarded operand); a whole sliver
-    that is one unit-stride run in B copies vectors."""
-    p, T, TB, nr = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr
+    that is one unit-stride run in B copies vectors, and one whose columns are unit-stride runs
+    along K (B transposed) loads them as vectors, transposed in registers."""
+    p, T, TB, nr, L = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr, ctx.plan.lanes
     G = _guards(ctx)
     w(f"static void {p}_pack_b(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT bb, int64_t bi, "
       f"int64_t p0, int64_t kc, int64_t j0, int64_t nc, {T} *TCPY_RESTRICT bp) {{")
     w(f"const int64_t *TCPY_RESTRICT bk = {_table('b_k')}, *TCPY_RESTRICT bn = {_table('b_n')}, "
       f"*TCPY_RESTRICT runs = {_table('b_runs')};", 1)
-    w("(void)bi;", 1)
+    w(f"const int k_unit = (int){_field('b_k_unit')}; (void)k_unit; (void)bi;", 1)
     if G:
         _guard_tables(ctx, w, 1)
     w(f"for (int64_t s = 0; s < nc; s += {nr}) {{", 1)
@@ -218,6 +220,24 @@ def _pack_b(ctx: Context, w: CWriter):
     w(f"const int run = cols == {nr} && runs[(j0 + s) / {nr}];", 2)
     if G:
         _guard_parts(ctx, w, 2, 2, f"{_field('n')}", "cols", "j0 + s + c")
+    if TB == T and L >= 2 and nr % L == 0:
+        w(f"if (k_unit && !run && cols == {nr}{' && !guarded' if G else ''}) {{", 2)
+        w(f"const {T} *TCPY_RESTRICT s0 = bb + bk[p0];", 3)
+        w(f"const int64_t *TCPY_RESTRICT co = bn + j0 + s;", 3)
+        # (B streams from memory: the columns of the sliver PACK_B_AHEAD ahead are asked for)
+        w(f"const int ahead = j0 + s + {PACK_B_AHEAD * nr + nr} <= {_field('n')};", 3)
+        w("int64_t k = 0;", 3)
+        w(f"for (; k + {L} <= kc; k += {L}) {{", 3)
+        w(f"if (ahead) for (int c = 0; c < {nr}; c++) __builtin_prefetch(s0 + co[{PACK_B_AHEAD * nr} + c] + k, 0, 3);",
+          4)
+        for h in range(nr // L):
+            transpose_block(ctx, w, 4, lambda c, h=h: f"*(const {p}_vu *)(s0 + co[{h * L + c}] + k)",
+                            lambda l, h=h: f"d + (k + {l}) * {nr} + {h * L}")
+        w("}", 3)
+        w("for (; k < kc; k++)", 3)
+        w(f"for (int64_t c = 0; c < {nr}; c++) d[k * {nr} + c] = s0[co[c] + k];", 4)
+        w("continue;", 3)
+        w("}", 2)
     w("for (int64_t k = 0; k < kc; k++) {", 2)
     w(f"const {TB} *TCPY_RESTRICT r = bb + bk[p0 + k];", 3)
     w(f"{T} *TCPY_RESTRICT o = d + k * {nr};", 3)

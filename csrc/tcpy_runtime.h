@@ -39,6 +39,16 @@ typedef double float64;
 #define TCPY_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TCPY_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* Keep a loaded vector in a register: gcc otherwise folds a load into every FMA that uses it
+ * (a memory operand per use), which makes a load that several sums share a load per sum. */
+#if defined(__x86_64__)
+#define TCPY_IN_REGISTER(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define TCPY_IN_REGISTER(v) __asm__("" : "+w"(v))
+#else
+#define TCPY_IN_REGISTER(v) (void)0
+#endif
+
 /* ---- Non-temporal stores -----------------------------------------------------------------
  * tcpy_store_nt<B>(p, v): store the B-byte vector v at p (aligned to B) around the caches, for
  * an output written once and too large to stay cached (no read for ownership); a plain store

@@ -280,6 +280,10 @@ class Plan:
     a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
     padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
+    # direct path: whole runs of the inner N group computed `rows` at a time (consecutive values of
+    # the next group, sharing B's rows between their taps), in steps of `row_vectors` vectors
+    rows: int = 1
+    row_vectors: int = 0
     winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
     taps: Optional[WinogradTapsForm] = None  # winograd_taps path: the F(3x3, 2x2) form
     conv: Optional[ConvForm] = None  # direct_conv path: the convolution's variables (mr pixels x nr channels)
@@ -297,6 +301,8 @@ class Plan:
         tb, tm, tn, tk = self.grid
         if self.path == "direct":
             text = f"direct path; runs of up to {self.nc} outputs, the {self.kc} taps summed in registers"
+            if self.rows > 1:
+                text += f"; whole rows {self.rows} at a time in steps of {self.row_vectors} vectors"
         elif self.path == "batch_lanes":
             text = f"batch-lanes path; vectors of {self.lanes} batch indices, the {self.kc} taps summed in registers"
         elif self.path == "direct_conv":

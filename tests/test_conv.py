@@ -331,6 +331,68 @@ def test_random_channels_last_depthwise_windows_match_the_reference(data):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_random_direct_path_row_blocks_match_the_reference(data):
+    """The specialised direct path computing whole rows several at a time: windows 1-3 x 1-3
+    padded by guards at the image's bounds (read from the zero-padded copy) or unpadded (no
+    guards), rows around the vector steps (one step, steps of one to four vectors with an
+    overlapping last one), image heights below, at and beyond a row block (leftover rows run one
+    at a time), 1-2 images, a fused ReLU epilogue or none, float and double, 1, 2 and 7 threads,
+    every runnable preset."""
+    draw = data.draw
+    dtype = draw(st.sampled_from(["float", "double"]))
+    n, c, h = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 19))
+    w = draw(st.sampled_from([4, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 56, 63, 65]))
+    kh, kw, padded = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.booleans())
+    relu, threads, target = draw(st.booleans()), draw(st.sampled_from([1, 2, 7])), draw(st.sampled_from(RUNNABLE))
+    ph, pw = (kh // 2, kw // 2) if padded else (0, 0)
+    ho, wo = h + 2 * ph - kh + 1, w + 2 * pw - kw + 1
+    if ho < 1 or wo < 1:
+        return
+    y, x = f"y + a - {ph}", f"x + b - {pw}"
+    read = f"I(n, c, {y}, {x}) * Wt(c, a, b)"
+    if padded:
+        read = f"({y} >= 0 && {y} < H && {x} >= 0 && {x} < W) ? {read} : 0.0"
+    body = f"O(n, c, y, x) +=! {read} where y in 0:{ho}, x in 0:{wo}, a in 0:{kh}, b in 0:{kw}"
+    if relu:
+        body += "\n Y(n, c, y, x) = max(O(n, c, y, x), 0.0)"
+    src = f"def dw({dtype}(N,C,H,W) I, {dtype}(C,KH,KW) Wt) -> ({'O, Y' if relu else 'O'}) {{\n {body}\n}}"
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    args = (rng.standard_normal((n, c, h, w)).astype(np_type), rng.standard_normal((c, kh, kw)).astype(np_type))
+    kernel = tcpy.define(src, options=tcpy.Options(num_threads=threads, target=target, specialize="always"))
+    want = tcpy.define(src, backend="reference")(*args)
+    got = kernel(*args)
+    for g, r in zip(got if relu else (got,), want if relu else (want,)):
+        assert g.dtype == r.dtype and g.shape == r.shape == (n, c, ho, wo)
+        tol = 8 * kh * kw * EPS[dtype]  # the direct path sums the taps in another order
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_direct_path_computes_whole_rows_several_at_a_time(padded):
+    """A depthwise 3x3 on rows of 56 at one thread (a cell holds whole channels: padding read
+    from the zero-padded copy): the direct path plans row blocks that fill the registers the
+    taps leave (x86-64-v3: 16 registers of 8 floats, one vector per step, 7 vectors a row:
+    fewer than 2 or 4 per step would compute) and says so; the result is the reference's."""
+    src = DEPTHWISE_GUARDED.format(cond="h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W")
+    if not padded:
+        src = ("def dw(float(N,C,H,W) I, float(C,3,3) Wt) -> (O) {"
+               " O(n, c, h, w) +=! I(n, c, h + kh, w + kw) * Wt(c, kh, kw) where h in 0:H-2, w in 0:W-2, kh in 0:3, kw in 0:3 }")
+    rng = np.random.default_rng(6)
+    I, Wt = rng.standard_normal((2, 3, 20, 56 + 2 * (not padded)), dtype=np.float32), rng.standard_normal((3, 3, 3), dtype=np.float32)
+    kernel = tcpy.define(src, options=tcpy.Options(target="x86-64-v3", specialize="always", num_threads=1))
+    (node,) = _engine(kernel, I, Wt)
+    assert node.plan.path == "direct" and node.plan.padded_copy is padded
+    assert (node.plan.rows, node.plan.row_vectors) == (5, 1)
+    assert "whole rows 5 at a time in steps of 1 vectors" in str(kernel.explain(I, Wt))
+    if Target.preset("x86-64-v3").can_run_here():
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
+
+
 def test_channels_last_depthwise_convolutions_vectorise_over_the_channels():
     src = ("def dw(float(N,H,W,C) I, float(3,3,C) Wt) -> (O) {"
            " O(n, h, w, c) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)"

@@ -213,8 +213,14 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                            "batch indices whose taps are not all finite sum point by point (0 x inf must stay 0)"),)
         # (without the copy a run leaves out the taps whose guard fails: not a guarded factor's 0 x tap)
         if padded_copy or not con.padding_multiplies:
+            rows, row_vectors = _row_block(con.padded.contraction if padded_copy else con, target, lanes, nc)
+            if rows > 1:
+                reasons += (f"whole rows of {con.n[-1].extent} outputs {rows} at a time (the taps of neighbouring "
+                            f"rows read the same rows of B: one load feeds up to {rows} rows), in steps of "
+                            f"{row_vectors} vectors: {rows * row_vectors} accumulators + the {K} taps' weights "
+                            f"within {target.vector_registers} registers",)
             return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy,
-                        cache_line=target.cache_line)
+                        rows=rows, row_vectors=row_vectors, cache_line=target.cache_line)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
     if "mr" in overrides or "nr" in overrides:
@@ -509,6 +515,9 @@ def _winograd_taps_plan(con: Contraction, form: WinogradTapsForm, target: Target
 
 
 DIRECT_K_MAX = 64  # longest reduction the direct path takes (a window; beyond, a GEMM's reuse wins)
+ROW_BLOCK_MAX = 8  # rows of the direct path computed together (a 3-tap window: 10 B rows for 8)
+ROW_STEP_VECTORS_MAX = 4  # vectors of a row-block step along the row
+ROW_BLOCK_OPERANDS = 3  # registers a row block keeps for B's loaded vectors
 
 
 def _direct_ok(con: Contraction) -> bool:
@@ -518,6 +527,25 @@ def _direct_ok(con: Contraction) -> bool:
     are what the path clamps)."""
     return (not con.m and con.size("k") <= DIRECT_K_MAX and bool(con.n) and con.n[-1].c == 1
             and con.guarded != "a")
+
+
+def _row_block(con: Contraction, target: Target, lanes: int, nc: int) -> tuple[int, int]:
+    """Rows computed together by the direct path on ``con`` (the unguarded contraction it runs),
+    and the vectors of each step along a row: ``(1, 0)`` when it cannot block. A block is whole
+    runs of the inner N group at consecutive values of the next group; where the taps step over
+    that group too (a window's rows), neighbouring rows read the same B rows and one load feeds
+    several rows' sums. The step is the width that computes the fewest vectors per row (its
+    last step overlapping the previous one: overwrites only); the rows fill the registers the
+    taps' weights and a few operands leave."""
+    if (con.guards or not con.init or len(con.n) < 2 or con.n[-1].b != 1 or con.b.dtype is not con.dtype
+            or not lanes <= con.n[-1].extent <= nc):
+        return 1, 0
+    extent = con.n[-1].extent
+    widths = [v for v in range(1, ROW_STEP_VECTORS_MAX + 1) if v * lanes <= extent]
+    row_vectors = min(widths, key=lambda v: (-(-extent // (v * lanes)) * v, -v))
+    free = target.vector_registers - min(con.size("k"), target.vector_registers // 2) - ROW_BLOCK_OPERANDS
+    rows = min(con.n[-2].extent, ROW_BLOCK_MAX, free // row_vectors)
+    return (rows, row_vectors) if rows > 1 else (1, 0)
 
 
 def _batch_lanes_ok(con: Contraction) -> bool:

@@ -107,6 +107,8 @@ def direct_cell(ctx: Context, w: CWriter, name: str):
     w(f"{T} ea[{DIRECT_ENDS * K}];", 2)
     w("uint64_t key_on = 0;", 2)
     w("for (int64_t x = n0; x < n1; ) {", 2)
+    if ctx.plan.rows > 1:
+        row_block(ctx, w, 3)
     w(f"int64_t len = tcpy_min_int64(n1 - x, {extent} - x % {extent});", 3)
     w(f"if (len > {NC}) len = {NC};", 3)
     w(f"const {TB} *TCPY_RESTRICT row = bb + {p}_off_b_n(x);", 3)
@@ -180,6 +182,49 @@ def direct_cell(ctx: Context, w: CWriter, name: str):
     w("}", 2)
     w("}", 1)
     w("}")
+
+
+def row_block(ctx: Context, w: CWriter, depth: int):
+    """The direct path's row block (``Plan.rows``, no guards, overwriting): where the run at
+    ``x`` starts a whole row and ``rows`` whole rows of the same outer index follow, they are
+    computed together in steps of ``row_vectors`` vectors along the row (the last step
+    overlapping the previous one). Each distinct B vector of a step is loaded once and feeds
+    every row's sum whose tap reads it (a 3-row window: a B row serves up to three output
+    rows), so a row costs about one load per tap row instead of one per tap."""
+    p, T, L, con = ctx.prefix, ctx.T, ctx.plan.lanes, ctx.con
+    rows, width = ctx.plan.rows, ctx.plan.row_vectors
+    inner, outer = con.n[-1], con.n[-2]
+    extent, step = inner.extent, width * L
+    users = {}  # B offset (from the step's start) -> the (tap, row, vector) sums it feeds
+    for t, o in enumerate(ctx.k_offsets("b")):
+        for r in range(rows):
+            for u in range(width):
+                users.setdefault(o + r * outer.b + u * L, []).append((t, r, u))
+    w(f"if (x % {extent} == 0 && n1 - x >= {rows * extent} && x / {extent} % {outer.extent} <= "
+      f"{outer.extent - rows}) {{", depth)
+    w(f"const {T} *TCPY_RESTRICT row = bb + {p}_off_b_n(x);", depth + 1)
+    w(f"{T} *TCPY_RESTRICT q = cb + {p}_off_c_n(x);", depth + 1)
+    w("for (int64_t c = 0;;) {", depth + 1)
+    sums = [f"s{r}_{u}" for r in range(rows) for u in range(width)]
+    w(f"{p}_v " + ", ".join(f"{s} = {{0}}" for s in sums) + ";", depth + 2)
+    for offset, fed in sorted(users.items()):
+        w(f"{{ {p}_v b = *(const {p}_vu *)(row + c + INT64_C({offset}));", depth + 2)
+        if len(fed) > 1:  # (not folded into each FMA: a load per sum again)
+            w("TCPY_IN_REGISTER(b);", depth + 3)
+        w(" ".join(f"s{r}_{u} += av[{t}] * b;" for t, r, u in fed) + " }", depth + 3)
+    for r in range(rows):
+        w(" ".join(f"*({p}_vu *)(q + c + INT64_C({r * outer.c + u * L})) = alpha * s{r}_{u};"
+                   for u in range(width)), depth + 2)
+    w(f"c += {step};", depth + 2)
+    w(f"if (c >= {extent}) break;", depth + 2)
+    w(f"if (c + {step} > {extent}) c = {extent - step};  /* the last step overlaps the previous one */", depth + 2)
+    w("}", depth + 1)
+    if ctx.epilogue:  # each row is final and contiguous (M = 1: row 0)
+        w(f"for (int64_t r = 0; r < {rows}; r++) {ctx.epilogue}(tcpy_buffers, bi, 0, x + r * {extent}, "
+          f"{extent}, q + r * INT64_C({outer.c}));", depth + 1)
+    w(f"x += {rows * extent};", depth + 1)
+    w("continue;", depth + 1)
+    w("}", depth)
 
 
 def direct_vectors(ctx: Context, w: CWriter, depth: int):

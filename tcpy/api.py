@@ -75,7 +75,9 @@ SEMANTIC_FLAGS = ("-fwrapv", "-fno-math-errno", "-fno-trapping-math")
 #: calls switch to it when it is ready).
 SPECIALIZE_AFTER_CALLS = 100
 #: ... or sooner, once the shape's calls have run this many iterations in all: a compile costs
-#: a fraction of a second, which a large shape's specialised (fused) kernel soon pays back.
+#: a fraction of a second, which a large shape's specialised (fused) kernel soon pays back. A
+#: shape called once is never hot: a sweep calling each shape once (variable-length batches of
+#: attention) compiles once, not a kernel per large shape in the background beside its calls.
 SPECIALIZE_AFTER_POINTS = 1 << 30
 #: A shape whose temporaries, each whole as the generic kernel allocates them (those its fused
 #: groups and online chains do not shrink), take more than this many times the bytes of its
@@ -412,7 +414,7 @@ class Kernel(Launcher):
         options = self.options_for(sizes) if auto else None  # (the calling thread's count)
         holder = []
         points = max(1, _points(ranges for _, ranges in statements))
-        hot_calls = max(1, min(SPECIALIZE_AFTER_CALLS, -(-SPECIALIZE_AFTER_POINTS // points)))
+        hot_calls = max(2, min(SPECIALIZE_AFTER_CALLS, -(-SPECIALIZE_AFTER_POINTS // points)))
 
         def hot(table_key):
             self._specialize_in_background(table_key, holder[0], sizes, options, hot_calls)

@@ -51,8 +51,8 @@ CHILD = textwrap.dedent(
     def rand(*shape):
         return rng.standard_normal(shape).astype(np.float32)
 
-    def same(src, *args, threads=None, target=None):
-        got = tcpy.define(src, options=tcpy.Options(num_threads=threads, target=target))(*args)
+    def same(src, *args, threads=None, target=None, specialize="auto"):
+        got = tcpy.define(src, options=tcpy.Options(num_threads=threads, target=target, specialize=specialize))(*args)
         want = tcpy.define(src, backend="reference")(*args)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -74,6 +74,12 @@ CHILD = textwrap.dedent(
                                ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c, f) : 0.0
                  where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
          }''', rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2)
+    # and the weight gradient's F(3x3, 2x2): odd sizes (partial tiles at the image's border)
+    same('''def wgrad(float(N,C,H,W) I, float(N,F,H,W) dO) -> (dW) {
+             dW(f, c, kh, kw) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                                  ? dO(n, f, h, w) * I(n, c, h + kh - 1, w + kw - 1) : 0.0
+                 where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
+         }''', rand(2, 3, 9, 13), rand(2, 7, 9, 13), threads=2, specialize="always")
     tcpy.target.DEFAULT_COST_MODEL = default_costs
     for stride in (1, 2):
         same(f'''def conv(float(N,C,H,W) I, float(O,C,KH,KW) Wt) -> (Out) {{

@@ -287,6 +287,9 @@ class Plan:
     winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
     taps: Optional[WinogradTapsForm] = None  # winograd_taps path: the F(3x3, 2x2) form
     conv: Optional[ConvForm] = None  # direct_conv path: the convolution's variables (mr pixels x nr channels)
+    # a size-generic kernel's contraction: the micro-tiles (MR, NR vectors) its winograd path is
+    # rendered with, one routine each, for the calls the planner runs as F(2x2, 3x3) (``winograd``: the form)
+    winograd_tiles: tuple[tuple[int, int], ...] = ()
     # the Target's cache line in bytes: the renderer prefetches B by lines and aligns spilled tiles to one
     cache_line: int = field(kw_only=True)
 
@@ -505,7 +508,8 @@ RUNTIME_FIELDS = (
 )
 
 #: The winograd section of a plan buffer (see :class:`WinogradForm`; its ``*_table`` fields
-#: index the whole buffer): the batch, M (output channels), K (input channels), the tiles per
+#: index the whole buffer): the micro-tile (rows, vectors: which of the kernel's routines
+#: runs), the batch, M (output channels), K (input channels), the tiles per
 #: batch index and per axis, each axis' output extent, window, and strides of its output
 #: variable in the image and the output and of its tap in the weights; the blocks (kc, mc and
 #: nc: tiles per block); the tensors' element offsets and the image's elements (scanned for
@@ -514,7 +518,7 @@ RUNTIME_FIELDS = (
 #: its constant), K and the images, its coefficients along the two axes' output variables and
 #: its least part over K and a tile's 4x4 patch (a tile inside it everywhere needs no test).
 RUNTIME_WINOGRAD_FIELDS = (
-    "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent", "row_window", "col_window",
+    "mr", "vectors", "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent", "row_window", "col_window",
     "row_image", "col_image", "row_c", "col_c", "row_weights", "col_weights", "kc", "mc", "nc",
     "image_base", "weights_base", "c_base", "image_elements",
     "image_batch_table", "weights_batch_table", "c_batch_table", "image_k_table", "weights_k_table",

@@ -159,8 +159,8 @@ def _balanced(total: int, block: int, multiple: int) -> int:
 
 
 def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False,
-         winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({}), direct_conv: bool = True,
-         winograd_tile: Optional[tuple[int, int]] = None) -> Plan:
+         winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({}), direct_conv: bool = True
+         ) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
     ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
@@ -169,8 +169,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     plan fields instead of the cost model: ``path``, ``mr``, ``nr``, ``kc``, ``mc``, ``nc``,
     ``grid``; a value this contraction cannot run with raises :class:`TCOptionError`.
     ``direct_conv``: the direct_conv path may be chosen (a size-generic kernel holds none: the
-    winograd path is then weighed against the implicit GEMM). ``winograd_tile``: the winograd
-    path's micro-tile ``(MR, NR vectors)``, fixed (a size-generic kernel's, rendered once)."""
+    winograd path is then weighed against the implicit GEMM)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
@@ -248,8 +247,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                                                   target.cost) / dplan.grid[2]
         elif conv is not None:
             baseline = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, threads, target.cost)
-        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, baseline, dplan is not None,
-                               winograd_tile)
+        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, baseline, dplan is not None)
         if wplan is not None:
             return wplan
     taps = winograd_taps_form(con) if winograd and not b_packed_once and not overrides else None
@@ -416,13 +414,11 @@ def _implicit_gemm_cycles(con: Contraction, conv: ConvForm, mr: int, nr: int, la
 
 
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
-                   unroll: int, baseline: Optional[float] = None, direct: bool = False,
-                   tile: Optional[tuple[int, int]] = None) -> Optional[Plan]:
+                   unroll: int, baseline: Optional[float] = None, direct: bool = False) -> Optional[Plan]:
     """The winograd path's plan when its estimated time beats, by the cost model's
     ``winograd_gain_min``, ``baseline``'s (the estimated cycles per thread of the implicit GEMM,
     its packing and the window's gather included, or of the direct convolution when ``direct``,
-    which would run instead), or without a baseline the FMAs of a GEMM over all 9 taps; ``tile``:
-    the micro-tile ``(MR, NR vectors)`` it must use, else the one estimated fastest."""
+    which would run instead), or without a baseline the FMAs of a GEMM over all 9 taps."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     cost = target.cost
@@ -439,7 +435,7 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     # sliver, if its estimate per thread is lower (ResNet's 14x14 layer at N=1, 2 threads: 8x32)
     widest = micro_tile(target, s, form.tiles)
     narrower = [(mr, nv) for nv, mr in register_tiles(target).items() if shares((mr, nv)) > shares(widest)]
-    mr, nv = tile or min([widest, *narrower], key=per_thread)
+    mr, nv = min([widest, *narrower], key=per_thread)
     nr = nv * lanes
     slivers = -(-form.tiles // nr)
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers

@@ -24,7 +24,7 @@ from ..loopir import Engine, Loops, Program, Statement
 from ..options import Options
 from ..contraction_ir import Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
-from .contraction import micro_tile, plan
+from .contraction import micro_tile, plan, register_tiles
 from .recognition import recognize, split_result_scale
 from .winograd import winograd_form
 
@@ -104,14 +104,16 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
     if program.generic is not None:
         # the run-time engine (tcpy.codegen.contraction.runtime): the packed path's loops with a
         # micro-tile for every N; its blocks and grid are planned per call (shape_engine). A 3x3
-        # convolution also gets the winograd path's loops (with the same micro-tile), taken by
-        # the calls whose sizes the cost model runs as F(2x2, 3x3): the plan holds its form.
+        # convolution also gets the winograd path's loops, for each micro-tile the planner may
+        # give it, taken by the calls whose sizes the cost model runs as F(2x2, 3x3): the plan
+        # holds its form and those tiles.
         element_bytes = con.dtype.bits // 8
         mr, vectors = micro_tile(options.target, element_bytes)
         overrides = {"path": "packed", "mr": mr, "nr": vectors * options.target.lanes(element_bytes)}
         form = winograd_form(con) if options.winograd else None
+        tiles = tuple(sorted((rows, nv) for nv, rows in register_tiles(options.target).items())) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides)
-        return Engine(con, dataclasses.replace(nominal, winograd=form))
+        return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles))
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
 
@@ -120,9 +122,9 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
                  threads: int, paths: tuple[str, ...]) -> Optional[tuple[Contraction, Plan]]:
     """A size-generic kernel's contraction at one call's ``ranges``, ``shapes``, ``types`` and
     ``sizes`` (:mod:`tcpy.transform.runtime_plan`): recognised, and planned for ``threads``
-    threads with the micro-tile of the ``kernel``'s plan: on the winograd path when the kernel
-    holds it (its plan's ``winograd`` form), the call's form has the same image and as many
-    guards at most, and the cost model prefers it to the implicit GEMM; else on the cost
+    threads: on the winograd path when the kernel holds it (its plan's ``winograd`` form and
+    tiles), the call's form has the same image and as many guards at most, and the cost model
+    prefers it to the implicit GEMM; else with the micro-tile of the ``kernel``'s plan on the cost
     model's path among ``paths`` (the run-time engine's that the kernel holds; the packed path
     when it picks another) with no split K (the run-time engine's loops). None when at these
     sizes it is no contraction."""
@@ -132,10 +134,11 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     threads = threads if options.parallel else 1
     tile, form = kernel.plan, kernel.plan.winograd
     if form is not None:
-        chosen = plan(con, options.target, threads, direct_conv=False, winograd_tile=(tile.mr, tile.nr_vectors))
+        chosen = plan(con, options.target, threads, direct_conv=False)
         image = getattr(kernel.contraction, form.image).tensor
         if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
-                and len(con.guards) <= len(kernel.contraction.guards)):
+                and len(con.guards) <= len(kernel.contraction.guards)
+                and (chosen.mr, chosen.nr_vectors) in tile.winograd_tiles):
             return con, chosen
     overrides = {"mr": tile.mr, "nr": tile.nr}
     shaped = plan(con, options.target, threads, overrides=overrides)

@@ -137,7 +137,7 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
     form = plan.winograd
     image, weights = getattr(con, form.image), getattr(con, form.weights)
     rows, cols = form.rows, form.cols
-    fields = {"batch": con.size("batch"), "m": form.M, "k": form.K, "tiles": form.tiles,
+    fields = {"mr": plan.mr, "vectors": plan.nr_vectors, "batch": con.size("batch"), "m": form.M, "k": form.K, "tiles": form.tiles,
               "row_tiles": rows.tiles, "col_tiles": cols.tiles, "row_extent": rows.out.extent,
               "col_extent": cols.out.extent, "row_window": rows.window, "col_window": cols.window,
               "row_image": rows.out.image, "col_image": cols.out.image, "row_c": rows.out.c, "col_c": cols.out.c,
@@ -216,8 +216,10 @@ def describe(buffer: np.ndarray, tile: Plan) -> str:
     if field["winograd"]:
         at = field["winograd"]
         w = {name: int(buffer[at + index]) for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
-        return (f"run-time engine (winograd path F(2x2, 3x3), one routine for every size; the cost model's choice "
-                f"at these sizes over the implicit GEMM): micro-tile {tile.mr}x{tile.nr}; at these sizes batch "
+        return (f"run-time engine (winograd path F(2x2, 3x3), one routine per micro-tile for every size; the cost "
+                f"model's choice "
+                f"at these sizes over the implicit GEMM): micro-tile {w['mr']}x{w['vectors'] * tile.lanes}; at these "
+                f"sizes batch "
                 f"{w['batch']} x 16 products of M {w['m']} x K {w['k']} x {w['tiles']} tiles "
                 f"({w['row_tiles']} x {w['col_tiles']} per image), blocks of {w['nc']} tiles, kc {w['kc']}, "
                 f"mc {w['mc']}")

@@ -15,6 +15,8 @@ inf, NaN or a huge value needs are the run-time engine's (:mod:`.runtime`).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ...contraction_ir import MAX_SLIVERS, POINTS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
 from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context
@@ -44,14 +46,40 @@ _EXTENTS = ("const int64_t M = {m}, K = {k}, mt = (M + {mr1}) / {mr}, nc = {nc},
 
 def render(ctx: Context) -> str:
     """The helpers of the winograd path of ``ctx.con`` (the kernel's contraction at its nominal
-    sizes, whose plan holds the form: its image and weights operands, types, scale and guards
-    are the same at every size); ``<p>_winograd(pl, image, weights, C, alpha, threads, stop)``
-    runs it with the plan buffer ``pl`` and returns 1 when an operand holds inf, NaN or a huge value (nothing
-    is written then: the caller sums point by point)."""
-    return _RuntimeWinograd(ctx).render()
+    sizes, whose plan holds the form and the micro-tiles to render it with: its image and
+    weights operands, types, scale and guards are the same at every size);
+    ``<p>_winograd(pl, image, weights, C, alpha, threads, stop)`` runs it with the plan buffer
+    ``pl`` (on the routine of the micro-tile it names) and returns 1 when an operand holds inf,
+    NaN or a huge value (nothing is written then: the caller sums point by point)."""
+    w = CWriter()
+    T, s = ctx.T, ctx.element_bytes
+    vb = ctx.plan.lanes * s
+    variants = []
+    for mr, vectors in ctx.plan.winograd_tiles:
+        tile = ctx.with_plan(dataclasses.replace(ctx.plan, mr=mr, nr=vectors * ctx.plan.lanes))
+        variant = dataclasses.replace(tile, prefix=f"{ctx.prefix}_w{vectors}")
+        p = variant.prefix
+        w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
+        w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({s}), __may_alias__));")
+        w(f"typedef int{s * 8}_t {p}_m __attribute__((vector_size({vb})));  /* shuffle masks */")
+        w(_RuntimeWinograd(variant).render())
+        variants.append((vectors, p))
+    form = ctx.plan.winograd
+    TI, TW = (getattr(ctx.con, role).dtype.c_type for role in (form.image, form.weights))
+    w(f"static int {ctx.prefix}_winograd(const int64_t *TCPY_RESTRICT pl, const {TI} *image, const {TW} *weights, "
+      f"{T} *C, {T} alpha, int tcpy_num_threads, const volatile int *tcpy_stop) {{")
+    w(f"const int64_t vectors = (pl + pl[{RUNTIME_FIELDS.index('winograd')}])[{W['vectors']}];", 1)
+    args = "(pl, image, weights, C, alpha, tcpy_num_threads, tcpy_stop)"
+    for vectors, p in variants[:-1]:
+        w(f"if (vectors == {vectors}) return {p}_winograd{args};", 1)
+    w(f"return {variants[-1][1]}_winograd{args};", 1)
+    w("}")
+    return w.text()
 
 
 class _RuntimeWinograd:
+    """The routines of the winograd path with one micro-tile (``ctx.plan``'s)."""
+
     def __init__(self, ctx: Context):
         self.ctx = ctx
         form = ctx.plan.winograd

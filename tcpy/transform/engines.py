@@ -22,6 +22,7 @@ from typing import Optional
 from ..lang import ast
 from ..loopir import Engine, Loops, Program, Statement
 from ..options import Options
+from ..target import Target
 from ..contraction_ir import Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
 from .contraction import micro_tile, plan, register_tiles
@@ -151,11 +152,11 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     return con, shaped
 
 
-def shape_block(block: Contraction, options: Options, tile: Plan) -> Plan:
+def shape_block(block: Contraction, target: Target, tile: Plan) -> Plan:
     """A size-generic kernel's chain product on one block at a call's shape
-    (:mod:`tcpy.transform.runtime_chains`): planned for one thread on the packed path with the
-    kernel's micro-tile (``tile``'s)."""
-    return plan(block, options.target, 1, overrides={"path": "packed", "mr": tile.mr, "nr": tile.nr})
+    (:mod:`tcpy.transform.runtime_chains`): planned for one thread of ``target`` on the packed
+    path with the kernel's micro-tile (``tile``'s)."""
+    return plan(block, target, 1, overrides={"path": "packed", "mr": tile.mr, "nr": tile.nr})
 
 
 def plan_block(block: Contraction, options: Options, b_packed_once: bool, generic: bool = False) -> Plan:

@@ -22,6 +22,7 @@ thread packs b of every block of columns once per batch, ``panel`` elements apar
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from types import SimpleNamespace
 from typing import Mapping, Optional
@@ -101,7 +102,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             block, bases = found
             if count == columns:
                 panel = block.size("k") * -(-block.size("n") // nominal.plan.nr) * nominal.plan.nr
-            buffer = contraction_buffer(block, shape_block(block, options, nominal.plan), nominal.contraction)
+            buffer = _block_buffer(block, nominal.plan, nominal.contraction, options.target)
             if buffer is None:
                 return None
             values = []
@@ -118,6 +119,17 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
         buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel], np.int64),
                                                 *(v for v in variants if v is not None)])
     return buffers
+
+
+@functools.lru_cache(maxsize=256)
+def _block_buffer(block: Contraction, tile, nominal: Contraction, target) -> Optional[np.ndarray]:
+    """The run-time engine's plan buffer of ``block`` (planned with ``tile``'s micro-tile on
+    ``target``), kept for the shapes whose blocks are the same (a block's extents and strides
+    depend on few sizes: attention's on the head size and the rows and columns per block)."""
+    buffer = contraction_buffer(block, shape_block(block, target, tile), nominal)
+    if buffer is not None:
+        buffer.flags.writeable = False  # (shared by the shapes' plan buffers, which copy it)
+    return buffer
 
 
 def _at_sizes(nominal: Contraction, stmt, ranges, shapes, sizes) -> Optional[Contraction]:

@@ -119,6 +119,21 @@ def test_explain_names_the_path_each_shape_takes(builds):
     assert len(builds) == 1 and "generic" in builds[0]
 
 
+@pytest.mark.skipif(not Target.preset("x86-64-v4").can_run_here(), reason="needs AVX-512")
+def test_small_path_takes_the_planner_s_tile_for_its_n(builds):
+    """The small path's kernels read no packed layout, so a kernel also holds the tile the
+    planner picks for an N of whole 4-vector tiles (6x64 with AVX-512's 32 registers, where the
+    kernel's 8x48 would compute 96 columns of 64), and a shape whose N suits it takes it."""
+    kernel = tcpy.define(GEMM, options=tcpy.Options(specialize="never", target="x86-64-v4", num_threads=2))
+    rng = np.random.default_rng(3)
+    for (m, n, k), tile in {(64, 64, 64): "6x64", (13, 128, 31): "6x64", (64, 48, 64): "8x48"}.items():
+        a, b = _f32(rng, m, k), _f32(rng, k, n)
+        np.testing.assert_allclose(kernel(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+        text = kernel.explain(a, b)
+        assert _path(kernel, a, b) == "small" and f"micro-tile {tile}; at these sizes" in text, text
+    assert len(builds) == 1
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_transposed_b_packs_every_sliver_and_remainder(threads):
     """B(n, k) packed by vector loads along K: whole slivers (with the columns of slivers ahead

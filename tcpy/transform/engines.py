@@ -109,12 +109,17 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         # give it, taken by the calls whose sizes the cost model runs as F(2x2, 3x3): the plan
         # holds its form and those tiles.
         element_bytes = con.dtype.bits // 8
+        lanes = options.target.lanes(element_bytes)
         mr, vectors = micro_tile(options.target, element_bytes)
-        overrides = {"path": "packed", "mr": mr, "nr": vectors * options.target.lanes(element_bytes)}
+        overrides = {"path": "packed", "mr": mr, "nr": vectors * lanes}
         form = winograd_form(con) if options.winograd else None
         tiles = tuple(sorted((rows, nv) for nv, rows in register_tiles(options.target).items())) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides)
-        return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles))
+        # the small path's second tile: the planner's for an N of one 4-vector tile, if another
+        wide_mr, wide_vectors = micro_tile(options.target, element_bytes, 4 * lanes)
+        small_tile = (wide_mr, wide_vectors * lanes) if (wide_mr, wide_vectors) != (mr, vectors) else None
+        return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles,
+                                               small_tile=small_tile))
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
 
@@ -146,6 +151,12 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     if shaped.path not in paths:
         overrides["path"] = "packed"
         shaped = plan(con, options.target, threads, overrides=overrides)
+    if shaped.path == "small" and tile.small_tile is not None:
+        # the planner's own micro-tile for this N, if it is the kernel's second one
+        mr, vectors = micro_tile(options.target, con.dtype.bits // 8, con.size("n"))
+        if (mr, vectors * shaped.lanes) == tile.small_tile:
+            overrides.update(path="small", mr=mr, nr=vectors * shaped.lanes)
+            shaped = plan(con, options.target, threads, overrides=overrides)
     if shaped.grid[3] > 1:
         overrides["path"] = shaped.path
         shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)})

@@ -103,7 +103,7 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
     if plan.path in RUNTIME_PATHS:
-        fields.update(path=RUNTIME_PATHS.index(plan.path), copy_b=int(plan.copy_b))
+        fields.update(path=RUNTIME_PATHS.index(plan.path), copy_b=int(plan.copy_b), mr=plan.mr, nr=plan.nr)
     if plan.path in ("small", "stream"):  # (A, and on the small path B, read in place: one linear stride per role)
         fields.update(a_m_stride=con.linear_stride("m", "a"), a_k_stride=con.linear_stride("k", "a"),
                       b_k_stride=con.linear_stride("k", "b") or 0)
@@ -211,7 +211,7 @@ def _runs(offsets: np.ndarray, width: int) -> np.ndarray:
 
 def describe(buffer: np.ndarray, tile: Plan) -> str:
     """What the run-time engine runs with the plan ``buffer`` (``tile``: the kernel's plan at its
-    nominal sizes, whose micro-tile it has and which names the winograd form it also holds)."""
+    nominal sizes, which names the winograd form it also holds)."""
     field = {name: int(buffer[index]) for name, index in _FIELD.items()}
     if field["winograd"]:
         at = field["winograd"]
@@ -229,9 +229,9 @@ def describe(buffer: np.ndarray, tile: Plan) -> str:
     how = {"packed": "A and B packed",
            "small": "A and B read in place" + (", each B sliver copied" if field["copy_b"] else ""),
            "stream": "A read in place, each K block of B packed"}[path]
-    return (f"run-time engine ({path} path: {how}; one routine for every size): micro-tile {tile.mr}x{tile.nr}; at "
-            f"these sizes batch {field['batch']} x M {field['m']} x N {field['n']} x K {field['k']}, blocks kc "
-            f"{field['kc']}, mc {field['mc']}, nc {field['nc']}; thread grid batch {field['grid_batch']} x M "
+    return (f"run-time engine ({path} path: {how}; one routine for every size): micro-tile "
+            f"{field['mr']}x{field['nr']}; at these sizes batch {field['batch']} x M {field['m']} x N {field['n']} x "
+            f"K {field['k']}, blocks kc {field['kc']}, mc {field['mc']}, nc {field['nc']}; thread grid batch {field['grid_batch']} x M "
             f"{field['grid_m']} x N {field['grid_n']} x K 1"
             + ("; operands exchanged (the output is contiguous along the first)" if field["swapped"] else "")
             + held)

@@ -369,35 +369,47 @@ def _narrowest(ctx: Context, name: str, args: str) -> str:
 def _in_place(ctx: Context, w: CWriter):
     """The small and stream paths' micro-kernels ``<p>_ipk<v>``, as ``<p>_ukr<v>`` with A read in
     place (its rows ``sam``, its columns ``sak`` apart; rows past ``mr`` clamped to the last,
-    never stored) and B's rows ``ldb`` apart, and their cell."""
-    p, T, mr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.lanes
-    for vectors in range(1, ctx.plan.nr_vectors + 1):
-        tile = ctx.with_plan(dataclasses.replace(ctx.plan, nr=vectors * L))
-        _tile_kernel(tile, w, f"{p}_ipk{vectors}", f"const {T} *TCPY_RESTRICT a, int64_t sam, int64_t sak, "
-                     f"const {T} *TCPY_RESTRICT b, int64_t ldb",
-                     lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})", lambda r: f"a{r}[k * sak]",
-                     [f"const {T} *TCPY_RESTRICT a{r} = a + sam * (i + ({r} < mr ? {r} : mr - 1));"
-                      for r in range(mr)])
-    _in_place_cell(ctx, w)
+    never stored) and B's rows ``ldb`` apart, and their cell ``<p>_ipk_cell``; with the plan's
+    ``small_tile``, the small path's ``<p>_ipw<v>`` and ``<p>_ipw_cell`` of that tile."""
+    p, T, L = ctx.prefix, ctx.T, ctx.plan.lanes
+    tiles = [("ipk", ctx)]
+    if ctx.plan.small_tile is not None:
+        mr, nr = ctx.plan.small_tile
+        tiles.append(("ipw", ctx.with_plan(dataclasses.replace(ctx.plan, mr=mr, nr=nr))))
+    for name, tiled in tiles:
+        mr = tiled.plan.mr
+        for vectors in range(1, tiled.plan.nr_vectors + 1):
+            tile = tiled.with_plan(dataclasses.replace(tiled.plan, nr=vectors * L))
+            _tile_kernel(tile, w, f"{p}_{name}{vectors}", f"const {T} *TCPY_RESTRICT a, int64_t sam, int64_t sak, "
+                         f"const {T} *TCPY_RESTRICT b, int64_t ldb",
+                         lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})", lambda r: f"a{r}[k * sak]",
+                         [f"const {T} *TCPY_RESTRICT a{r} = a + sam * (i + ({r} < mr ? {r} : mr - 1));"
+                          for r in range(mr)])
+        _in_place_cell(tiled, w, name, stream=name == "ipk")
 
 
-def _in_place_cell(ctx: Context, w: CWriter):
-    """``<p>_ip_cell``: one cell of the thread grid on the small path (B's slivers read in place,
-    a sliver copied zero-padded when it is partial, ``copy_b`` when every one is) or the stream
-    path (each K block of B packed, A's rows of one micro-tile against all of it)."""
+def _in_place_cell(ctx: Context, w: CWriter, name: str, stream: bool):
+    """``<p>_<name>_cell``: one cell of the thread grid on the small path (B's slivers read in
+    place, a sliver copied zero-padded when it is partial, ``copy_b`` when every one is) or, when
+    ``stream``, the stream path (each K block of B packed, A's rows of one micro-tile against
+    all of it), with the kernels ``<p>_<name><v>``."""
     p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
-    w(f"static void {p}_ip_cell(const int64_t *TCPY_RESTRICT pl, const {T} *TCPY_RESTRICT A, "
+    w(f"static void {p}_{name}_cell(const int64_t *TCPY_RESTRICT pl, const {T} *TCPY_RESTRICT A, "
       f"const {T} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C, int64_t b0, int64_t b1, int64_t m0, int64_t m1, "
       f"int64_t n0, int64_t n1, {T} alpha, const volatile int *stop) {{")
     w(f"const int64_t K = {_field('k')}, KC = {_field('kc')}, NC = {_field('nc')};", 1)
     w(f"const int64_t sam = {_field('a_m_stride')}, sak = {_field('a_k_stride')}, sbk = {_field('b_k_stride')};", 1)
-    w(f"const int stream = {_field('path')} == {RUNTIME_PATHS.index('stream')}, copy_b = (int){_field('copy_b')};", 1)
+    w(f"const int copy_b = (int){_field('copy_b')};", 1)
     w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
     w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')}, *bn = {_table('b_n')};", 1)
     w(f"const int64_t *c_runs = {_table('c_runs')};", 1)
-    w("const int64_t block = stream ? NC : n1 - n0;  /* (the small path: the cell's N in one block) */", 1)
-    w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * ((stream ? KC * NC : KC * {nr}) + {L}));",
-      1)
+    if stream:
+        w(f"const int stream = {_field('path')} == {RUNTIME_PATHS.index('stream')};", 1)
+        w("const int64_t block = stream ? NC : n1 - n0;  /* (the small path: the cell's N in one block) */", 1)
+    else:
+        w("const int64_t block = n1 - n0; (void)NC;", 1)
+    panel = f"(stream ? KC * NC : KC * {nr})" if stream else f"KC * {nr}"
+    w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * ({panel} + {L}));", 1)
     w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
     w(f"const {T} *ab = A + {_field('a_base')} + ab_t[bi];", 2)
     w(f"const {T} *bb = B + {_field('b_base')} + bb_t[bi];", 2)
@@ -410,19 +422,20 @@ def _in_place_cell(ctx: Context, w: CWriter):
     w(f"const {T} *ak = ab + pc * sak;", 4)
     overwrite = "pc == 0" if ctx.con.init else "0"
     args = f"(kc, ak, sam, sak, bs, ldb, cb, cm, cn, c_run, i, jc + jr, mr, nr, {overwrite}, alpha);"
-    w("if (stream) {", 4)
-    w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 5)
-    w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
-    w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
-    w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 6)
-    w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr}, ldb = {nr};", 7)
-    w(f"const {T} *bs = bp + jr * kc;", 7)
-    w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 7)
-    w(_narrowest(ctx, "ipk", args), 7)
-    w("}", 6)
-    w("}", 5)
-    w("continue;", 5)
-    w("}", 4)
+    if stream:
+        w("if (stream) {", 4)
+        w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 5)
+        w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
+        w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
+        w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 6)
+        w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr}, ldb = {nr};", 7)
+        w(f"const {T} *bs = bp + jr * kc;", 7)
+        w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 7)
+        w(_narrowest(ctx, name, args), 7)
+        w("}", 6)
+        w("}", 5)
+        w("continue;", 5)
+        w("}", 4)
     w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 4)
     w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 5)
     w(f"const {T} *bs = bb + pc * sbk + bn[jc + jr];", 5)
@@ -437,7 +450,7 @@ def _in_place_cell(ctx: Context, w: CWriter):
     w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 5)
     w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
     w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
-    w(_narrowest(ctx, "ipk", args), 6)
+    w(_narrowest(ctx, name, args), 6)
     w("}", 5)
     w("}", 4)
     w("}", 3)
@@ -532,17 +545,25 @@ def _cells(ctx: Context, w: CWriter):
       "const volatile int *stop, int64_t *next_cell) {")
     w(f"const int64_t nb = {_field('batch')}, M = {_field('m')}, N = {_field('n')};", 1)
     w(f"const int64_t tb = {_field('grid_batch')}, tm = {_field('grid_m')}, tn = {_field('grid_n')};", 1)
-    w(f"const int64_t cells = tb * tm * tn, mt = (M + {mr - 1}) / {mr}, nt = (N + {nr - 1}) / {nr};", 1)
+    in_place = len(runtime_paths(ctx.con)) > 1
+    if in_place:  # (the small path's micro-tile may be the plan's small_tile)
+        w(f"const int ip = {_field('path')} != {RUNTIME_PATHS.index('packed')};", 1)
+        w(f"const int64_t MR = ip ? {_field('mr')} : {mr}, NR = ip ? {_field('nr')} : {nr};", 1)
+    else:
+        w(f"const int64_t MR = {mr}, NR = {nr};", 1)
+    w("const int64_t cells = tb * tm * tn, mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;", 1)
     w("for (int64_t cell; (cell = tcpy_claim(next_cell, cells)) < cells; ) {", 1)
     w("const int64_t cbi = cell / (tm * tn), cm = cell / tn % tm, cn = cell % tn;", 2)
     w("const int64_t b0 = cbi * nb / tb, b1 = (cbi + 1) * nb / tb;", 2)
-    w(f"const int64_t m0 = cm * mt / tm * {mr}, m1 = tcpy_min_int64((cm + 1) * mt / tm * {mr}, M);", 2)
-    w(f"const int64_t n0 = cn * nt / tn * {nr}, n1 = tcpy_min_int64((cn + 1) * nt / tn * {nr}, N);", 2)
+    w("const int64_t m0 = cm * mt / tm * MR, m1 = tcpy_min_int64((cm + 1) * mt / tm * MR, M);", 2)
+    w("const int64_t n0 = cn * nt / tn * NR, n1 = tcpy_min_int64((cn + 1) * nt / tn * NR, N);", 2)
     w("if (b0 >= b1 || m0 >= m1 || n0 >= n1) continue;", 2)
-    call = f"cell(pl, A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop);"
-    if len(runtime_paths(ctx.con)) > 1:
-        w(f"if ({_field('path')} != {RUNTIME_PATHS.index('packed')}) {{ {p}_ip_{call} continue; }}", 2)
-    w(f"{p}_{call}", 2)
+    call = "_cell(pl, A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop);"
+    if in_place:
+        wide = ctx.plan.small_tile
+        cell = f"{{ if (NR == {wide[1]}) {p}_ipw{call} else {p}_ipk{call} }}" if wide else f"{p}_ipk{call}"
+        w(f"if (ip) {{ {cell} continue; }}", 2)
+    w(f"{p}{call}", 2)
     w("}", 1)
     w("}")
 

@@ -71,7 +71,7 @@ def weight_gradients(draw):
     not, odd sizes, written with ``+=!`` or as ``+=`` after an initial value, maybe scaled."""
     dtype = draw(st.sampled_from(["float", "float", "double"]))
     layout = draw(st.sampled_from(["nchw", "nhwc"]))
-    n, c, f = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 3, 8, 13])), draw(st.sampled_from([2, 5, 16]))
+    n, c, f = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 3, 8, 13, 17])), draw(st.sampled_from([2, 5, 16]))
     ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
     oh, ow = draw(st.integers(max(2, 2 * ph), 13)), draw(st.integers(max(2, 2 * pw), 17))
     h, w = oh + 2 - 2 * ph, ow + 2 - 2 * pw

@@ -117,13 +117,17 @@ class _WinogradTaps:
 
     def image(self, w: CWriter):
         """``<p>_image``: V = B^T d B for chunk tiles t0..t1 of column sliver jr (columns past N:
-        0); a patch inside the window and the guards is read without tests."""
+        0); a patch inside the window and the guards is read without tests. With one channel
+        variable and guards free of it, a whole patch of a vector's width of channels is
+        gathered into vectors, transformed and stored as vectors (a sliver's row holds a tile's
+        channels side by side)."""
         p, T, form = self.ctx.prefix, self.ctx.T, self.form
-        nr, chunk = self.ctx.plan.nr, self.chunk
+        nr, chunk, L = self.ctx.plan.nr, self.chunk, self.ctx.plan.lanes
         rows, cols = form.rows, form.cols
         guards = self.ctx.con.guards
         TI = self.img.dtype.c_type
         point = self.v_point
+        vector = len(form.n) == 1 and TI == T and L >= 2 and not any(any(g) for g in (v.g for v in form.n))
         w(f"static void {p}_image(const {TI} *TCPY_RESTRICT I, {T} *TCPY_RESTRICT V, int64_t c0, int64_t jr, "
           f"int64_t t0, int64_t t1) {{")
         w(f"const {TI} *ib = I + INT64_C({self.img.offset});", 1)
@@ -135,32 +139,55 @@ class _WinogradTaps:
         for i, g in enumerate(guards):
             w(f"const int64_t gt{i} = INT64_C({g.const}) + {p}_wg{i}_k(nn) + y * INT64_C({rows.out.g[i]}) + "
               f"x * INT64_C({cols.out.g[i]});", 2)
+        lowest = [f"INT64_C({min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i])})" for i in range(len(guards))]
+        if vector:
+            whole = inside + [f"gt{i} + {low} >= 0" for i, low in enumerate(lowest)]
+            w(f"const int whole = {' && '.join(whole)};", 2)
         w(f"for (int64_t l = 0; l < {nr}; l++) {{", 2)
         w(f"{T} *v = vs + t * {nr} + l;", 3)
         w(f"const int64_t j = jr * {nr} + l;", 3)
+        if vector:
+            cs = form.n[0].image
+            w(f"if (l % {L} == 0 && whole && j + {L} <= {form.N}) {{", 3)
+            w(f"const {TI} *s = src + {p}_wi_n(j);", 4)
+            w(f"{p}_v d[4][4];", 4)
+            lanes = ", ".join(f"s[o + INT64_C({i * cs})]" for i in range(L))
+            w(f"for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) {{ const int64_t o = r * INT64_C({rows.out.image}) "
+              f"+ c * INT64_C({cols.out.image}); d[r][c] = ({p}_v){{{lanes}}}; }}", 4)
+            self.transform_patch(w, 4, f"{p}_v", lambda at: f"*({p}_v *)(v + {at})")
+            w(f"l += {L - 1};", 4)
+            w("continue;", 4)
+            w("}", 3)
         w(f"if (j >= {form.N}) {{ for (int q = 0; q < {POINTS}; q++) v[q * INT64_C({point})] = 0; continue; }}", 3)
         w(f"const {TI} *s = src + {p}_wi_n(j);", 3)
         holds = [f"y + r < {rows.window}", f"x + c < {cols.window}"]
         for i, g in enumerate(guards):
             w(f"const int64_t gj{i} = gt{i} + {p}_wg{i}_n(j);", 3)
-            inside.append(f"gj{i} + INT64_C({min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i])}) >= 0")
+            inside.append(f"gj{i} + {lowest[i]} >= 0")
             holds.append(f"gj{i} + r * INT64_C({rows.out.g[i]}) + c * INT64_C({cols.out.g[i]}) >= 0")
         read = f"({T})s[r * INT64_C({rows.out.image}) + c * INT64_C({cols.out.image})]"
         w(f"{T} d[4][4];", 3)
         w(f"if ({' && '.join(inside)}) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
         w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
           3)
-        w(f"{T} e[4][4];", 3)
-        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
-          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", 3)
-        w("for (int r = 0; r < 4; r++) {", 3)
-        at = lambda x: f"v[INT64_C({point}) * (4 * r + {x})]"  # noqa: E731
-        w(f"{at(0)} = e[r][0] - e[r][2]; {at(1)} = e[r][1] + e[r][2]; {at(2)} = e[r][2] - e[r][1]; "
-          f"{at(3)} = e[r][1] - e[r][3];", 4)
-        w("}", 3)
+        self.transform_patch(w, 3, T, lambda at: f"v[{at}]")
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def transform_patch(self, w: CWriter, depth: int, elem: str, at):
+        """B^T d B of the patch ``d[4][4]`` (scalars or vectors of channels, type ``elem``) stored
+        through ``at(offset)`` at each point's offset."""
+        point = self.v_point
+        w(f"{elem} e[4][4];", depth)
+        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
+          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", depth)
+        w("for (int r = 0; r < 4; r++) {", depth)
+        w(f"{at(f'INT64_C({point}) * (4 * r)')} = e[r][0] - e[r][2]; {at(f'INT64_C({point}) * (4 * r + 1)')} = "
+          f"e[r][1] + e[r][2];", depth + 1)
+        w(f"{at(f'INT64_C({point}) * (4 * r + 2)')} = e[r][2] - e[r][1]; {at(f'INT64_C({point}) * (4 * r + 3)')} = "
+          f"e[r][1] - e[r][3];", depth + 1)
+        w("}", depth)
 
     def kernel(self, w: CWriter):
         """``<p>_ukr``: one MR x NR tile of one point's product over kc tiles, set (``first``) or

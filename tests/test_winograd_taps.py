@@ -27,10 +27,11 @@ def _paths(kernel, *args) -> list[str]:
     return [nest.plan.path for nest in _engine(kernel, *args)]
 
 
-def _weight_gradient(k=3, stride=1, pad=1):
+def _weight_gradient(k=3, stride=1, pad=1, threads=2):
     """tcpy.grad of a padded NCHW convolution with respect to its weights, specialised to the
     shapes on AVX2."""
-    forward = tcpy.define(demo.padded_conv2d_source(k, stride, pad), options=tcpy.Options(target=AVX2, specialize="always"))
+    options = tcpy.Options(target=AVX2, specialize="always", num_threads=threads)
+    forward = tcpy.define(demo.padded_conv2d_source(k, stride, pad), options=options)
     return tcpy.grad(forward, wrt=("Wt",))
 
 
@@ -40,9 +41,10 @@ def _shapes(n, c, f, hw, k=3, stride=1):
             np.zeros((n, f, out, out), np.float32))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 8])
 @pytest.mark.parametrize("n, c, hw", [(1, 64, 56), (1, 128, 28), (1, 256, 14), (8, 64, 56)])
-def test_resnet_weight_gradients_take_the_path(n, c, hw):
-    kernel = _weight_gradient()
+def test_resnet_weight_gradients_take_the_path(n, c, hw, threads):
+    kernel = _weight_gradient(threads=threads)
     args = _shapes(n, c, c, hw)
     assert _paths(kernel, *args) == ["winograd_taps"]
     text = str(kernel.explain(*args))
@@ -60,7 +62,8 @@ def test_other_weight_gradients_keep_the_gemm(k, stride, shapes):
 
 
 def test_the_option_turns_the_path_off():
-    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=tcpy.Options(target=AVX2, winograd=False, specialize="always"))
+    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=tcpy.Options(target=AVX2, winograd=False, specialize="always",
+                                                                                      num_threads=2))
     assert _paths(tcpy.grad(forward, wrt=("Wt",)), *_shapes(1, 64, 64, 56)) == ["packed"]
 
 

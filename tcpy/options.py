@@ -40,8 +40,9 @@ class Options:
         :mod:`tcpy.transform.fusion`).
     winograd: let the contraction engine run a 3x3 stride-1 convolution as Winograd's
         F(2x2, 3x3) when it estimates a gain (:mod:`tcpy.transform.winograd`: 2.25x fewer
-        multiplications, results that differ from the direct sums by rounding only); off keeps
-        the direct sums.
+        multiplications, results that differ from the direct sums by rounding only), and such a
+        convolution's weight gradient as F(3x3, 2x2) (:mod:`tcpy.transform.winograd_taps`); off
+        keeps the direct sums.
     plan: fields of the contraction engine's plan instead of its cost model's choice, for
         every statement the engine runs: ``path`` (``"packed"``, ``"small"``, ``"stream"``,
         ``"direct"``, ``"batch_lanes"``), ``mr`` and ``nr`` (the micro-tile's rows and

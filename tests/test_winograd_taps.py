@@ -62,8 +62,8 @@ def test_other_weight_gradients_keep_the_gemm(k, stride, shapes):
 
 
 def test_the_option_turns_the_path_off():
-    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=tcpy.Options(target=AVX2, winograd=False, specialize="always",
-                                                                                      num_threads=2))
+    options = tcpy.Options(target=AVX2, winograd=False, specialize="always", num_threads=2)
+    forward = tcpy.define(demo.padded_conv2d_source(3, 1, 1), options=options)
     assert _paths(tcpy.grad(forward, wrt=("Wt",)), *_shapes(1, 64, 64, 56)) == ["packed"]
 
 
@@ -74,7 +74,8 @@ def weight_gradients(draw):
     not, odd sizes, written with ``+=!`` or as ``+=`` after an initial value, maybe scaled."""
     dtype = draw(st.sampled_from(["float", "float", "double"]))
     layout = draw(st.sampled_from(["nchw", "nhwc"]))
-    n, c, f = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 3, 8, 13, 17])), draw(st.sampled_from([2, 5, 16]))
+    n, c = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 3, 8, 13, 17]))
+    f = draw(st.sampled_from([2, 5, 16]))
     ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
     oh, ow = draw(st.integers(max(2, 2 * ph), 13)), draw(st.integers(max(2, 2 * pw), 17))
     h, w = oh + 2 - 2 * ph, ow + 2 - 2 * pw
@@ -143,7 +144,8 @@ def test_every_thread_count_gives_the_same_bits(target):
     """Several chunks (tiny caches) of tiles claimed by 1, 2 or 3 threads: each product sums its
     tiles in one order."""
     rng = np.random.default_rng(2)
-    I, dO = rng.standard_normal((2, 13, 15, 17), dtype=np.float32), rng.standard_normal((2, 21, 15, 17), dtype=np.float32)
+    I = rng.standard_normal((2, 13, 15, 17), dtype=np.float32)
+    dO = rng.standard_normal((2, 21, 15, 17), dtype=np.float32)
     results = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
@@ -170,7 +172,8 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
     reference = tcpy.define(PADDED_WGRAD, backend="reference")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
-        kernel = tcpy.define(PADDED_WGRAD, options=tcpy.Options(target=target, num_threads=threads, specialize="always"))
+        options = tcpy.Options(target=target, num_threads=threads, specialize="always")
+        kernel = tcpy.define(PADDED_WGRAD, options=options)
         assert _paths(kernel, I, dO) == ["winograd_taps"]
     for tensor, at, value in ((I, (0, 3, 5, 6), np.inf), (dO, (0, 7, 0, 0), np.nan), (I, (0, 9, 0, 0), -np.inf),
                               (I, (0, 1, 4, 4), 3e30), (dO, (0, 15, 11, 12), -np.inf), (dO, (0, 5, 1, 1), 3e30)):
@@ -180,7 +183,8 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
         finite = np.isfinite(want)
-        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[finite]).max()))
+        scale = max(1.0, np.abs(want[finite]).max())
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * scale)
         tensor[at] = original
     np.testing.assert_allclose(kernel(I, dO), reference(I, dO), rtol=1e-4, atol=1e-3)
 

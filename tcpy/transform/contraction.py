@@ -252,9 +252,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
             return wplan
     taps = winograd_taps_form(con) if winograd and not b_packed_once and not overrides else None
     if taps is not None:
-        baseline = None if dplan is None else \
-            batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2, target.cost) / dplan.grid[2]
-        tplan = _winograd_taps_plan(con, taps, target, threads, unroll, baseline)
+        direct = None if dplan is None else batch * direct_conv_cycles(
+            conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2, target.cost) / dplan.grid[2]
+        tplan = _winograd_taps_plan(con, taps, target, threads, unroll, direct)
         if tplan is not None:
             return tplan
     if dplan is not None:

@@ -27,6 +27,8 @@ from .kernel import accumulate_loop
 from .stores import whole_tile
 from .winograd import HUGE, SCAN_BLOCK, var_offset_fn
 
+OUTPUT_BLOCK = 256  # image channels per block of the output transform (its values on the stack)
+
 
 def render(ctx: Context) -> tuple[str, str]:
     """``(helpers, body)`` of a contraction on the winograd_taps path, as
@@ -152,8 +154,10 @@ class _WinogradTaps:
             w(f"const {TI} *s = src + {p}_wi_n(j);", 4)
             w(f"{p}_v d[4][4];", 4)
             lanes = ", ".join(f"s[o + INT64_C({i * cs})]" for i in range(L))
-            w(f"for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) {{ const int64_t o = r * INT64_C({rows.out.image}) "
-              f"+ c * INT64_C({cols.out.image}); d[r][c] = ({p}_v){{{lanes}}}; }}", 4)
+            w("for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) {", 4)
+            w(f"const int64_t o = r * INT64_C({rows.out.image}) + c * INT64_C({cols.out.image});", 5)
+            w(f"d[r][c] = ({p}_v){{{lanes}}};", 5)
+            w("}", 4)
             self.transform_patch(w, 4, f"{p}_v", lambda at: f"*({p}_v *)(v + {at})")
             w(f"l += {L - 1};", 4)
             w("continue;", 4)
@@ -224,28 +228,31 @@ class _WinogradTaps:
         w(f"static void {p}_output(const {T} *TCPY_RESTRICT P, {T} *TCPY_RESTRICT C, int64_t m, "
           f"{T} alpha{self.ctx.cell_params}) {{")
         w(f"const {T} *pm = P + m * INT64_C({self.ldp});", 1)
-        w(f"{T} y[{TAPS * TAPS}][{N}];", 1)
-        w(f"for (int64_t j = 0; j < {N}; j++) {{  /* G^T P G, vectorised along the image's channels */", 1)
+        w(f"for (int64_t j0 = 0; j0 < {N}; j0 += {OUTPUT_BLOCK}) {{", 1)
+        w(f"const int64_t j1 = tcpy_min_int64(j0 + {OUTPUT_BLOCK}, {N});", 1)
+        w(f"{T} y[{TAPS * TAPS}][{OUTPUT_BLOCK}];", 1)
+        w("for (int64_t j = j0; j < j1; j++) {  /* G^T P G, vectorised along the image's channels */", 1)
         w(f"{T} s[4][4], t[3][4];", 2)
         w(f"for (int q = 0; q < {POINTS}; q++) s[q / 4][q % 4] = pm[q * INT64_C({self.p_point}) + j];", 2)
         w(f"for (int c = 0; c < 4; c++) {{ t[0][c] = s[0][c] + (s[1][c] + s[2][c]) * {half}; "
           f"t[1][c] = (s[1][c] - s[2][c]) * {half}; t[2][c] = (s[1][c] + s[2][c]) * {half} + s[3][c]; }}", 2)
-        w(f"for (int r = 0; r < 3; r++) {{ y[3 * r][j] = t[r][0] + (t[r][1] + t[r][2]) * {half}; "
-          f"y[3 * r + 1][j] = (t[r][1] - t[r][2]) * {half}; y[3 * r + 2][j] = (t[r][1] + t[r][2]) * {half} + t[r][3]; }}",
-          2)
+        w(f"for (int r = 0; r < 3; r++) {{ y[3 * r][j - j0] = t[r][0] + (t[r][1] + t[r][2]) * {half}; "
+          f"y[3 * r + 1][j - j0] = (t[r][1] - t[r][2]) * {half}; "
+          f"y[3 * r + 2][j - j0] = (t[r][1] + t[r][2]) * {half} + t[r][3]; }}", 2)
         w("}", 1)
         w(f"{T} *cm = C + INT64_C({con.c.offset}) + {p}_wc_m(m);", 1)
-        w(f"for (int64_t j = 0; j < {N}; j++) {{", 1)
+        w("for (int64_t j = j0; j < j1; j++) {", 1)
         w(f"{T} *cj = cm + {p}_wc_n(j);", 2)
         w(f"for (int r = 0; r < {TAPS}; r++) for (int c = 0; c < {TAPS}; c++) {{", 2)
         w(f"{T} *e = cj + r * INT64_C({rows.tap.c}) + c * INT64_C({cols.tap.c});", 3)
-        value = f"alpha * y[{TAPS} * r + c][j]"
+        value = f"alpha * y[{TAPS} * r + c][j - j0]"
         w(f"*e = {value if con.init else '*e + ' + value};", 3)
         if self.ctx.epilogue:  # (M, N) coordinates: (gradient channel, image channel and taps) or the reverse
             taps = f"{p}_wl_n(j) + r * INT64_C({rows.tap.line}) + c * INT64_C({cols.tap.line})"
             at = f"{p}_wl_m(m), {taps}" if form.image == "b" else f"{taps}, {p}_wl_m(m)"
             w(f"{self.ctx.epilogue}(tcpy_buffers, 0, {at}, 1, e);", 3)
         w("}", 2)
+        w("}", 1)
         w("}", 1)
         w("}")
 
@@ -271,8 +278,9 @@ class _WinogradTaps:
         w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 1)
         w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 1)
         scans = [(-(-x.elements // SCAN_BLOCK), x.elements, name) for x, name in ((self.img, image), (self.grad, grad))]
-        w(f"int64_t next_scan[2] = {{0, 0}}, next_transform[{chunks}] = {{0}}, next_product[{chunks}] = {{0}}, "
-          "next_row = 0;  /* items claimed (tcpy_claim) */", 1)
+        # items claimed (tcpy_claim); a chunk's counters are those of chunk ci % 2, set to 0 again
+        # for the next chunk but one once every thread is past their last claim
+        w("int64_t next_scan[2] = {0, 0}, next_transform[2] = {0, 0}, next_product[2] = {0, 0}, next_row = 0;", 1)
         w(f"const int team = tcpy_num_threads < {products} ? tcpy_num_threads : {products};", 1)
         w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
         w("{", 1)
@@ -293,7 +301,7 @@ class _WinogradTaps:
         w("if (!stop_all) {", 2)
         w(f"for (int64_t ci = 0; ci < {chunks}; ci++) {{", 3)
         w(f"const int64_t c0 = ci * {chunk}, count = tcpy_min_int64({chunk}, {form.tiles} - c0);", 4)
-        w(f"for (int64_t item; (item = tcpy_claim(&next_transform[ci], {transforms})) < {transforms}; ) {{", 4)
+        w(f"for (int64_t item; (item = tcpy_claim(&next_transform[ci % 2], {transforms})) < {transforms}; ) {{", 4)
         w(f"const int64_t sliver = item / {blocks}, t0 = item % {blocks} * {kc};", 5)
         w("if (t0 >= count) continue;", 5)
         w(f"const int64_t t1 = tcpy_min_int64(t0 + {kc}, count);", 5)
@@ -301,7 +309,9 @@ class _WinogradTaps:
         w(f"else {p}_image({image}, V, c0, sliver - {self.mt}, t0, t1);", 5)
         w("}", 4)
         w("#pragma omp barrier", 0)
-        w(f"for (int64_t item; (item = tcpy_claim(&next_product[ci], {products})) < {products}; ) {{", 4)
+        w("#pragma omp single nowait", 0)
+        w("{ next_transform[(ci + 1) % 2] = 0; next_product[(ci + 1) % 2] = 0; }", 4)
+        w(f"for (int64_t item; (item = tcpy_claim(&next_product[ci % 2], {products})) < {products}; ) {{", 4)
         w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 5)
         w(f"{p}_products(U, V, P, item / {self.nt}, item % {self.nt}, count, ci == 0);", 5)
         w("}", 4)

@@ -128,6 +128,21 @@ def test_explain_names_the_variant_each_shape_takes(builds, source):
     assert len(builds) == 1 and "generic" in builds[0]
 
 
+def test_winograd_takes_the_micro_tile_the_planner_gives_each_shape(builds):
+    """The kernel holds the winograd path for each micro-tile of the target: 24 tiles fill one
+    4x24 tile exactly where 6x16 would compute 32 (AVX2's 16 registers, one thread)."""
+    kernel = tcpy.define(CONV2D, options=tcpy.Options(specialize="never", target="x86-64-v3", num_threads=1))
+    reference = tcpy.define(CONV2D, backend="reference")
+    rng = np.random.default_rng(4)
+    for shape, tile in (((1, 16, 16, 14, 14, 3, 3), "6x16"), ((1, 32, 32, 8, 12, 3, 3), "4x24"),
+                        ((2, 64, 64, 6, 8, 3, 3), "4x24"), ((1, 64, 64, 16, 16, 3, 3), "6x16")):
+        args = _conv_args(rng, CONV2D, *shape)
+        _check(kernel, reference, args)
+        line = next(line for line in kernel.explain(*args).splitlines() if "generic kernel:" in line)
+        assert "winograd path" in line and f"): micro-tile {tile};" in line, (shape, line)
+    assert len(builds) == 1
+
+
 def test_winograd_sums_point_by_point_where_an_operand_is_not_finite():
     """inf or NaN in the image or the weights (which Winograd's transforms would spread over a
     tile) takes the exact sums, as the specialised kernel does."""

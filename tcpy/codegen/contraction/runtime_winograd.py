@@ -172,12 +172,17 @@ class _RuntimeWinograd:
         w("}", 1)
         w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
         vector = TI == T and L >= 2
-        if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
-            w(f"int whole[{NC // L}];", 1)
-            w(f"for (int64_t q = 0; q < nc; q += {L}) {{", 1)
-            w(f"int all = ci == 1 && q + {L} <= nt && (t0 + q) / ct == (t0 + q + {L - 1}) / ct;", 2)
-            w(f"for (int64_t l = 0; all && l < {L}; l++) all = inside[q + l];", 2)
-            w(f"whole[q / {L}] = all;", 2)
+        if vector:
+            # groups of L tiles side by side in one tile row of a unit-stride image row, all
+            # inside, within one sliver: vector loads. A group starts at any tile (``run``: the
+            # tiles inside from each one to the end of its tile row), not only at multiples of
+            # L: a row of tiles that is no multiple of L (or a padded image's, whose first and
+            # last tiles are outside) then still loads most of its tiles as vectors.
+            w(f"int run[{NC}];", 1)
+            w("for (int64_t q = nt - 1, next = 0; q >= 0; q--) {", 1)
+            w("next = ci == 1 && inside[q] ? 1 + (q + 1 < nt && (t0 + q) / ct == (t0 + q + 1) / ct ? next : 0) : 0;",
+              2)
+            w("run[q] = (int)next;", 2)
             w("}", 1)
         w("for (int64_t k = 0; k < K; k++) {", 1)
         w("const int64_t ik = ik_t[k];", 2)
@@ -186,7 +191,7 @@ class _RuntimeWinograd:
         w("for (int64_t q = 0; q < lanes; q++) {", 2)
         w(f"{T} *vk = V + q / {nr} * K * {nr} + k * {nr} + q % {nr};", 3)
         if vector:
-            w(f"if (q % {L} == 0 && whole[q / {L}]) {{", 3)
+            w(f"if (q < nt && run[q] >= {L} && q % {nr} <= {nr - L}) {{", 3)
             w(f"const {T} *s = src[q] + ik;", 4)
             w(f"{p}_v d[4][4];", 4)
             evens = ", ".join(str(2 * c) for c in range(L))

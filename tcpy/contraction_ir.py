@@ -290,8 +290,8 @@ class Plan:
     # a size-generic kernel's contraction: the micro-tiles (MR, NR vectors) its winograd path is
     # rendered with, one routine each, for the calls the planner runs as F(2x2, 3x3) (``winograd``: the form)
     winograd_tiles: tuple[tuple[int, int], ...] = ()
-    # a size-generic kernel's second micro-tile (MR, NR) for the small path, whose kernels need
-    # no packed layout: the planner's for an N of whole tiles of it (N = 64 with 48-wide tiles)
+    # a size-generic kernel's second micro-tile (MR, NR) for the small and stream paths, whose
+    # kernels read A in place: the planner's for an N of whole tiles of it (N = 64, 48-wide tiles)
     small_tile: Optional[tuple[int, int]] = None
     # the Target's cache line in bytes: the renderer prefetches B by lines and aligns spilled tiles to one
     cache_line: int = field(kw_only=True)
@@ -501,7 +501,7 @@ class ConvForm(ImageForm):
 #: an index in :data:`RUNTIME_PATHS`; the small and stream paths read A in place along
 #: ``a_m_stride`` and ``a_k_stride`` (the small path also B, its rows ``b_k_stride`` apart, each
 #: sliver copied when ``copy_b``); ``mr``, ``nr``: the micro-tile (the kernel's, or on the small
-#: path its plan's ``small_tile``).
+#: and stream paths its plan's ``small_tile``).
 RUNTIME_FIELDS = (
     "batch", "m", "n", "k", "kc", "mc", "nc", "grid_batch", "grid_m", "grid_n", "swapped",
     "a_base", "b_base", "c_base", "a_k_unit", "b_k_unit", "guarded", "other_elements", "winograd",

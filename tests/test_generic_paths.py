@@ -120,17 +120,19 @@ def test_explain_names_the_path_each_shape_takes(builds):
 
 
 @pytest.mark.skipif(not Target.preset("x86-64-v4").can_run_here(), reason="needs AVX-512")
-def test_small_path_takes_the_planner_s_tile_for_its_n(builds):
-    """The small path's kernels read no packed layout, so a kernel also holds the tile the
+def test_in_place_paths_take_the_planner_s_tile_for_their_n(builds):
+    """The small and stream paths' kernels read A in place, so a kernel also holds the tile the
     planner picks for an N of whole 4-vector tiles (6x64 with AVX-512's 32 registers, where the
     kernel's 8x48 would compute 96 columns of 64), and a shape whose N suits it takes it."""
     kernel = tcpy.define(GEMM, options=tcpy.Options(specialize="never", target="x86-64-v4", num_threads=2))
     rng = np.random.default_rng(3)
-    for (m, n, k), tile in {(64, 64, 64): "6x64", (13, 128, 31): "6x64", (64, 48, 64): "8x48"}.items():
+    expected = {(64, 64, 64): ("small", "6x64"), (13, 128, 31): ("small", "6x64"), (64, 48, 64): ("small", "8x48"),
+                (2000, 64, 300): ("stream", "6x64"), (2000, 48, 1000): ("stream", "8x48")}
+    for (m, n, k), (path, tile) in expected.items():
         a, b = _f32(rng, m, k), _f32(rng, k, n)
         np.testing.assert_allclose(kernel(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
         text = kernel.explain(a, b)
-        assert _path(kernel, a, b) == "small" and f"micro-tile {tile}; at these sizes" in text, text
+        assert _path(kernel, a, b) == path and f"micro-tile {tile}; at these sizes" in text, text
     assert len(builds) == 1
 
 

@@ -115,7 +115,7 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         form = winograd_form(con) if options.winograd else None
         tiles = tuple(sorted((rows, nv) for nv, rows in register_tiles(options.target).items())) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides)
-        # the small path's second tile: the planner's for an N of one 4-vector tile, if another
+        # the small and stream paths' second tile: the planner's for an N of one 4-vector tile, if another
         wide_mr, wide_vectors = micro_tile(options.target, element_bytes, 4 * lanes)
         small_tile = (wide_mr, wide_vectors * lanes) if (wide_mr, wide_vectors) != (mr, vectors) else None
         return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles,
@@ -151,11 +151,11 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     if shaped.path not in paths:
         overrides["path"] = "packed"
         shaped = plan(con, options.target, threads, overrides=overrides)
-    if shaped.path == "small" and tile.small_tile is not None:
+    if shaped.path in ("small", "stream") and tile.small_tile is not None:
         # the planner's own micro-tile for this N, if it is the kernel's second one
         mr, vectors = micro_tile(options.target, con.dtype.bits // 8, con.size("n"))
         if (mr, vectors * shaped.lanes) == tile.small_tile:
-            overrides.update(path="small", mr=mr, nr=vectors * shaped.lanes)
+            overrides.update(path=shaped.path, mr=mr, nr=vectors * shaped.lanes)
             shaped = plan(con, options.target, threads, overrides=overrides)
     if shaped.grid[3] > 1:
         overrides["path"] = shaped.path

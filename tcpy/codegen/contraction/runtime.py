@@ -200,14 +200,14 @@ def _mixed(ctx: Context, index: str) -> str:
     return " && ".join(f"og[{g}][{index}] + gt[{g}] >= 0" for g in range(_guards(ctx)))
 
 
-def _pack_b(ctx: Context, w: CWriter):
-    """``<p>_pack_b``: B(p0:p0+kc, j0:j0+nc) of batch index bi into NR-wide slivers, k-major,
+def _pack_b(ctx: Context, w: CWriter, name: str = "pack_b"):
+    """``<p>_<name>``: B(p0:p0+kc, j0:j0+nc) of batch index bi into NR-wide slivers, k-major,
     zero-padded (and zeros where a guard fails when B is the guarded operand); a whole sliver
     that is one unit-stride run in B copies vectors, and one whose columns are unit-stride runs
     along K (B transposed) loads them as vectors, transposed in registers."""
     p, T, TB, nr, L = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr, ctx.plan.lanes
     G = _guards(ctx)
-    w(f"static void {p}_pack_b(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT bb, int64_t bi, "
+    w(f"static void {p}_{name}(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT bb, int64_t bi, "
       f"int64_t p0, int64_t kc, int64_t j0, int64_t nc, {T} *TCPY_RESTRICT bp) {{")
     w(f"const int64_t *TCPY_RESTRICT bk = {_table('b_k')}, *TCPY_RESTRICT bn = {_table('b_n')}, "
       f"*TCPY_RESTRICT runs = {_table('b_runs')};", 1)
@@ -370,7 +370,8 @@ def _in_place(ctx: Context, w: CWriter):
     """The small and stream paths' micro-kernels ``<p>_ipk<v>``, as ``<p>_ukr<v>`` with A read in
     place (its rows ``sam``, its columns ``sak`` apart; rows past ``mr`` clamped to the last,
     never stored) and B's rows ``ldb`` apart, and their cell ``<p>_ipk_cell``; with the plan's
-    ``small_tile``, the small path's ``<p>_ipw<v>`` and ``<p>_ipw_cell`` of that tile."""
+    ``small_tile``, the same of that tile (``<p>_ipw<v>``, ``<p>_ipw_cell``, and the stream
+    path's ``<p>_pack_bw``, B's slivers of its width)."""
     p, T, L = ctx.prefix, ctx.T, ctx.plan.lanes
     tiles = [("ipk", ctx)]
     if ctx.plan.small_tile is not None:
@@ -385,13 +386,16 @@ def _in_place(ctx: Context, w: CWriter):
                          lambda v: f"*(const {p}_vu *)(b + k * ldb + {v * L})", lambda r: f"a{r}[k * sak]",
                          [f"const {T} *TCPY_RESTRICT a{r} = a + sam * (i + ({r} < mr ? {r} : mr - 1));"
                           for r in range(mr)])
-        _in_place_cell(tiled, w, name, stream=name == "ipk")
+        pack = "pack_b" if name == "ipk" else "pack_bw"
+        if name != "ipk":
+            _pack_b(tiled, w, pack)
+        _in_place_cell(tiled, w, name, pack)
 
 
-def _in_place_cell(ctx: Context, w: CWriter, name: str, stream: bool):
+def _in_place_cell(ctx: Context, w: CWriter, name: str, pack: str):
     """``<p>_<name>_cell``: one cell of the thread grid on the small path (B's slivers read in
-    place, a sliver copied zero-padded when it is partial, ``copy_b`` when every one is) or, when
-    ``stream``, the stream path (each K block of B packed, A's rows of one micro-tile against
+    place, a sliver copied zero-padded when it is partial, ``copy_b`` when every one is) or the
+    stream path (each K block of B packed by ``<p>_<pack>``, A's rows of one micro-tile against
     all of it), with the kernels ``<p>_<name><v>``."""
     p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
     w(f"static void {p}_{name}_cell(const int64_t *TCPY_RESTRICT pl, const {T} *TCPY_RESTRICT A, "
@@ -403,13 +407,10 @@ def _in_place_cell(ctx: Context, w: CWriter, name: str, stream: bool):
     w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
     w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')}, *bn = {_table('b_n')};", 1)
     w(f"const int64_t *c_runs = {_table('c_runs')};", 1)
-    if stream:
-        w(f"const int stream = {_field('path')} == {RUNTIME_PATHS.index('stream')};", 1)
-        w("const int64_t block = stream ? NC : n1 - n0;  /* (the small path: the cell's N in one block) */", 1)
-    else:
-        w("const int64_t block = n1 - n0; (void)NC;", 1)
-    panel = f"(stream ? KC * NC : KC * {nr})" if stream else f"KC * {nr}"
-    w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * ({panel} + {L}));", 1)
+    w(f"const int stream = {_field('path')} == {RUNTIME_PATHS.index('stream')};", 1)
+    w("const int64_t block = stream ? NC : n1 - n0;  /* (the small path: the cell's N in one block) */", 1)
+    w(f"{T} *bp = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * ((stream ? KC * NC : KC * {nr}) + {L}));",
+      1)
     w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
     w(f"const {T} *ab = A + {_field('a_base')} + ab_t[bi];", 2)
     w(f"const {T} *bb = B + {_field('b_base')} + bb_t[bi];", 2)
@@ -422,20 +423,19 @@ def _in_place_cell(ctx: Context, w: CWriter, name: str, stream: bool):
     w(f"const {T} *ak = ab + pc * sak;", 4)
     overwrite = "pc == 0" if ctx.con.init else "0"
     args = f"(kc, ak, sam, sak, bs, ldb, cb, cm, cn, c_run, i, jc + jr, mr, nr, {overwrite}, alpha);"
-    if stream:
-        w("if (stream) {", 4)
-        w(f"{p}_pack_b(pl, bb, bi, pc, kc, jc, nc, bp);", 5)
-        w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
-        w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
-        w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 6)
-        w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr}, ldb = {nr};", 7)
-        w(f"const {T} *bs = bp + jr * kc;", 7)
-        w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 7)
-        w(_narrowest(ctx, name, args), 7)
-        w("}", 6)
-        w("}", 5)
-        w("continue;", 5)
-        w("}", 4)
+    w("if (stream) {", 4)
+    w(f"{p}_{pack}(pl, bb, bi, pc, kc, jc, nc, bp);", 5)
+    w(f"for (int64_t i = m0; i < m1; i += {mr}) {{", 5)
+    w(f"const int64_t mr = m1 - i < {mr} ? m1 - i : {mr};", 6)
+    w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 6)
+    w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr}, ldb = {nr};", 7)
+    w(f"const {T} *bs = bp + jr * kc;", 7)
+    w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 7)
+    w(_narrowest(ctx, name, args), 7)
+    w("}", 6)
+    w("}", 5)
+    w("continue;", 5)
+    w("}", 4)
     w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 4)
     w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 5)
     w(f"const {T} *bs = bb + pc * sbk + bn[jc + jr];", 5)
@@ -546,7 +546,7 @@ def _cells(ctx: Context, w: CWriter):
     w(f"const int64_t nb = {_field('batch')}, M = {_field('m')}, N = {_field('n')};", 1)
     w(f"const int64_t tb = {_field('grid_batch')}, tm = {_field('grid_m')}, tn = {_field('grid_n')};", 1)
     in_place = len(runtime_paths(ctx.con)) > 1
-    if in_place:  # (the small path's micro-tile may be the plan's small_tile)
+    if in_place:  # (the small and stream paths' micro-tile may be the plan's small_tile)
         w(f"const int ip = {_field('path')} != {RUNTIME_PATHS.index('packed')};", 1)
         w(f"const int64_t MR = ip ? {_field('mr')} : {mr}, NR = ip ? {_field('nr')} : {nr};", 1)
     else:

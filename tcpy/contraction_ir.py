@@ -495,7 +495,9 @@ class ConvForm(ImageForm):
 #: own role and K (``guard[g] = batch[g][bi] + own[g][i] + k[g][k] >= 0``); per NR-wide block
 #: of N (slivers and tiles start at multiples of NR), whether its B columns and its C columns
 #: are each one unit-stride run (vector copies and stores: every block of a GEMM, the blocks of
-#: a convolution inside one image row). ``winograd``: 0 on the packed path, else where the
+#: a convolution inside one image row). ``b_segments``: per column of N, the columns from it
+#: on that are one run of B offsets with a step of 1 or 2 (a window's row, at stride 1 or 2)
+#: as ``length * 4 + step``, which a sliver that is no one run copies run by run. ``winograd``: 0 on the packed path, else where the
 #: winograd path's section (:data:`RUNTIME_WINOGRAD_FIELDS`) starts: the call runs as F(2x2,
 #: 3x3) (the sizes and tables above then serve the point-by-point sums alone). ``path``: otherwise,
 #: an index in :data:`RUNTIME_PATHS`; the small and stream paths read A in place along
@@ -508,7 +510,7 @@ RUNTIME_FIELDS = (
     "path", "a_m_stride", "a_k_stride", "b_k_stride", "copy_b", "mr", "nr",
     "a_batch_table", "a_m_table", "a_k_table", "b_batch_table", "b_n_table", "b_k_table",
     "c_batch_table", "c_m_table", "c_n_table", "g_batch_table", "g_own_table", "g_k_table",
-    "b_runs_table", "c_runs_table",
+    "b_runs_table", "c_runs_table", "b_segments_table",
 )
 
 #: The winograd section of a plan buffer (see :class:`WinogradForm`; its ``*_table`` fields

@@ -91,7 +91,8 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
             g_own.append(np.zeros_like(tables["a_m"] if guarded == "a" else tables["b_n"]))
             g_k.append(np.zeros_like(tables["a_k"]))
     tables.update(g_batch=_joined(g_batch), g_own=_joined(g_own), g_k=_joined(g_k),
-                  b_runs=_runs(tables["b_n"], plan.nr), c_runs=_runs(tables["c_n"], plan.nr))
+                  b_runs=_runs(tables["b_n"], plan.nr), c_runs=_runs(tables["c_n"], plan.nr),
+                  b_segments=_segments(tables["b_n"]))
     tb, tm, tn, _ = plan.grid
     if keep:
         tm, tn = tn, tm
@@ -195,6 +196,23 @@ def _var_offsets(variables, which: str, guard: int = 0) -> np.ndarray:
 
 def _joined(tables) -> np.ndarray:
     return np.concatenate(tables) if tables else np.zeros(1, np.int64)
+
+
+def _segments(offsets: np.ndarray) -> np.ndarray:
+    """Per linear index, ``length * 4 + step``: the longest run of ``offsets`` from it on with a
+    step of 1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
+    n = len(offsets)
+    steps = np.diff(offsets)
+    at = np.arange(n)
+    best, best_step = np.ones(n, np.int64), np.ones(n, np.int64)
+    for step in (1, 2):
+        # the last index of the run from each index on: the first index at or after it whose
+        # step to the next is another
+        ends = np.where(np.append(steps == step, False), n, at)
+        length = np.minimum.accumulate(ends[::-1])[::-1] - at + 1
+        longer = length > best
+        best[longer], best_step[longer] = length[longer], step
+    return best * 4 + best_step
 
 
 def _runs(offsets: np.ndarray, width: int) -> np.ndarray:

@@ -210,7 +210,7 @@ def _pack_b(ctx: Context, w: CWriter, name: str = "pack_b"):
     w(f"static void {p}_{name}(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT bb, int64_t bi, "
       f"int64_t p0, int64_t kc, int64_t j0, int64_t nc, {T} *TCPY_RESTRICT bp) {{")
     w(f"const int64_t *TCPY_RESTRICT bk = {_table('b_k')}, *TCPY_RESTRICT bn = {_table('b_n')}, "
-      f"*TCPY_RESTRICT runs = {_table('b_runs')};", 1)
+      f"*TCPY_RESTRICT runs = {_table('b_runs')}, *TCPY_RESTRICT segments = {_table('b_segments')};", 1)
     w(f"const int k_unit = (int){_field('b_k_unit')}; (void)k_unit; (void)bi;", 1)
     if G:
         _guard_tables(ctx, w, 1)
@@ -218,6 +218,16 @@ def _pack_b(ctx: Context, w: CWriter, name: str = "pack_b"):
     w(f"{T} *TCPY_RESTRICT d = bp + s * kc;", 2)
     w(f"const int64_t cols = nc - s < {nr} ? nc - s : {nr};", 2)
     w(f"const int run = cols == {nr} && runs[(j0 + s) / {nr}];", 2)
+    # a sliver of a few runs of step 1 or 2 (a window's rows at stride 1 or 2): its runs, copied
+    # run by run (vectors) in each row, instead of element by element through the table
+    most = max(1, nr // 4)
+    w(f"int64_t seg_at[{most + 1}], seg_len[{most + 1}]; int seg_step[{most + 1}], segs = 0;", 2)
+    w(f"for (int64_t c = 0; !run && c < cols && segs <= {most}; segs++) {{", 2)
+    w("const int64_t g = segments[j0 + s + c];", 3)
+    w("seg_at[segs] = c; seg_len[segs] = g >> 2 < cols - c ? g >> 2 : cols - c; seg_step[segs] = (int)(g & 3);", 3)
+    w("c += seg_len[segs];", 3)
+    w("}", 2)
+    w(f"const int segmented = !run && segs <= {most};", 2)
     if G:
         _guard_parts(ctx, w, 2, 2, f"{_field('n')}", "cols", "j0 + s + c")
     if TB == T and L >= 2 and nr % L == 0:
@@ -246,6 +256,16 @@ def _pack_b(ctx: Context, w: CWriter, name: str = "pack_b"):
         w(f"if (mode == 2) {{ for (int64_t c = 0; c < {nr}; c++) o[c] = ({T})0; continue; }}", 3)
     w(f"if (run{' && mode == 0' if G else ''}) {{", 3)
     copy_sliver_row(ctx, w, "o", "r + bn[j0 + s]", nr, 1, TB, 4)
+    w("continue;", 4)
+    w("}", 3)
+    w(f"if (segmented{' && mode == 0' if G else ''}) {{", 3)
+    w("for (int g = 0; g < segs; g++) {", 4)
+    w(f"const {TB} *TCPY_RESTRICT x = r + bn[j0 + s + seg_at[g]]; {T} *TCPY_RESTRICT y = o + seg_at[g];", 5)
+    w("const int64_t len = seg_len[g];", 5)
+    w(f"if (seg_step[g] == 2) for (int64_t i = 0; i < len; i++) y[i] = ({T})x[2 * i];", 5)
+    w(f"else for (int64_t i = 0; i < len; i++) y[i] = ({T})x[i];", 5)
+    w("}", 4)
+    w(f"for (int64_t c = cols; c < {nr}; c++) o[c] = ({T})0;", 4)
     w("continue;", 4)
     w("}", 3)
     holds = f" && (mode == 0 || ({_mixed(ctx, 'c')}))" if G else ""

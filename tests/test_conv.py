@@ -8,6 +8,7 @@ batch of 1-3, float32 or float64, every preset this CPU runs (half of them with 
 small images run many blocks and edge slivers) and 1, 2 or 7 threads.
 """
 import os
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -340,13 +341,16 @@ def test_random_direct_path_row_blocks_match_the_reference(data):
     guards), rows around the vector steps (one step, steps of one to four vectors with an
     overlapping last one), image heights below, at and beyond a row block (leftover rows run one
     at a time), 1-2 images, a fused ReLU epilogue or none, float and double, 1, 2 and 7 threads,
-    every runnable preset."""
+    every runnable preset, half of them with an L3 so small that the row blocks are stored
+    non-temporally (blocks that start and end inside a vector)."""
     draw = data.draw
     dtype = draw(st.sampled_from(["float", "double"]))
     n, c, h = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 19))
     w = draw(st.sampled_from([4, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 56, 63, 65]))
     kh, kw, padded = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.booleans())
     relu, threads, target = draw(st.booleans()), draw(st.sampled_from([1, 2, 7])), draw(st.sampled_from(RUNNABLE))
+    if draw(st.booleans()):
+        target = small_l3(Target.preset(target))
     ph, pw = (kh // 2, kw // 2) if padded else (0, 0)
     ho, wo = h + 2 * ph - kh + 1, w + 2 * pw - kw + 1
     if ho < 1 or wo < 1:
@@ -371,6 +375,11 @@ def test_random_direct_path_row_blocks_match_the_reference(data):
         np.testing.assert_allclose(g, r, rtol=tol, atol=tol)
 
 
+def small_l3(target: Target) -> Target:
+    """The same ISA with an L3 so small that a few KiB of output count as beyond it."""
+    return dataclasses.replace(target, name=target.name + "-small-l3", l3=4096, l3_sharing=1)
+
+
 @pytest.mark.parametrize("padded", [True, False])
 def test_direct_path_computes_whole_rows_several_at_a_time(padded):
     """A depthwise 3x3 on rows of 56 at one thread (a cell holds whole channels: padding read
@@ -388,9 +397,16 @@ def test_direct_path_computes_whole_rows_several_at_a_time(padded):
     assert node.plan.path == "direct" and node.plan.padded_copy is padded
     assert (node.plan.rows, node.plan.row_vectors) == (5, 1)
     assert "whole rows 5 at a time in steps of 1 vectors" in str(kernel.explain(I, Wt))
+    assert not node.plan.stream_stores  # (the output, 26 KiB, fits L3)
+    streaming = tcpy.define(src, options=tcpy.Options(target=small_l3(Target.preset("x86-64-v3")),
+                                                      specialize="always", num_threads=1))
+    (node,) = _engine(streaming, I, Wt)
+    assert node.plan.rows == 5 and node.plan.stream_stores
+    assert "non-temporal stores: each row block (1120 bytes, contiguous)" in str(streaming.explain(I, Wt))
     if Target.preset("x86-64-v3").can_run_here():
         want = tcpy.define(src, backend="reference")(I, Wt)
         np.testing.assert_allclose(kernel(I, Wt), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(streaming(I, Wt), want, rtol=1e-5, atol=1e-5)
 
 
 def test_channels_last_depthwise_convolutions_vectorise_over_the_channels():

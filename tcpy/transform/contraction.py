@@ -212,14 +212,26 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                            "batch indices whose taps are not all finite sum point by point (0 x inf must stay 0)"),)
         # (without the copy a run leaves out the taps whose guard fails: not a guarded factor's 0 x tap)
         if padded_copy or not con.padding_multiplies:
-            rows, row_vectors = _row_block(con.padded.contraction if padded_copy else con, target, lanes, nc)
+            runs = con.padded.contraction if padded_copy else con
+            rows, row_vectors = _row_block(runs, target, lanes, nc)
             if rows > 1:
                 reasons += (f"whole rows of {con.n[-1].extent} outputs {rows} at a time (the taps of neighbouring "
                             f"rows read the same rows of B: one load feeds up to {rows} rows), in steps of "
                             f"{row_vectors} vectors: {rows * row_vectors} accumulators + the {K} taps' weights "
                             f"within {target.vector_registers} registers",)
+            # as on the packed path: an output beyond the threads' halves of L3 bypasses the caches
+            # (a row block is contiguous in C when its rows are: set through an L1 buffer, the
+            # buffer's aligned vectors stored non-temporally)
+            out_bytes = batch * N * s
+            stream_stores = (rows > 1 and runs.n[-2].c == runs.n[-1].extent
+                             and out_bytes > threads * target.l3_per_core // 2)
+            if stream_stores:
+                reasons += (f"non-temporal stores: each row block ({rows * runs.n[-1].extent * s} bytes, contiguous) "
+                            f"is written once and the output ({out_bytes / 2**20:.1f} MiB) exceeds half of the "
+                            "threads' L3 shares",)
             return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy,
-                        rows=rows, row_vectors=row_vectors, cache_line=target.cache_line)
+                        stream_stores=stream_stores, rows=rows, row_vectors=row_vectors,
+                        cache_line=target.cache_line)
     reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
                f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
     if "mr" in overrides or "nr" in overrides:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..cwriter import CWriter, ScratchSlot
-from .context import Context, cell_head, header
+from .context import Context, cell_head, fence, header
 from .exact import exact_sums
 from .guarded import clamp_run, guard_base
 
@@ -181,6 +181,7 @@ def direct_cell(ctx: Context, w: CWriter, name: str):
     w("x += len;", 3)
     w("}", 2)
     w("}", 1)
+    fence(ctx, w)
     w("}")
 
 
@@ -200,6 +201,8 @@ def row_block(ctx: Context, w: CWriter, depth: int):
         for r in range(rows):
             for u in range(width):
                 users.setdefault(o + r * outer.b + u * L, []).append((t, r, u))
+    if ctx.nontemporal:
+        w(f"{T} blk[{rows * extent}] __attribute__((aligned({ctx.plan.cache_line})));", depth)
     w(f"if (x % {extent} == 0 && n1 - x >= {rows * extent} && x / {extent} % {outer.extent} <= "
       f"{outer.extent - rows}) {{", depth)
     w(f"const {T} *TCPY_RESTRICT row = bb + {p}_off_b_n(x);", depth + 1)
@@ -212,19 +215,37 @@ def row_block(ctx: Context, w: CWriter, depth: int):
         if len(fed) > 1:  # (not folded into each FMA: a load per sum again)
             w("TCPY_IN_REGISTER(b);", depth + 3)
         w(" ".join(f"s{r}_{u} += av[{t}] * b;" for t, r, u in fed) + " }", depth + 3)
+    # non-temporal: the block is set in an L1 buffer (overlapping steps and a block's ends need
+    # not be vector-aligned in C), then its aligned vectors are stored around the caches
+    out, pitch = ("blk", extent) if ctx.nontemporal else ("q", outer.c)
     for r in range(rows):
-        w(" ".join(f"*({p}_vu *)(q + c + INT64_C({r * outer.c + u * L})) = alpha * s{r}_{u};"
+        w(" ".join(f"*({p}_vu *)({out} + c + INT64_C({r * pitch + u * L})) = alpha * s{r}_{u};"
                    for u in range(width)), depth + 2)
     w(f"c += {step};", depth + 2)
     w(f"if (c >= {extent}) break;", depth + 2)
     w(f"if (c + {step} > {extent}) c = {extent - step};  /* the last step overlaps the previous one */", depth + 2)
     w("}", depth + 1)
+    if ctx.nontemporal:
+        stream_block(ctx, w, depth + 1, rows * extent)
     if ctx.epilogue:  # each row is final and contiguous (M = 1: row 0)
         w(f"for (int64_t r = 0; r < {rows}; r++) {ctx.epilogue}(tcpy_buffers, bi, 0, x + r * {extent}, "
           f"{extent}, q + r * INT64_C({outer.c}));", depth + 1)
     w(f"x += {rows * extent};", depth + 1)
     w("continue;", depth + 1)
     w("}", depth)
+
+
+def stream_block(ctx: Context, w: CWriter, depth: int, count: int):
+    """Copy the row block's ``count`` values from ``blk`` to its contiguous place at ``q``: the
+    elements up to q's first vector-aligned address and after its last whole aligned vector
+    with plain stores, the aligned vectors between with non-temporal ones."""
+    p, T, L = ctx.prefix, ctx.T, ctx.plan.lanes
+    vb = L * ctx.element_bytes
+    w(f"int64_t e = (int64_t)((({vb} - ((uintptr_t)q & {vb - 1})) & {vb - 1}) / sizeof({T}));", depth)
+    w(f"if (e > {count}) e = {count};", depth)
+    w("for (int64_t i = 0; i < e; i++) q[i] = blk[i];", depth)
+    w(f"for (; e + {L} <= {count}; e += {L}) tcpy_store_nt{vb}(q + e, (tcpy_nt{vb})*(const {p}_vu *)(blk + e));", depth)
+    w(f"for (; e < {count}; e++) q[e] = blk[e];", depth)
 
 
 def direct_vectors(ctx: Context, w: CWriter, depth: int):

@@ -199,20 +199,18 @@ def _joined(tables) -> np.ndarray:
 
 
 def _segments(offsets: np.ndarray) -> np.ndarray:
-    """Per linear index, ``length * 4 + step``: the longest run of ``offsets`` from it on with a
-    step of 1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
+    """Per linear index, ``length * 4 + step``: the run of ``offsets`` from it on with a step of
+    1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
     n = len(offsets)
-    steps = np.diff(offsets)
-    at = np.arange(n)
-    best, best_step = np.ones(n, np.int64), np.ones(n, np.int64)
-    for step in (1, 2):
-        # the last index of the run from each index on: the first index at or after it whose
-        # step to the next is another
-        ends = np.where(np.append(steps == step, False), n, at)
-        length = np.minimum.accumulate(ends[::-1])[::-1] - at + 1
-        longer = length > best
-        best[longer], best_step[longer] = length[longer], step
-    return best * 4 + best_step
+    step = np.zeros(n, np.int64)  # the step to the next offset, where it is 1 or 2, else 0
+    step[:-1] = np.diff(offsets)
+    step[(step != 1) & (step != 2)] = 0
+    # a run from i ends at the first index after it whose step to the next is another
+    ends = np.where(np.append(True, step[1:] != step[:-1]), np.arange(n), n)
+    ends = np.minimum.accumulate(ends[::-1])[::-1]
+    later = np.append(ends[1:], n)
+    length = np.where(step > 0, later - np.arange(n) + 1, 1)
+    return np.minimum(length, n - np.arange(n)) * 4 + np.maximum(step, 1)
 
 
 def _runs(offsets: np.ndarray, width: int) -> np.ndarray:

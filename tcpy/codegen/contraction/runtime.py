@@ -581,7 +581,8 @@ def _cells(ctx: Context, w: CWriter):
     call = "_cell(pl, A, B, C, b0, b1, m0, m1, n0, n1, alpha, stop);"
     if in_place:
         wide = ctx.plan.small_tile
-        cell = f"{{ if (NR == {wide[1]}) {p}_ipw{call} else {p}_ipk{call} }}" if wide else f"{p}_ipk{call}"
+        cell = (f"{{ if (MR == {wide[0]} && NR == {wide[1]}) {p}_ipw{call} else {p}_ipk{call} }}" if wide else
+                f"{p}_ipk{call}")
         w(f"if (ip) {{ {cell} continue; }}", 2)
     w(f"{p}{call}", 2)
     w("}", 1)

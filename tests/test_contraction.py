@@ -246,6 +246,7 @@ def test_micro_tiles_fit_each_register_file():
     # N's extent: 64 columns fit one 6 x 64 tile (8 x 48 tiles would compute 96); 784 fit 8 x 48
     v4 = Target.preset("x86-64-v4")
     assert micro_tile(v4, 4, 64) == (6, 4) and micro_tile(v4, 4, 784) == (8, 3)
+    assert micro_tile(v4, 4, 25) == (8, 2)  # 32 columns computed, not 48
     assert (plan(_gemm(512, 64, 512), v4, 1).mr, plan(_gemm(512, 64, 512), v4, 1).nr) == (6, 64)
     for name in PRESETS:
         t = Target.preset(name)

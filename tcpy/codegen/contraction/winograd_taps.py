@@ -87,35 +87,64 @@ class _WinogradTaps:
         mr, chunk = self.ctx.plan.mr, self.chunk
         rows, cols = form.rows, form.cols
         TG = self.grad.dtype.c_type
+        # a tile's MR rows side by side in U: a whole sliver's are transformed as one vector of the
+        # next power of two lanes, whose lanes past MR land on the next tile's first rows (written
+        # after, by the same call) or, MR a power of two, nowhere
+        lanes = 1 << (mr - 1).bit_length()
+        vector = mr >= 2 and TG == T
+        if vector:
+            w(f"typedef {T} {p}_g __attribute__((vector_size({lanes * self.ctx.element_bytes}), "
+              f"aligned({self.ctx.element_bytes}), __may_alias__));")
         w(f"static void {p}_gradient(const {TG} *TCPY_RESTRICT G, {T} *TCPY_RESTRICT U, int64_t c0, int64_t ir, "
           f"int64_t t0, int64_t t1) {{")
         w(f"const {TG} *gb = G + INT64_C({self.grad.offset});", 1)
         w(f"{T} *us = U + ir * INT64_C({chunk * mr});", 1)
+        if vector:
+            w(f"const {TG} *rp[{mr}];", 1)
+            w(f"for (int64_t r = 0; r < {mr}; r++) rp[r] = gb + {p}_wo_m(tcpy_min_int64(ir * {mr} + r, "
+              f"{form.M - 1}));", 1)
+            w(f"const int full = ir * {mr} + {mr} <= {form.M};", 1)
         w("for (int64_t t = t0; t < t1; t++) {", 1)
         self.tile_coordinates(w, 2, "t")
-        w(f"const {TG} *src = gb + {p}_wo_k(nn) + y * INT64_C({rows.out.weights}) + x * INT64_C({cols.out.weights});",
-          2)
+        w(f"const int64_t off = {p}_wo_k(nn) + y * INT64_C({rows.out.weights}) + x * INT64_C({cols.out.weights});", 2)
         w(f"const int whole = y + 1 < {rows.out.extent} && x + 1 < {cols.out.extent};", 2)
+        if vector:
+            w(f"if (full && whole && {'1' if lanes == mr else 't + 1 < t1'}) {{", 2)
+            w(f"{p}_g o[2][2];", 3)
+            read = ", ".join([f"rp[{r}][o_ij]" for r in range(mr)] + ["0"] * (lanes - mr))
+            w("for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) {", 3)
+            w(f"const int64_t o_ij = off + i * INT64_C({rows.out.weights}) + j * INT64_C({cols.out.weights});", 4)
+            w(f"o[i][j] = ({p}_g){{{read}}};", 4)
+            w("}", 3)
+            point = self.u_point
+            self.transform_gradient(w, 3, f"{p}_g", lambda x: f"*({p}_g *)(us + t * {mr} + INT64_C({point}) * {x})")
+            w("continue;", 3)
+            w("}", 2)
         w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
         w(f"{T} *u = us + t * {mr} + r;", 3)
         w(f"if (ir * {mr} + r >= {form.M}) {{ for (int q = 0; q < {POINTS}; q++) u[q * INT64_C({self.u_point})] = 0; "
           "continue; }", 3)
-        w(f"const {TG} *s = src + {p}_wo_m(ir * {mr} + r);", 3)
+        w(f"const {TG} *s = gb + off + {p}_wo_m(ir * {mr} + r);", 3)
         read = f"({T})s[i * INT64_C({rows.out.weights}) + j * INT64_C({cols.out.weights})]"
         w(f"{T} o[2][2];", 3)
         w(f"for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) o[i][j] = whole || (y + i < {rows.out.extent} && "
           f"x + j < {cols.out.extent}) ? {read} : 0;", 3)
-        # e = A o (rows), then e A^T (columns)
-        w(f"{T} e[4][2];", 3)
-        w("for (int j = 0; j < 2; j++) { e[0][j] = o[0][j]; e[1][j] = o[0][j] + o[1][j]; "
-          "e[2][j] = o[0][j] - o[1][j]; e[3][j] = -o[1][j]; }", 3)
-        w("for (int i = 0; i < 4; i++) {", 3)
-        at = lambda x: f"u[INT64_C({self.u_point}) * (4 * i + {x})]"  # noqa: E731
-        w(f"{at(0)} = e[i][0]; {at(1)} = e[i][0] + e[i][1]; {at(2)} = e[i][0] - e[i][1]; {at(3)} = -e[i][1];", 4)
-        w("}", 3)
+        self.transform_gradient(w, 3, T, lambda x: f"u[INT64_C({self.u_point}) * {x}]")
         w("}", 2)
         w("}", 1)
         w("}")
+
+    def transform_gradient(self, w: CWriter, depth: int, elem: str, at):
+        """A o A^T of the patch ``o[2][2]`` (scalars, or vectors of rows, type ``elem``) stored
+        through ``at(point)``."""
+        # e = A o (rows), then e A^T (columns)
+        w(f"{elem} e[4][2];", depth)
+        w("for (int j = 0; j < 2; j++) { e[0][j] = o[0][j]; e[1][j] = o[0][j] + o[1][j]; "
+          "e[2][j] = o[0][j] - o[1][j]; e[3][j] = -o[1][j]; }", depth)
+        w("for (int i = 0; i < 4; i++) {", depth)
+        w(f"{at('(4 * i)')} = e[i][0]; {at('(4 * i + 1)')} = e[i][0] + e[i][1]; "
+          f"{at('(4 * i + 2)')} = e[i][0] - e[i][1]; {at('(4 * i + 3)')} = -e[i][1];", depth + 1)
+        w("}", depth)
 
     def image(self, w: CWriter):
         """``<p>_image``: V = B^T d B for chunk tiles t0..t1 of column sliver jr (columns past N:

@@ -290,7 +290,7 @@ def generic_chain(em, node, depth):
         batch = f"({batch}) * {extent} + ({loop_var} - ({index_c(lo_, top=True)}))"
     em.emit(f"const int64_t tcpy_chunks = {chunks};", d)
     em.emit("const int tcpy_nt = tcpy_num_threads < tcpy_chunks ? tcpy_num_threads : tcpy_chunks > 1 ? "
-            f"(int)tcpy_chunks : 1; (void)tcpy_nt;", d)
+            "(int)tcpy_chunks : 1; (void)tcpy_nt;", d)
     # (a thread's iterations in a row: mostly one batch, whose packed b they share)
     em.emit(f"const int64_t tcpy_chunk = tcpy_chunks / ({CLAIMS_PER_THREAD} * tcpy_nt) > 1 ? "
             f"tcpy_chunks / ({CLAIMS_PER_THREAD} * tcpy_nt) : 1; (void)tcpy_chunk;", d)
@@ -358,7 +358,8 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     for k, product in enumerate((node.head, tail)):
         if product is tail:
             block_rows(em, node.row_var, node.body, d)
-            em.emit(f"{tail_fn}_scale_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {factor});", d)
+            em.emit(f"if ({keys.var} != {lo}) {tail_fn}_scale_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {factor});"
+                    "  /* (the first block's rows are zeros) */", d)
         prepacked = (f"{c_name(f'prepack.{k}')} + ({keys.var} - ({lo})) / {keys.columns} * "
                      f"{plans[product.stmt]}[{FIELD['panel']}]")
         em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS, prepacked), d)

@@ -300,10 +300,13 @@ def _generic_chain(program: Program, group: FusedGroup) -> bool:
     """Whether a size-generic kernel runs ``group``'s chain (see
     :mod:`tcpy.transform.runtime_chains`): its online form, whose blocks of rows and of columns
     have a fixed size, with one product each side scaled by no tensor (the block products run
-    on the run-time engine, without the exact sums an inf or NaN scale needs)."""
+    on the run-time engine, without the exact sums an inf or NaN scale needs), whose b is an
+    input (packed once per batch for every block of rows)."""
     chain = group.chain
+    inputs = {p.name for p in program.def_.params}
+    products = [program.statements[i].engine.contraction for i in group.products]
     return (chain.online is not None and not chain.accumulating and chain.heads == chain.tails == 1
-            and not any(program.statements[i].engine.contraction.alpha_tensors for i in group.products))
+            and not any(con.alpha_tensors for con in products) and all(con.b.tensor in inputs for con in products))
 
 
 def _micro_rows(engines) -> int:

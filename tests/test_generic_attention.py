@@ -1,9 +1,8 @@
 """One size-generic attention kernel (Options(specialize="never")) serves every sequence length
-and head size: the results of the reference evaluator at lengths 1, primes and block multiples
-+- 1 (attention's online chain: its blocks of rows and of keys), with a scale, a causal mask or
-keys limited by a where clause, from one compile; the
-precondition errors of a specialised kernel; one set of temporaries for every shape, none
-shared by concurrent calls."""
+and head size: the results of the reference evaluator at sizes 0, lengths 1, primes and block
+multiples +- 1 (attention's online chain: its blocks of rows and of keys), with a scale, a causal
+mask or keys limited by a where clause, from one compile; the precondition errors of a
+specialised kernel; one set of temporaries for every shape, none shared by concurrent calls."""
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
@@ -80,7 +79,8 @@ def test_one_generic_attention_kernel_serves_every_length(builds, name, preset, 
     blocks = data.draw(st.tuples(st.sampled_from(BLOCKS), st.sampled_from(BLOCKS + (677, 1009))))
     # (first a shape whose sizes are not 1: the kernel is planned at its first call's sizes, and a
     # product with one row or column is recognised without it, so it would make no chain)
-    for batch, heads, length, keys, depth in [(1, 2, 129, 127, 17)] + shapes + [(1, 1, *blocks, 5)]:
+    empty = [(1, 2, 0, 5, 3), (1, 1, 7, 0, 3), (2, 1, 9, 13, 0)]  # no queries, no keys, no head dimension
+    for batch, heads, length, keys, depth in [(1, 2, 129, 127, 17)] + shapes + empty + [(1, 1, *blocks, 5)]:
         if name == "causal":
             keys = length
         elif name == "prefix":

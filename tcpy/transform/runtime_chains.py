@@ -59,11 +59,11 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
     chain, chain_plan = group.chain, group.chain.plan
     online = chain.online
     members = [program.statements[i] for i in group.statements]
-    shared = set(group.shared)
-    if any(hi <= lo for s in members for v, (lo, hi) in ranges[s.origin].items() if v not in shared):
-        return None  # (empty sums and blocks of columns: the specialised kernel's paths)
-    if any(hi <= lo for s in members for v, (lo, hi) in ranges[s.origin].items()):
-        # no blocks to run: planned with one value of each empty loop (the loops do not run)
+    empty = {v for s in members for v, (lo, hi) in ranges[s.origin].items() if hi <= lo}
+    if empty:
+        # planned with one value of each empty variable; its extent is 0 in the products' plan
+        # buffers (no keys, no head dimension: empty sums, whose cells write zeros) or its
+        # loops do not run (no rows, no batches)
         ranges = {s.origin: {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges[s.origin].items()} for s in members}
         shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
     first = ranges[members[0].origin]
@@ -105,6 +105,10 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             buffer = _block_buffer(block, nominal.plan, nominal.contraction, options.target)
             if buffer is None:
                 return None
+            emptied = [role for role in ("n", "k") if empty & set(block.role_vars(role))]
+            if emptied:
+                buffer = buffer.copy()
+                buffer[[runtime_plan.field(role) for role in emptied]] = 0
             values = []
             for base in bases:
                 strides = dict(base.strides)

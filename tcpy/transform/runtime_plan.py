@@ -26,6 +26,11 @@ from .engines import shape_engine
 _FIELD = {name: index for index, name in enumerate(RUNTIME_FIELDS)}
 
 
+def field(name: str) -> int:
+    """The index of field ``name`` (:data:`tcpy.contraction_ir.RUNTIME_FIELDS`) in a plan buffer."""
+    return _FIELD[name]
+
+
 def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], shapes, types,
                 sizes: Mapping[str, int], options: Options, threads: int) -> Optional[np.ndarray]:
     """The plan buffer of ``statement`` (a generic kernel's engine statement) at a call's

@@ -522,6 +522,9 @@ def _cell(ctx: Context, w: CWriter, chained: bool = False):
     w(f"const {TA} *ab = A + {_field('a_base')} + ab_t[bi];", 2)
     w(f"const {TB} *bb = B + {_field('b_base')} + bb_t[bi];", 2)
     w(f"{T} *cb = C + {_field('c_base')} + cb_t[bi];", 2)
+    if chained and ctx.con.init:  # an empty sum (no keys, or no head dimension): zeros
+        w("if (K == 0) for (int64_t i = m0; i < m1; i++) for (int64_t j = n0; j < n1; j++) "
+          f"cb[cm[i] + cn[j]] = ({T})0;", 2)
     w("for (int64_t jc = n0; jc < n1; jc += NC) {", 2)
     w("const int64_t nc = n1 - jc < NC ? n1 - jc : NC;", 3)
     w("for (int64_t pc = 0; pc < K; pc += KC) {", 3)

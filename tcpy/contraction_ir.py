@@ -519,14 +519,16 @@ RUNTIME_FIELDS = (
 #: batch index and per axis, each axis' output extent, window, and strides of its output
 #: variable in the image and the output and of its tap in the weights; the blocks (kc, mc and
 #: nc: tiles per block); the tensors' element offsets and the image's elements (scanned for
-#: inf and NaN). Tables: offsets per linear index of the batch, K, the images (the form's
+#: inf and NaN); ``guards_k``: 1 when a guard's value depends on K (else an edge tile's
+#: patch is tested once for every input channel). Tables: offsets per linear index of the batch, K, the images (the form's
 #: ``n``) and M in the tensors each indexes; per guard, its value's parts along the batch (with
 #: its constant), K and the images, its coefficients along the two axes' output variables and
 #: its least part over K and a tile's 4x4 patch (a tile inside it everywhere needs no test).
 RUNTIME_WINOGRAD_FIELDS = (
-    "mr", "vectors", "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent", "row_window", "col_window",
+    "mr", "vectors", "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent",
+    "row_window", "col_window",
     "row_image", "col_image", "row_c", "col_c", "row_weights", "col_weights", "kc", "mc", "nc",
-    "image_base", "weights_base", "c_base", "image_elements",
+    "image_base", "weights_base", "c_base", "image_elements", "guards_k",
     "image_batch_table", "weights_batch_table", "c_batch_table", "image_k_table", "weights_k_table",
     "image_n_table", "c_n_table", "weights_m_table", "c_m_table",
     "g_batch_table", "g_k_table", "g_n_table", "g_row_table", "g_col_table", "g_k_min_table",

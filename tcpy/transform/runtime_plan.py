@@ -173,6 +173,7 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
             g_row.append(0)
             g_col.append(0)
             g_k_min.append(0)
+    fields["guards_k"] = int(any(table.any() for table in g_k))
     tables.update(g_batch=_joined(g_batch), g_k=_joined(g_k), g_n=_joined(g_n),
                   g_row=np.array(g_row or [0], np.int64), g_col=np.array(g_col or [0], np.int64),
                   g_k_min=np.array(g_k_min or [0], np.int64))

@@ -1,5 +1,6 @@
 """The run-time engine's winograd path: a 3x3 convolution of a size-generic kernel as F(2x2, 3x3)
-(:mod:`tcpy.transform.winograd`), rendered once for every size.
+(:mod:`tcpy.transform.winograd`), rendered once for every size (once per micro-tile the planner
+may give it: the plan buffer names the call's).
 
 The loops are the specialised winograd path's (:mod:`.winograd`): the weights' transform U once
 per call (scanning them, and the image, for inf, NaN and huge magnitudes), then blocks of tiles
@@ -154,11 +155,11 @@ class _RuntimeWinograd:
           f"ci = {_f('col_image')}, rwin = {_f('row_window')}, cwin = {_f('col_window')};", 1)
         w(f"const int64_t *ik_t = {_t('image_k')}, *in_t = {_t('image_n')};", 1)
         w(f"const {TI} *ib = I + {_f('image_base')} + {_t('image_batch')}[bi];", 1)
-        w(f"const {TI} *src[{NC}]; int inside[{NC}]; int64_t ty[{NC}], tx[{NC}];", 1)
+        w(f"const {TI} *src[{NC}]; int inside[{NC}], patch[{NC}]; int64_t ty[{NC}], tx[{NC}];", 1)
         if G:
             w(f"const int64_t *gb_t = {_t('g_batch')}, *gk_t = {_t('g_k')}, *gn_t = {_t('g_n')}, "
               f"*grow = {_t('g_row')}, *gcol = {_t('g_col')}, *gmin = {_t('g_k_min')};", 1)
-            w(f"const int64_t nb = {_f('batch')}, images = {_f('tiles')} / (rt * ct);", 1)
+            w(f"const int64_t nb = {_f('batch')}, images = {_f('tiles')} / (rt * ct), guards_k = {_f('guards_k')};", 1)
             w(f"int64_t gt[{G}][{NC}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
         w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y = t / ct % rt * {TILE}, x = t % ct * {TILE};", 2)
@@ -169,6 +170,14 @@ class _RuntimeWinograd:
             w(f"gt[{i}][q] = gb_t[{i} * nb + bi] + gn_t[{i} * images + nn] + y * grow[{i}] + x * gcol[{i}];", 2)
             w(f"in = in && gt[{i}][q] + gmin[{i}] >= 0;", 2)
         w("inside[q] = in;", 2)
+        # an edge tile's patch: which of its 16 elements are read, when that is the same for
+        # every input channel (its guards' tests once per block, not once per channel)
+        checks = ["y + r < rwin", "x + c < cwin"] + [f"gt[{i}][q] + r * grow[{i}] + c * gcol[{i}] >= 0"
+                                                     for i in range(G)]
+        w("int bits = 0;", 2)
+        w(f"if (!in{' && !guards_k' if G else ''}) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) "
+          f"bits |= ({' && '.join(checks)}) << (4 * r + c);", 2)
+        w("patch[q] = bits;", 2)
         w("}", 1)
         w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
         vector = TI == T and L >= 2
@@ -216,10 +225,13 @@ class _RuntimeWinograd:
         w(f"if (inside[q] && ci == 1) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = ({T})s[r * ri + c];",
           3)
         w(f"else if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
-        holds = ["ty[q] + r < rwin", "tx[q] + c < cwin"]
-        holds += [f"gt[{i}][q] + gk{i} + r * grow[{i}] + c * gcol[{i}] >= 0" for i in range(G)]
-        w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
-          3)
+        patch = f"else{' if (!guards_k)' if G else ''} for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) "
+        w(f"{patch}d[r][c] = patch[q] >> (4 * r + c) & 1 ? {read} : 0;", 3)
+        if G:
+            holds = ["ty[q] + r < rwin", "tx[q] + c < cwin"]
+            holds += [f"gt[{i}][q] + gk{i} + r * grow[{i}] + c * gcol[{i}] >= 0" for i in range(G)]
+            w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? "
+              f"{read} : 0;", 3)
         self.transform_input(w, 3, T, lambda at: f"vk[{at}]")
         w("}", 2)
         w("}", 1)
@@ -362,6 +374,7 @@ class _RuntimeWinograd:
         w("}")
 
     def render(self) -> str:
+        """The routines, ``<p>_winograd`` last."""
         helpers = CWriter()
         self.weights(helpers)
         self.inputs(helpers)

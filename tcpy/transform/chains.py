@@ -141,12 +141,16 @@ def _generic_plan(program: Program, group: FusedGroup, mr: int, options: Options
     rows = max(mr, options.target.l2 // 2 // row_bytes // mr * mr)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     products, _ = _products(program, group, options, rows, buffers, False, columns, columns)
+    tiles = math.lcm(*(p.plan.mr for p in products))  # (the block products' micro-tiles: whole ones)
+    if rows % tiles and rows > tiles:
+        rows = rows // tiles * tiles
+        products, _ = _products(program, group, options, rows, buffers, False, columns, columns)
     column_lo, column_hi = program.statements[online.maximum].ranges[online.column_var]
     whole = tuple((tensor, f"{WHOLE_PREFIX}{k}", column_hi - column_lo if row > 1 else row)
                   for k, (tensor, _, row) in enumerate(chain.blocked))
     whole_products, _ = _products(program, group, options, 1, {t: b for t, b, _ in whole}, False)
     names = ", ".join(tensor for tensor, _, _ in blocked)
-    reasons = (f"row block at most {rows} rows of {chain.block_var} (a multiple of the micro-tiles' {mr}): the "
+    reasons = (f"row block at most {rows} rows of {chain.block_var} (a multiple of the micro-tiles' rows): the "
                f"block buffers of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half "
                f"of L2 ({options.target.l2 // 1024} KiB); each call's shape takes fewer when its blocks would "
                "not occupy every thread",

@@ -159,5 +159,6 @@ def describe(buffer: np.ndarray, group: FusedGroup, stmt: int) -> str:
     product = next(p for p in chain_plan.products if p.stmt == stmt)
     block = buffer[int(buffer[0]) + bases_length(group):]
     return (f"in the chain, on blocks of {int(buffer[FIELD['rows']])} rows of {chain.block_var} (at most "
-            f"{chain_plan.rows}) and {chain_plan.columns} columns of {chain.online.column_var}: "
+            f"{chain_plan.rows}) and {chain_plan.columns} columns of {chain.online.column_var}, b packed once per "
+            f"batch for every block of columns, A's rows read in place where they run along K: "
             f"{runtime_plan.describe(block, product.plan)}")

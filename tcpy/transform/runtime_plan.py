@@ -95,9 +95,12 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
             g_batch.append(np.zeros_like(tables["c_batch"]))
             g_own.append(np.zeros_like(tables["a_m"] if guarded == "a" else tables["b_n"]))
             g_k.append(np.zeros_like(tables["a_k"]))
-    tables.update(g_batch=_joined(g_batch), g_own=_joined(g_own), g_k=_joined(g_k),
-                  b_runs=_runs(tables["b_n"], plan.nr), c_runs=_runs(tables["c_n"], plan.nr),
-                  b_segments=_segments(tables["b_n"]))
+    tables.update(g_batch=_joined(g_batch), g_own=_joined(g_own), g_k=_joined(g_k))
+    if plan.path == "winograd":  # (the packed loops' copies and stores do not run: no tables for them)
+        tables.update(b_runs=np.zeros(1, np.int64), c_runs=np.zeros(1, np.int64), b_segments=np.zeros(1, np.int64))
+    else:
+        tables.update(b_runs=_runs(tables["b_n"], plan.nr), c_runs=_runs(tables["c_n"], plan.nr),
+                      b_segments=_segments(tables["b_n"]))
     tb, tm, tn, _ = plan.grid
     if keep:
         tm, tn = tn, tm

@@ -35,6 +35,10 @@ from .recognition import block_contraction
 # rows of blocks of 336 columns ran 10-15% faster than 30 rows of 1024 (the block buffers'
 # rows 4 KiB apart share their L1 sets) and as fast as 126 rows of 256 (attention 1x1x16384x64).
 KEY_BLOCK_TILES = 16
+# ... and in a size-generic kernel's chain, whose blocks of columns have that size at every size:
+# 4 micro-tiles of rows of 2016 columns ran faster than 16 of 480 (attention 1x8x2048x64 by 7%,
+# 4x12x256x64 by 30%: its b packed once per batch serves more blocks of rows), and than 2 or 1.
+GENERIC_KEY_BLOCK_TILES = 4
 PREPACK_PREFIX = "prepack."  # b of a chain's product, packed once per batch
 WHOLE_PREFIX = "whole."  # one whole row of a block buffer (an online chain's rows computed again)
 
@@ -135,7 +139,7 @@ def _generic_plan(program: Program, group: FusedGroup, mr: int, options: Options
     chain = group.chain
     online = chain.online
     head = program.statements[group.statements[0]]
-    columns = _key_block(program, chain, head.engine.plan.nr, mr, options, clamped=False)
+    columns = _key_block(program, chain, head.engine.plan.nr, mr, options, generic=True)
     blocked = tuple((tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in chain.blocked)
     row_bytes = _row_bytes(program, blocked)
     rows = max(mr, options.target.l2 // 2 // row_bytes // mr * mr)
@@ -223,17 +227,19 @@ def rereads_pay(program: Program, engines, blocked, ranges, shared, mr: int, opt
     return -(-extent // rows) * b_bytes <= 2 * extent * _row_bytes(program, blocked)
 
 
-def _key_block(program: Program, chain: Chain, nr: int, mr: int, options: Options, clamped: bool = True) -> int:
+def _key_block(program: Program, chain: Chain, nr: int, mr: int, options: Options, generic: bool = False) -> int:
     """Columns per block of the online form: a multiple of the first product's micro-tile
     columns such that ``KEY_BLOCK_TILES`` micro-tiles of rows of scores and exponentials fit
-    half of L2 (each block of the products' b then serves that many rows before the next);
-    with ``clamped``, no more than the columns there are."""
+    half of L2 (each block of the products' b then serves that many rows before the next); no
+    more than the columns there are. A ``generic`` kernel's (``GENERIC_KEY_BLOCK_TILES``) serve
+    every number of columns."""
     online = chain.online
     score = program.statements[online.maximum].stmt.rhs.tensor
     bytes_ = program.types[score].bits // 8
     lo, hi = program.statements[online.maximum].ranges[online.column_var]
-    columns = max(nr, options.target.l2 // 2 // (KEY_BLOCK_TILES * mr * 2 * bytes_) // nr * nr)
-    return min(columns, -(-(hi - lo) // nr) * nr) if clamped else columns
+    tiles = GENERIC_KEY_BLOCK_TILES if generic else KEY_BLOCK_TILES
+    columns = max(nr, options.target.l2 // 2 // (tiles * mr * 2 * bytes_) // nr * nr)
+    return columns if generic else min(columns, -(-(hi - lo) // nr) * nr)
 
 
 def _block_loops(program: Program, online, columns: int, options: Options) -> tuple:

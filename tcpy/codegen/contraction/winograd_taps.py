@@ -27,7 +27,7 @@ from .kernel import accumulate_loop
 from .stores import whole_tile
 from .winograd import HUGE, SCAN_BLOCK, var_offset_fn
 
-OUTPUT_BLOCK = 256  # image channels per block of the output transform (its values on the stack)
+OUTPUT_STACK_BYTES = 16 * 1024  # the output transform's block of values on the stack, whatever the dtype
 
 
 def render(ctx: Context) -> tuple[str, str]:
@@ -257,9 +257,11 @@ class _WinogradTaps:
         w(f"static void {p}_output(const {T} *TCPY_RESTRICT P, {T} *TCPY_RESTRICT C, int64_t m, "
           f"{T} alpha{self.ctx.cell_params}) {{")
         w(f"const {T} *pm = P + m * INT64_C({self.ldp});", 1)
-        w(f"for (int64_t j0 = 0; j0 < {N}; j0 += {OUTPUT_BLOCK}) {{", 1)
-        w(f"const int64_t j1 = tcpy_min_int64(j0 + {OUTPUT_BLOCK}, {N});", 1)
-        w(f"{T} y[{TAPS * TAPS}][{OUTPUT_BLOCK}];", 1)
+        lanes = self.ctx.plan.lanes  # image channels per block: whole vectors filling the stack budget
+        block = max(lanes, OUTPUT_STACK_BYTES // (TAPS * TAPS * self.ctx.element_bytes) // lanes * lanes)
+        w(f"for (int64_t j0 = 0; j0 < {N}; j0 += {block}) {{", 1)
+        w(f"const int64_t j1 = tcpy_min_int64(j0 + {block}, {N});", 1)
+        w(f"{T} y[{TAPS * TAPS}][{block}];", 1)
         w("for (int64_t j = j0; j < j1; j++) {  /* G^T P G, vectorised along the image's channels */", 1)
         w(f"{T} s[4][4], t[3][4];", 2)
         w(f"for (int q = 0; q < {POINTS}; q++) s[q / 4][q % 4] = pm[q * INT64_C({self.p_point}) + j];", 2)

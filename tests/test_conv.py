@@ -409,6 +409,32 @@ def test_direct_path_computes_whole_rows_several_at_a_time(padded):
         np.testing.assert_allclose(streaming(I, Wt), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("dtype, threads", [("float", 1), ("double", 2), ("float", 7)])
+def test_rows_shorter_than_a_vector_are_summed_in_one(target, dtype, threads):
+    """Padded depthwise 3x3 images 2-7 and 14 pixels wide: a row shorter than a vector is summed
+    in one vector over the zero-padded copy (its last lanes read past the row, and past the
+    copy's end on the last row) and only the row's outputs are stored."""
+    src = DEPTHWISE_GUARDED.format(cond="h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W")
+    if dtype == "double":
+        src = src.replace("float(", "double(")
+    np_type = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(7)
+    lanes = Target.preset(target).lanes(np.dtype(np_type).itemsize) if target != "host" else None
+    for w in (2, 3, 5, 7, 14):
+        I = rng.standard_normal((2, 4, 11, w)).astype(np_type)
+        Wt = rng.standard_normal((4, 3, 3)).astype(np_type)
+        kernel = tcpy.define(src, options=tcpy.Options(target=target, num_threads=threads, specialize="always"))
+        (node,) = _engine(kernel, I, Wt)
+        if lanes is not None and w < lanes and node.plan.padded_copy:
+            assert node.plan.rows > 1 and "a row shorter than a vector" in str(kernel.explain(I, Wt))
+        want = tcpy.define(src, backend="reference")(I, Wt)
+        got = kernel(I, Wt)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        tol = 8 * 9 * EPS[dtype]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 def test_channels_last_depthwise_convolutions_vectorise_over_the_channels():
     src = ("def dw(float(N,H,W,C) I, float(3,3,C) Wt) -> (O) {"
            " O(n, h, w, c) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)"

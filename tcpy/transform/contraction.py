@@ -215,17 +215,20 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         # (without the copy a run leaves out the taps whose guard fails: not a guarded factor's 0 x tap)
         if padded_copy or not con.padding_multiplies:
             runs = con.padded.contraction if padded_copy else con
-            rows, row_vectors = _row_block(runs, target, lanes, nc)
+            rows, row_vectors = _row_block(runs, target, lanes, nc, padded_copy)
             if rows > 1:
                 reasons += (f"whole rows of {con.n[-1].extent} outputs {rows} at a time (the taps of neighbouring "
                             f"rows read the same rows of B: one load feeds up to {rows} rows), in steps of "
                             f"{row_vectors} vectors: {rows * row_vectors} accumulators + the {K} taps' weights "
-                            f"within {target.vector_registers} registers",)
+                            f"within {target.vector_registers} registers"
+                            + (f"; a row shorter than a vector is summed in one vector (its last "
+                               f"{lanes - con.n[-1].extent} lanes read the copy's next elements and are not "
+                               "stored)" if con.n[-1].extent < lanes else ""),)
             # as on the packed path: an output beyond the threads' halves of L3 bypasses the caches
             # (a row block is contiguous in C when its rows are: set through an L1 buffer, the
             # buffer's aligned vectors stored non-temporally)
             out_bytes = batch * N * s
-            stream_stores = (rows > 1 and runs.n[-2].c == runs.n[-1].extent
+            stream_stores = (rows > 1 and lanes <= runs.n[-1].extent == runs.n[-2].c
                              and out_bytes > threads * target.l3_per_core // 2)
             if stream_stores:
                 reasons += (f"non-temporal stores: each row block ({rows * runs.n[-1].extent * s} bytes, contiguous) "
@@ -539,19 +542,20 @@ def _direct_ok(con: Contraction) -> bool:
             and con.guarded != "a")
 
 
-def _row_block(con: Contraction, target: Target, lanes: int, nc: int) -> tuple[int, int]:
+def _row_block(con: Contraction, target: Target, lanes: int, nc: int, padded_copy: bool) -> tuple[int, int]:
     """Rows computed together by the direct path on ``con`` (the unguarded contraction it runs),
     and the vectors of each step along a row: ``(1, 0)`` when it cannot block. A block is whole
     runs of the inner N group at consecutive values of the next group; where the taps step over
     that group too (a window's rows), neighbouring rows read the same B rows and one load feeds
     several rows' sums. The step is the width that computes the fewest vectors per row (its
     last step overlapping the previous one: overwrites only); the rows fill the registers the
-    taps' weights and a few operands leave."""
+    taps' weights and a few operands leave. A row shorter than a vector is one vector when B
+    is the zero-padded copy (``padded_copy``: its buffer has room for the lanes beyond)."""
     if (con.guards or not con.init or len(con.n) < 2 or con.n[-1].b != 1 or con.b.dtype is not con.dtype
-            or not lanes <= con.n[-1].extent <= nc):
+            or not (lanes if not padded_copy else 2) <= con.n[-1].extent <= nc):
         return 1, 0
     extent = con.n[-1].extent
-    widths = [v for v in range(1, ROW_STEP_VECTORS_MAX + 1) if v * lanes <= extent]
+    widths = [v for v in range(1, ROW_STEP_VECTORS_MAX + 1) if v * lanes <= extent] or [1]
     row_vectors = min(widths, key=lambda v: (-(-extent // (v * lanes)) * v, -v))
     free = target.vector_registers - min(con.size("k"), target.vector_registers // 2) - ROW_BLOCK_OPERANDS
     rows = min(con.n[-2].extent, ROW_BLOCK_MAX, free // row_vectors)

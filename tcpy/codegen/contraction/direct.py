@@ -39,8 +39,10 @@ def padded_direct(ctx: Context, w: CWriter):
     direct_cell(inner, w, "cell")
     pitch = copy.pitch
     cell_head(ctx, w, "cell")
-    w(f"{T} *pad = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * {copy.elements});", 1)
-    w(f"memset(pad, 0, sizeof({T}) * {copy.elements});", 1)
+    # (+ a vector: a row block's rows shorter than a vector read its lanes past the copy's end)
+    size = copy.elements + ctx.plan.lanes
+    w(f"{T} *pad = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * {size});", 1)
+    w(f"memset(pad, 0, sizeof({T}) * {size});", 1)
     w("for (int64_t bi = b0; bi < b1; bi++) {", 1)
     w(f"const {TA} *ab = A + INT64_C({con.a.offset}) + {p}_off_a_batch(bi);", 2)
     if not con.padding_multiplies:  # (a guarded factor's zeros multiply the taps, as written)
@@ -195,14 +197,14 @@ def row_block(ctx: Context, w: CWriter, depth: int):
     p, T, L, con = ctx.prefix, ctx.T, ctx.plan.lanes, ctx.con
     rows, width = ctx.plan.rows, ctx.plan.row_vectors
     inner, outer = con.n[-1], con.n[-2]
-    extent, step = inner.extent, width * L
+    extent, step = inner.extent, min(width * L, inner.extent)
     users = {}  # B offset (from the step's start) -> the (tap, row, vector) sums it feeds
     for t, o in enumerate(ctx.k_offsets("b")):
         for r in range(rows):
             for u in range(width):
                 users.setdefault(o + r * outer.b + u * L, []).append((t, r, u))
-    if ctx.nontemporal:
-        w(f"{T} blk[{rows * extent}] __attribute__((aligned({ctx.plan.cache_line})));", depth)
+    if ctx.nontemporal or extent < L:
+        w(f"{T} blk[{rows * max(extent, L)}] __attribute__((aligned({ctx.plan.cache_line})));", depth)
     w(f"if (x % {extent} == 0 && n1 - x >= {rows * extent} && x / {extent} % {outer.extent} <= "
       f"{outer.extent - rows}) {{", depth)
     w(f"const {T} *TCPY_RESTRICT row = bb + {p}_off_b_n(x);", depth + 1)
@@ -216,8 +218,10 @@ def row_block(ctx: Context, w: CWriter, depth: int):
             w("TCPY_IN_REGISTER(b);", depth + 3)
         w(" ".join(f"s{r}_{u} += av[{t}] * b;" for t, r, u in fed) + " }", depth + 3)
     # non-temporal: the block is set in an L1 buffer (overlapping steps and a block's ends need
-    # not be vector-aligned in C), then its aligned vectors are stored around the caches
-    out, pitch = ("blk", extent) if ctx.nontemporal else ("q", outer.c)
+    # not be vector-aligned in C), then its aligned vectors are stored around the caches; a
+    # row shorter than a vector: set in a buffer of a vector per row, then its elements copied
+    narrow = extent < L
+    out, pitch = ("blk", L) if narrow else ("blk", extent) if ctx.nontemporal else ("q", outer.c)
     for r in range(rows):
         w(" ".join(f"*({p}_vu *)({out} + c + INT64_C({r * pitch + u * L})) = alpha * s{r}_{u};"
                    for u in range(width)), depth + 2)
@@ -227,6 +231,9 @@ def row_block(ctx: Context, w: CWriter, depth: int):
     w("}", depth + 1)
     if ctx.nontemporal:
         stream_block(ctx, w, depth + 1, rows * extent)
+    if narrow:
+        w(f"for (int64_t r = 0; r < {rows}; r++) tcpy_copy_short{ctx.element_bytes}(q + r * INT64_C({outer.c}), "
+          f"blk + r * {L}, {extent});", depth + 1)
     if ctx.epilogue:  # each row is final and contiguous (M = 1: row 0)
         w(f"for (int64_t r = 0; r < {rows}; r++) {ctx.epilogue}(tcpy_buffers, bi, 0, x + r * {extent}, "
           f"{extent}, q + r * INT64_C({outer.c}));", depth + 1)

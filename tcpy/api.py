@@ -38,7 +38,7 @@ from .options import Options
 from .schedule import volume
 from .target import PRESETS, Target
 from .transform import (attach_epilogues, decide_engines, drop_empty_sums, fuse_statements, pack_operands,
-                        plan_chains, register_tiles)
+                        plan_chains, register_tiles, runtime_gap)
 
 BACKENDS = ("compiled", "reference")
 
@@ -177,8 +177,12 @@ class Kernel(Launcher):
         ir = build_program(self.def_, bound, self.types, generic_sizes(self.def_, self.ranges) if generic else None)
         show_passes = debug_level() >= 2
         for name, run in PASSES:
-            if generic and name == "lower" and unsupported(ir) is not None:
-                return unsupported(ir)
+            if generic and name == "lower":
+                # (under "auto" a path the run-time engine lacks is worth a compile per shape;
+                # "never" asked for one kernel whatever it costs)
+                reason = unsupported(ir) or (runtime_gap(ir) if options.specialize == "auto" else None)
+                if reason is not None:
+                    return reason
             ir = run(ir, options)
             if show_passes:
                 print(f"--- {self.def_.name} after {name}\n{_dump_any(ir)}", file=sys.stderr, end="")

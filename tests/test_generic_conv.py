@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcpy
-from tcpy.demo import CONV2D
+from tcpy.demo import CONV2D, padded_conv2d_source
 from tcpy.target import Target
 
 # "same" padding by a guard around the whole product (a failing term adds nothing)
@@ -154,3 +154,19 @@ def test_winograd_sums_point_by_point_where_an_operand_is_not_finite():
     for which, value in ((image, np.inf), (weights, np.nan), (image, 3e38)):
         which.flat[37] = value
         np.testing.assert_allclose(kernel(image, weights), reference(image, weights), rtol=1e-4, atol=1e-3)
+
+
+def test_a_depthwise_convolution_is_specialised_to_each_shape(builds):
+    """A depthwise convolution (M = 1, a window's K) takes the direct path, which the run-time
+    engine does not hold: under "auto" its calls are specialised to their sizes (explain says
+    why) instead of running on a packed path that would fill one row of each micro-tile."""
+    source = padded_conv2d_source(3, 1, 1, depthwise=True)
+    kernel = tcpy.define(source, options=tcpy.Options(specialize="auto", target="x86-64-v3", num_threads=2))
+    reference = tcpy.define(source, backend="reference")
+    rng = np.random.default_rng(5)
+    for n, c, hw in ((1, 8, 12), (2, 3, 7)):
+        image, weights = rng.standard_normal((n, c, hw, hw), np.float32), rng.standard_normal((c, 3, 3), np.float32)
+        _check(kernel, reference, (image, weights))
+        text = kernel.explain(image, weights)
+        assert "no generic kernel, statement 1 takes the direct path" in text, text
+    assert len(builds) == 2 and not any("generic" in symbol for symbol in builds)

@@ -24,7 +24,7 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
   (KernelIR -> KernelIR).
 """
 from .chains import plan_chains
-from .engines import decide_engines
+from .engines import decide_engines, runtime_gap
 from .epilogue import attach_epilogues
 from .fusion import fuse_statements
 from .packing import pack_operands
@@ -32,4 +32,4 @@ from .register_tile import register_tiles
 from .zeros import drop_empty_sums
 
 __all__ = ["attach_epilogues", "decide_engines", "drop_empty_sums", "fuse_statements", "pack_operands", "plan_chains",
-           "register_tiles"]
+           "register_tiles", "runtime_gap"]

@@ -125,7 +125,7 @@ def _micro_tile_of(target: Target, element_bytes: int, n: int, overrides) -> tup
 def _path_runs(path: str, con: Contraction) -> bool:
     """Whether ``path`` can compute ``con`` at all (whatever it would cost)."""
     if path == "direct":
-        return _direct_ok(con)
+        return direct_ok(con)
     if path == "batch_lanes":
         return _batch_lanes_ok(con)
     if path == "small":
@@ -194,7 +194,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                    "thread's rows of batch lanes contiguous in memory)")
         return Plan("batch_lanes", 1, lanes, lanes, K, 1, 1, unroll, grid, threads, reasons,
                     cache_line=target.cache_line)
-    if path_set in (None, "direct") and _direct_ok(con):
+    if path_set in (None, "direct") and direct_ok(con):
         # M = 1: a micro-tile would fill one of its rows. Runs along N stop at nc outputs so that
         # the K rows of B a run reads stay in L1.
         nc = _round_down(target.l1d // 2 // (K * s), lanes)
@@ -533,7 +533,7 @@ ROW_STEP_VECTORS_MAX = 4  # vectors of a row-block step along the row
 ROW_BLOCK_OPERANDS = 3  # registers a row block keeps for B's loaded vectors
 
 
-def _direct_ok(con: Contraction) -> bool:
+def direct_ok(con: Contraction) -> bool:
     """M = 1 (no M variables) with a short K: a micro-tile would fill one of its MR rows, so each
     output row is computed directly (depthwise convolution, pooling-like windows). The output's
     inner N variable must be contiguous (vector stores), and a guard must be B's (its runs along N

@@ -25,7 +25,7 @@ from ..options import Options
 from ..target import Target
 from ..contraction_ir import Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
-from .contraction import micro_tile, plan, register_tiles
+from .contraction import direct_ok, micro_tile, plan, register_tiles
 from .recognition import recognize, split_result_scale
 from .winograd import winograd_form
 
@@ -60,6 +60,19 @@ def restamp(statement: Statement, program: Program, options: Options, generic: b
     if engine is not None:
         return dataclasses.replace(statement, engine=engine, loops=None)
     return stamp_loops(dataclasses.replace(statement, engine=None), program.shapes, program.types, options, generic)
+
+
+def runtime_gap(program: Program) -> Optional[str]:
+    """Why calls should not run on ``program``'s size-generic kernel (a program planned for
+    one), or None: a statement the planner gives the direct path (M = 1 with a window's short
+    K: a depthwise convolution), which the run-time engine does not hold; on its packed path
+    each micro-tile would fill one of its rows (tens of times slower than a specialised kernel,
+    more than a compile costs: under ``Options(specialize="auto")`` calls are specialised)."""
+    for statement in program.statements:
+        if statement.engine is not None and direct_ok(statement.engine.contraction):
+            return (f"statement {statement.origin + 1} takes the direct path (M = 1 and a short K, as in a "
+                    "depthwise convolution), which the run-time engine does not hold")
+    return None
 
 
 def stamp_loops(statement: Statement, shapes, types, options: Options, generic: bool = False) -> Statement:

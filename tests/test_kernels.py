@@ -316,6 +316,27 @@ def test_integer_division_by_zero_raises():
         k(X, np.array([1, 0, 1], np.int32))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
+def test_integer_division_by_literals_truncates_in_values_and_floors_in_indices(dtype):
+    # literal divisors need no check per element (127 is the widest one positive in int8)
+    k = tcpy.define(f"""
+    def div({dtype}(N) X, float(M) T) -> (Q, R, G) {{
+        Q(i) = X(i) / 3 + X(i) / 127
+        R(i) = X(i) % 2 == 0 ? X(i) % 127 : X(i) % 5
+        G(i) = T(X(i) / 2 + X(i) % 3 + 200)
+    }}""")
+    info = np.iinfo(dtype)
+    values = [info.min, info.min + 1, -128, -7, -1, 0, 1, 7, 100, info.max]
+    X = np.array([min(max(v, info.min, -300), info.max, 300) for v in values], dtype=dtype)
+    T = np.arange(400, dtype=np.float32)
+    expected = tcpy.define(k.source, backend="reference")(X, T)
+    for got, want in zip(k(X, T), expected):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    Q = np.fix(X.astype(np.float64) / 3) + np.fix(X.astype(np.float64) / 127)  # C truncation
+    np.testing.assert_array_equal(k(X, T)[0], Q.astype(dtype))
+
+
 def test_max_reduction_propagates_nan():
     k = tcpy.define("""
     def rmax(float(M,N) X) -> (O) {

@@ -218,6 +218,10 @@ def _binary(em, expr):
     t = expr.type
     a, b = typed(em, expr.lhs, t), typed(em, expr.rhs, t)
     if op in ("/", "%") and not t.is_float:
+        if _checkless_divisor(expr.rhs, t):  # C's own division then means what TC's does
+            if em.in_index:  # TC: index arithmetic floors
+                return f"tcpy_floor{'div' if op == '/' else 'mod'}_{t.numpy_name}({a}, {b})"
+            return f"(({t.c_type})({a} {op} {b}))"
         em.uses_divzero = em.stmt_index
         if em.in_index:  # TC: index arithmetic floors
             fn = f"tcpy_floor{'div' if op == '/' else 'mod'}_{t.numpy_name}"
@@ -233,6 +237,13 @@ def _binary(em, expr):
         # the divisor is a power of two here (see _Emitter.nests): the same value, no division per element
         return f"(({t.c_type})({a} * (({t.c_type})1 / {b})))"
     return f"(({t.c_type})({a} {op} {b}))"
+
+
+def _checkless_divisor(divisor, t) -> bool:
+    """Whether integer division in type ``t`` by ``divisor`` needs no check per element: a
+    literal that is positive in every integer type as wide as ``t`` (never 0, nor the -1 whose
+    quotient of MIN overflows), so the C compiler also turns it into shifts and multiplies."""
+    return isinstance(divisor, ast.IntLit) and 0 < int(divisor.value) < 2 ** (t.bits - 1)
 
 
 #: The nodes of a divisor computed from the sizes alone, with no error to report.

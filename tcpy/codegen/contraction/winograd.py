@@ -86,34 +86,45 @@ class _Winograd:
             self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
 
     def unusual(self, value: str) -> str:
-        """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (NaN fails both tests)."""
+        """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (NaN fails both tests; no
+        short-circuit, which is control flow that keeps gcc from vectorising the loop)."""
         huge = f"({self.ctx.T}){HUGE[self.ctx.element_bytes]}"
-        return f"!({value} <= {huge} && {value} >= -{huge})"
+        return f"!(({value} <= {huge}) & ({value} >= -{huge}))"
 
     def weights(self, w: CWriter):
         """``<p>_weights``: U = G g G^T for the MR rows from r0 (a sliver) of batch index bi; returns
         whether a weight it read is inf, NaN or huge (the weights' scan, fused: they are read once).
-        Written out tap by tap, with no branch or division per tap (a loop over the taps with
-        rows past M tested per load ran ~50 cycles a pair on AMD Zen 5: 3 ms of the 5 ms of
-        ResNet's last 3x3 layer at N=1); each point's MR values of an input channel are stored side
-        by side."""
+        Per input channel, the sliver's 3x3 windows are loaded side by side (rows past M as
+        zeros), then transformed in a loop over the rows that gcc vectorises: each point's MR
+        values are one store. (Written out tap by tap and row by row in scalars it took ~20
+        cycles a pair on AMD Zen 5, a third of ResNet's 14x14 layer at N=1; a loop over the taps
+        with rows past M tested per load ~50.)"""
         p, T, TW, mr, K = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
         half = c_literal(0.5, self.ctx.con.dtype)
         point = self.u_point
         taps = [(i, j) for i in range(TAPS) for j in range(TAPS)]
+        align = max(self.ctx.element_bytes * self.ctx.plan.lanes, 16)
         w(f"static int {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0) {{")
         w("int bad = 0;", 1)
         w(f"{T} *us = U + bi * INT64_C({POINTS * self.u_point}) + r0 / {mr} * INT64_C({K * mr});", 1)
         w(f"const int64_t live = tcpy_min_int64({mr}, {self.form.M} - r0);  /* rows past M hold zeros */", 1)
         w(f"const {TW} *wm[{mr}];", 1)
-        w("for (int64_t r = 0; r < live; r++)", 1)
-        w(f"wm[r] = Wt + INT64_C({self.wts.offset}) + {p}_off_{self.form.weights}_batch(bi) + {p}_ww_m(r0 + r);", 2)
+        w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
+        w(f"wm[r] = Wt + INT64_C({self.wts.offset}) + {p}_off_{self.form.weights}_batch(bi) + "
+          f"(r < live ? {p}_ww_m(r0 + r) : 0);", 2)
+        w(f"{T} g[{len(taps)}][{mr}] __attribute__((aligned({align})));", 1)
         w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
         w(f"const int64_t wk = {p}_ww_k(k);", 2)
-        w("for (int64_t r = 0; r < live; r++) {", 2)
+        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
         w(f"const {TW} *q = wm[r] + wk;", 3)
-        w(f"const {T} " + ", ".join(f"g{i}{j} = ({T})q[{i * rows.weights + j * cols.weights}]" for i, j in taps) + ";", 3)
+        for n, (i, j) in enumerate(taps):
+            w(f"g[{n}][r] = r < live ? ({T})q[{i * rows.weights + j * cols.weights}] : ({T})0;", 3)
+        w("}", 2)
+        w(f"{T} *TCPY_RESTRICT u = us + k * {mr};", 2)
+        w("#pragma GCC ivdep", 0)
+        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
+        w(f"const {T} " + ", ".join(f"g{i}{j} = g[{TAPS * i + j}][r]" for i, j in taps) + ";", 3)
         # one test of the taps' magnitudes summed (inf and NaN carry through the sum): a sum beyond
         # HUGE also takes the exact sums, where the transforms' own sums could overflow first
         fabs = "fabsf" if self.ctx.element_bytes == 4 else "fabs"
@@ -121,16 +132,12 @@ class _Winograd:
         for j in range(TAPS):  # t = G g (the columns j of the 4 x 3 product)
             w(f"const {T} t0{j} = g0{j}, t1{j} = (g0{j} + g1{j} + g2{j}) * {half}, "
               f"t2{j} = (g0{j} - g1{j} + g2{j}) * {half}, t3{j} = g2{j};", 3)
-        w(f"{T} *u = us + k * {mr} + r;", 3)
         for i in range(4):  # U = t G^T
-            at = lambda x: f"u[INT64_C({(4 * i + x) * point})]"  # noqa: E731
+            at = lambda x: f"u[INT64_C({(4 * i + x) * point}) + r]"  # noqa: E731
             w(f"{at(0)} = t{i}0; {at(1)} = (t{i}0 + t{i}1 + t{i}2) * {half}; "
               f"{at(2)} = (t{i}0 - t{i}1 + t{i}2) * {half}; {at(3)} = t{i}2;", 3)
         w("}", 2)
         w("}", 1)
-        w(f"for (int64_t r = live; r < {mr}; r++)", 1)
-        w(f"for (int64_t k = 0; k < {K}; k++) for (int x = 0; x < {POINTS}; x++) "
-          f"us[x * INT64_C({point}) + k * {mr} + r] = 0;", 2)
         w("return bad;", 1)
         w("}")
 

@@ -224,10 +224,10 @@ def deferred_tail(em, node, call: str, tail_c: str, depth: int):
     em.emit("}", depth)
 
 
-def quotient_rows(em, numerator: str, row: int, divisor: str, T: str, condition, depth: int):
+def quotient_rows(em, numerator: str, row, divisor: str, T: str, condition, depth: int):
     """A deferred quotient ``X = Y / Z`` itself, in place in Y's block buffer (``row``
-    elements of C type ``T`` a row), for the block's rows whose ``zr`` meets ``condition``
-    (all, if None); their Z becomes 1."""
+    elements of C type ``T`` a row: a count, or C text for a size-generic chain's), for the
+    block's rows whose ``zr`` meets ``condition`` (all, if None); their Z becomes 1."""
     y, z = c_name(numerator), c_name(divisor)
     em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{", depth)
     em.emit(f"const {T} zr = {z}[r];", depth + 1)

@@ -34,6 +34,14 @@ def render(ctx: Context) -> tuple[str, str]:
     return _Winograd(ctx).render()
 
 
+def unusual(ctx: Context, value: str) -> str:
+    """C: 1 when ``value`` (of ``ctx``'s element type) is inf, NaN or beyond HUGE in magnitude
+    (NaN fails both tests; no short-circuit, which is control flow that keeps gcc from
+    vectorising the loop)."""
+    huge = f"({ctx.T}){HUGE[ctx.element_bytes]}"
+    return f"!(({value} <= {huge}) & ({value} >= -{huge}))"
+
+
 def var_offset_fn(w: CWriter, name: str, variables: tuple[Var, ...], stride):
     """``int64_t <name>(int64_t i)``: ``stride(var)`` summed over the digits of the linear index
     ``i`` of ``variables`` (outermost first)."""
@@ -86,10 +94,8 @@ class _Winograd:
             self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
 
     def unusual(self, value: str) -> str:
-        """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (NaN fails both tests; no
-        short-circuit, which is control flow that keeps gcc from vectorising the loop)."""
-        huge = f"({self.ctx.T}){HUGE[self.ctx.element_bytes]}"
-        return f"!(({value} <= {huge}) & ({value} >= -{huge}))"
+        """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (:func:`unusual`)."""
+        return unusual(self.ctx, value)
 
     def weights(self, w: CWriter):
         """``<p>_weights``: U = G g G^T for the MR rows from r0 (a sliver) of batch index bi; returns

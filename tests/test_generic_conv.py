@@ -170,3 +170,18 @@ def test_a_depthwise_convolution_is_specialised_to_each_shape(builds):
         text = kernel.explain(image, weights)
         assert "no generic kernel, statement 1 takes the direct path" in text, text
     assert len(builds) == 2 and not any("generic" in symbol for symbol in builds)
+
+
+@pytest.mark.parametrize("source, preset", [(source, preset) for source in (CONV2D, PADDED)
+                                            for preset in ("x86-64-v3", "x86-64-v4") if _runnable(preset)])
+def test_winograd_rows_of_tiles_that_are_no_multiple_of_a_vector(source, preset):
+    """A tile row of 28 tiles (or 19, or 3) loads its last tiles in a vector group that overlaps
+    the one before it: the results stay the reference's, at 1 and 2 threads."""
+    rng = np.random.default_rng(6)
+    reference = tcpy.define(source, backend="reference")
+    for threads in (1, 2):
+        kernel = tcpy.define(source, options=tcpy.Options(specialize="never", target=preset, num_threads=threads))
+        for shape in ((1, 16, 16, 56, 56, 3, 3), (2, 16, 24, 38, 37, 3, 3), (1, 32, 16, 6, 40, 3, 3)):
+            args = _conv_args(rng, source, *shape)
+            _check(kernel, reference, args)
+            assert _variant(kernel, *args) == "winograd", (shape, kernel.explain(*args))

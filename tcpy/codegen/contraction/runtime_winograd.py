@@ -197,6 +197,15 @@ class _RuntimeWinograd:
               2)
             w("run[q] = (int)next;", 2)
             w("}", 1)
+            # the group a tile loads in: from it, or, with fewer than L tiles inside left in its
+            # tile row, the L ending at the last of them (the tiles before it, transformed again,
+            # get the same values): a row of 28 tiles is then two groups, not one and 12 tiles
+            # one by one (-1: none, the tile is read alone)
+            w(f"int group[{NC}];", 1)
+            w("for (int64_t q = 0; q < nt; q++) {", 1)
+            w(f"const int64_t g = run[q] >= {L} ? q : q + run[q] - {L};", 2)
+            w(f"group[q] = run[q] > 0 && g >= 0 && run[g] >= {L} && g % {nr} <= {nr - L} ? (int)g : -1;", 2)
+            w("}", 1)
         w("for (int64_t k = 0; k < K; k++) {", 1)
         w("const int64_t ik = ik_t[k];", 2)
         for i in range(G):
@@ -204,8 +213,9 @@ class _RuntimeWinograd:
         w("for (int64_t q = 0; q < lanes; q++) {", 2)
         w(f"{T} *vk = V + q / {nr} * K * {nr} + k * {nr} + q % {nr};", 3)
         if vector:
-            w(f"if (q < nt && run[q] >= {L} && q % {nr} <= {nr - L}) {{", 3)
-            w(f"const {T} *s = src[q] + ik;", 4)
+            w("if (q < nt && group[q] >= 0) {", 3)
+            w("const int64_t g = group[q];", 4)
+            w(f"const {T} *s = src[g] + ik;", 4)
             w(f"{p}_v d[4][4];", 4)
             evens = ", ".join(str(2 * c) for c in range(L))
             odds = ", ".join(str(2 * c + 1) for c in range(L))
@@ -218,9 +228,9 @@ class _RuntimeWinograd:
             w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
               f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", 5)
             w("}", 4)
-            w(f"{T} *vo = vk;", 4)
+            w(f"{T} *vo = V + g / {nr} * K * {nr} + k * {nr} + g % {nr};", 4)
             self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *){at}")
-            w(f"q += {L - 1};", 4)
+            w(f"q = g + {L - 1};", 4)
             w("continue;", 4)
             w("}", 3)
         w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * v_point] = 0; continue; }}", 3)

@@ -273,15 +273,21 @@ def choose_schedule(
     return dataclasses.replace(sched, reasons=tuple(reasons))
 
 
-def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int]) -> tuple[int, int]:
+def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int],
+                     enough: int | None = None) -> tuple[int, int]:
     """(number of leading schedule dimensions that can run as one collapsed parallel loop,
     their iterations). Output tile loops and untiled output point loops qualify; the collapse
     stops at a reduction, a register block (its bounds depend on the tile loop), a tiled
-    variable's point loop, and before the innermost (SIMD) loop."""
+    variable's point loop, before the innermost (SIMD) loop, and once it has ``enough``
+    iterations: loops left out of the collapse keep their own counters, which the compiler
+    optimises as in a serial nest (a collapsed loop recomputes them from the claimed chunk's
+    iteration, which cost a parity merge of strided gradient phases twice its serial time)."""
     dims = sched.dims()
     tiles = dict(sched.tiles)
     count, chunks = 0, 1
     for v, level in dims[: max(1, len(dims) - 1)]:
+        if enough is not None and chunks >= enough:
+            break
         if v in sched.reductions or level is Level.BLOCK or (level is Level.POINT and v in tiles):
             break
         extent = max(extents.get(v, 1), 0)
@@ -333,7 +339,8 @@ def _plan_parallel(sched: StmtSchedule, extents: Mapping[str, int], blocks: Mapp
     if split is not None:
         return split
     while True:
-        count, chunks = _parallel_prefix(sched, extents)
+        # collapse up to twice the wanted chunks: claimed dynamically, they still balance
+        count, chunks = _parallel_prefix(sched, extents, None if generic else 2 * wanted)
         if chunks >= wanted:
             break
         tiled = dict(sched.tiles)

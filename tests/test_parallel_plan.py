@@ -214,3 +214,25 @@ def test_split_reductions_match_the_reference_and_repeat_exactly(case, threads):
         np.testing.assert_array_equal(kernel(*args), got)
     if threads > 1:
         assert any(n.schedule.split for n, _ in plans(kernel, *args)), "this case should be split"
+
+
+# the phase merge of a strided read's gradient: an element-wise nest over four output loops
+PARITY_MERGE = """
+def merge(float(N, C, H, W) like, float(N, C, H2, W2) even, float(N, C, H2, W2) odd) -> (X) {
+    X(n, c, h, w) +=! w % 2 == 0 ? even(n, c, h / 2, w / 2) : odd(n, c, h / 2, w / 2)
+        where n in 0:N, c in 0:C, h in 0:H, w in 0:W
+}"""
+
+
+@pytest.mark.parametrize("threads, collapsed, chunks", [(2, 2, 48), (7, 3, 1920)])
+def test_collapse_stops_once_the_chunks_suffice(threads, collapsed, chunks):
+    # loops past enough chunks stay out of the collapse (they keep their own counters)
+    kernel = tcpy.define(PARITY_MERGE, options=tcpy.Options(num_threads=threads))
+    like, half = (2, 40, 24, 40), (2, 40, 12, 20)
+    (nest, _), = plans(kernel, like, half, half)
+    assert (nest.schedule.parallel_dims, nest.schedule.chunks) == (collapsed, chunks), nest.schedule.describe()
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (like, half, half)]
+    got, want = kernel(*args), tcpy.define(PARITY_MERGE, backend="reference")(*args)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == like
+    np.testing.assert_array_equal(got, want)

@@ -23,7 +23,7 @@ from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context
 from .kernel import accumulate_loop
 from .stores import whole_tile
-from .winograd import SCAN_BLOCK, unusual
+from .winograd import SCAN_BLOCK, load_patches, unusual
 
 W = {name: index for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
 
@@ -216,18 +216,7 @@ class _RuntimeWinograd:
             w("if (q < nt && group[q] >= 0) {", 3)
             w("const int64_t g = group[q];", 4)
             w(f"const {T} *s = src[g] + ik;", 4)
-            w(f"{p}_v d[4][4];", 4)
-            evens = ", ".join(str(2 * c) for c in range(L))
-            odds = ", ".join(str(2 * c + 1) for c in range(L))
-            w("for (int r = 0; r < 4; r++) {", 4)
-            w(f"const {T} *sr = s + r * ri;", 5)
-            w(f"const {p}_v a0 = *(const {p}_vu *)sr, a1 = *(const {p}_vu *)(sr + {L}), "
-              f"b0 = *(const {p}_vu *)(sr + 2), b1 = *(const {p}_vu *)(sr + {L + 2});", 5)
-            w(f"d[r][0] = __builtin_shuffle(a0, a1, ({p}_m){{{evens}}}); "
-              f"d[r][1] = __builtin_shuffle(a0, a1, ({p}_m){{{odds}}});", 5)
-            w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
-              f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", 5)
-            w("}", 4)
+            load_patches(w, p, T, L, "ri", 4)
             w(f"{T} *vo = V + g / {nr} * K * {nr} + k * {nr} + g % {nr};", 4)
             self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *){at}")
             w(f"q = g + {L - 1};", 4)

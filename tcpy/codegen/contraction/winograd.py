@@ -55,6 +55,24 @@ def var_offset_fn(w: CWriter, name: str, variables: tuple[Var, ...], stride):
     w("}")
 
 
+def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int):
+    """``d[4][4]``: the 4x4 patches of ``L`` tiles side by side (tiles 2 elements apart along a
+    row) starting at ``s``, each element a vector of the tiles' values, from two pairs of
+    unaligned loads a row split into even and odd elements; ``row_stride``: C text."""
+    evens = ", ".join(str(2 * c) for c in range(L))
+    odds = ", ".join(str(2 * c + 1) for c in range(L))
+    w(f"{p}_v d[4][4];", depth)
+    w("for (int r = 0; r < 4; r++) {", depth)
+    w(f"const {T} *sr = s + r * {row_stride};", depth + 1)
+    w(f"const {p}_v a0 = *(const {p}_vu *)sr, a1 = *(const {p}_vu *)(sr + {L}), "
+      f"b0 = *(const {p}_vu *)(sr + 2), b1 = *(const {p}_vu *)(sr + {L + 2});", depth + 1)
+    w(f"d[r][0] = __builtin_shuffle(a0, a1, ({p}_m){{{evens}}}); "
+      f"d[r][1] = __builtin_shuffle(a0, a1, ({p}_m){{{odds}}});", depth + 1)
+    w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
+      f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", depth + 1)
+    w("}", depth)
+
+
 class _Winograd:
     """The winograd path's C over a render context: its block buffers' layout, the transforms,
     and the engine's micro-kernel, stores and exact sums."""
@@ -196,18 +214,7 @@ class _Winograd:
         if vector:
             w(f"if (q % {L} == 0 && whole[q / {L}]) {{", 3)
             w(f"const {T} *s = src[q] + ik;", 4)
-            w(f"{p}_v d[4][4];", 4)
-            evens = ", ".join(str(2 * c) for c in range(L))
-            odds = ", ".join(str(2 * c + 1) for c in range(L))
-            w("for (int r = 0; r < 4; r++) {", 4)
-            w(f"const {T} *sr = s + r * INT64_C({rows.out.image});", 5)
-            w(f"const {p}_v a0 = *(const {p}_vu *)sr, a1 = *(const {p}_vu *)(sr + {L}), "
-              f"b0 = *(const {p}_vu *)(sr + 2), b1 = *(const {p}_vu *)(sr + {L + 2});", 5)
-            w(f"d[r][0] = __builtin_shuffle(a0, a1, ({p}_m){{{evens}}}); "
-              f"d[r][1] = __builtin_shuffle(a0, a1, ({p}_m){{{odds}}});", 5)
-            w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
-              f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", 5)
-            w("}", 4)
+            load_patches(w, p, T, L, f"INT64_C({rows.out.image})", 4)
             self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *)(vk + {at})")
             w(f"q += {L - 1};", 4)
             w("continue;", 4)

@@ -2,14 +2,37 @@
 kernels take every CPU however busy the machine is (tests that count threads must not depend on
 other processes' load: test_load_tolerance tests the load watch in processes of its own)."""
 import difflib
+import inspect
 import os
 from pathlib import Path
 
 import pytest
 
+import tcpy
+
 os.environ.setdefault("TCPY_WATCH_LOAD", "0")
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+
+#: Test modules that exercise the library's default, Options(specialize="auto") (size-generic
+#: kernels first, tiering, the cache, the CLI, the README): the other modules test the
+#: specialised kernels' paths and plans, so a kernel they define without choosing is specialised
+#: to its shapes. Under "auto" their calls would run on a size-generic kernel, not the path they
+#: check, and build one such library (every path of the run-time engine) per def, options and
+#: target: most of the suite's time.
+DEFAULT_SPECIALIZE_MODULES = ("test_api", "test_cache", "test_cli", "test_readme", "test_notebooks",
+                              "test_load_tolerance", "test_sanitizer")
+_SPECIALIZE_AT = list(inspect.signature(tcpy.Options.__init__).parameters).index("specialize") - 1  # (self)
+
+
+@pytest.fixture(autouse=True)
+def _specialised_unless_default_tested(request, monkeypatch):
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    if module.startswith("test_generic") or module in DEFAULT_SPECIALIZE_MODULES:
+        return
+    defaults = list(tcpy.Options.__init__.__defaults__)
+    defaults[_SPECIALIZE_AT] = "always"
+    monkeypatch.setattr(tcpy.Options.__init__, "__defaults__", tuple(defaults))
 
 
 def pytest_addoption(parser):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import tcpy
-
 os.environ.setdefault("TCPY_WATCH_LOAD", "0")
+
+import tcpy  # noqa: E402  (after TCPY_WATCH_LOAD: the launcher reads it when imported)
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

@@ -23,7 +23,7 @@ from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context
 from .kernel import accumulate_loop
 from .stores import whole_tile
-from .winograd import SCAN_BLOCK, load_patches, unusual
+from .winograd import SCAN_BLOCK, load_patches, transform_weights, unusual
 
 W = {name: index for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
 
@@ -130,15 +130,7 @@ class _RuntimeWinograd:
         w("#pragma GCC ivdep", 0)
         w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
         w(f"const {T} " + ", ".join(f"g{i}{j} = g[{3 * i + j}][r]" for i, j in taps) + ";", 3)
-        fabs = "fabsf" if self.ctx.element_bytes == 4 else "fabs"
-        w(f"bad |= {self.unusual(' + '.join(f'{fabs}(g{i}{j})' for i, j in taps))};", 3)
-        for j in range(3):  # t = G g
-            w(f"const {T} t0{j} = g0{j}, t1{j} = (g0{j} + g1{j} + g2{j}) * {half}, "
-              f"t2{j} = (g0{j} - g1{j} + g2{j}) * {half}, t3{j} = g2{j};", 3)
-        for i in range(4):  # U = t G^T
-            at = lambda x: f"u[{4 * i + x} * u_point + r]"  # noqa: E731
-            w(f"{at(0)} = t{i}0; {at(1)} = (t{i}0 + t{i}1 + t{i}2) * {half}; "
-              f"{at(2)} = (t{i}0 - t{i}1 + t{i}2) * {half}; {at(3)} = t{i}2;", 3)
+        transform_weights(w, self, T, half, taps, lambda q: f"u[{q} * u_point + r]")
         w("}", 2)
         w("}", 1)
         w("return bad;", 1)

@@ -55,6 +55,21 @@ def var_offset_fn(w: CWriter, name: str, variables: tuple[Var, ...], stride):
     w("}")
 
 
+def transform_weights(w: CWriter, path, T: str, half: str, taps, point_at):
+    """The body of a loop over the rows ``r`` of a sliver whose 3x3 windows are ``g<i><j>``:
+    ``bad |=`` the unusual-magnitude test of the taps summed (``path.unusual``), then U = G g
+    G^T into the 16 points, point ``q`` at C text ``point_at(q)``."""
+    fabs = "fabsf" if path.ctx.element_bytes == 4 else "fabs"
+    w(f"bad |= {path.unusual(' + '.join(f'{fabs}(g{i}{j})' for i, j in taps))};", 3)
+    for j in range(TAPS):  # t = G g (the columns j of the 4 x 3 product)
+        w(f"const {T} t0{j} = g0{j}, t1{j} = (g0{j} + g1{j} + g2{j}) * {half}, "
+          f"t2{j} = (g0{j} - g1{j} + g2{j}) * {half}, t3{j} = g2{j};", 3)
+    for i in range(4):  # U = t G^T
+        at = lambda x: point_at(4 * i + x)  # noqa: E731
+        w(f"{at(0)} = t{i}0; {at(1)} = (t{i}0 + t{i}1 + t{i}2) * {half}; "
+          f"{at(2)} = (t{i}0 - t{i}1 + t{i}2) * {half}; {at(3)} = t{i}2;", 3)
+
+
 def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int):
     """``d[4][4]``: the 4x4 patches of ``L`` tiles side by side (tiles 2 elements apart along a
     row) starting at ``s``, each element a vector of the tiles' values, from two pairs of
@@ -151,15 +166,7 @@ class _Winograd:
         w(f"const {T} " + ", ".join(f"g{i}{j} = g[{TAPS * i + j}][r]" for i, j in taps) + ";", 3)
         # one test of the taps' magnitudes summed (inf and NaN carry through the sum): a sum beyond
         # HUGE also takes the exact sums, where the transforms' own sums could overflow first
-        fabs = "fabsf" if self.ctx.element_bytes == 4 else "fabs"
-        w(f"bad |= {self.unusual(' + '.join(f'{fabs}(g{i}{j})' for i, j in taps))};", 3)
-        for j in range(TAPS):  # t = G g (the columns j of the 4 x 3 product)
-            w(f"const {T} t0{j} = g0{j}, t1{j} = (g0{j} + g1{j} + g2{j}) * {half}, "
-              f"t2{j} = (g0{j} - g1{j} + g2{j}) * {half}, t3{j} = g2{j};", 3)
-        for i in range(4):  # U = t G^T
-            at = lambda x: f"u[INT64_C({(4 * i + x) * point}) + r]"  # noqa: E731
-            w(f"{at(0)} = t{i}0; {at(1)} = (t{i}0 + t{i}1 + t{i}2) * {half}; "
-              f"{at(2)} = (t{i}0 - t{i}1 + t{i}2) * {half}; {at(3)} = t{i}2;", 3)
+        transform_weights(w, self, T, half, taps, lambda q: f"u[INT64_C({q * point}) + r]")
         w("}", 2)
         w("}", 1)
         w("return bad;", 1)

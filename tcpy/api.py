@@ -584,9 +584,9 @@ def _build_and_load(spec: Specialization, options: Options) -> int:
 def _covered(tensor: str, statements, shape) -> bool:
     """Whether the first statement writing ``tensor`` (of ``statements``: each with its ranges)
     writes all of it without reading it (so it needs no zero fill)."""
-    for stmt, ranges in statements:
+    for stmt, extents in statements:
         if stmt.target == tensor:
-            return (stmt.reduction is None or stmt.init) and all(ranges[v][0] <= 0 and ranges[v][1] >= extent
+            return (stmt.reduction is None or stmt.init) and all(extents[v][0] <= 0 and extents[v][1] >= extent
                        for v, extent in zip(stmt.output_vars, shape))
     return False
 

@@ -22,11 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcpy
-from tcpy.lang.types import ScalarType
 from tcpy.loopir import ContractionNest
 from tcpy.loopnest import build_program
 from tcpy.target import PRESETS, Target
-from tcpy.contraction_ir import Plan
 from tcpy.transform.contraction import cell_cost, micro_tile, plan
 from tcpy.transform.recognition import recognize
 from strategies import DERANDOMIZE

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 da = pytest.importorskip("dask.array")
 import tcpy  # noqa: E402
 import tcpy.dask as tcd  # noqa: E402
-from tcpy.binding import numpy_dtype  # noqa: E402
 from tcpy.demo import SOFTMAX  # noqa: E402
 
 from strategies import programs  # noqa: E402

@@ -31,7 +31,6 @@ kernel scans both operands first.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 from ..contraction_ir import MAX_SLIVERS, POINTS, TAPS, TILE, Axis, WinogradForm

@@ -596,7 +596,6 @@ def _driver(ctx: Context, w: CWriter, plan_slot: int):
     """The statement's C in the kernel: empty roles, the exact sums when they are needed, else
     the cells of the plan's thread grid claimed one by one by the threads."""
     p, T, TA, TB, con = ctx.prefix, ctx.T, ctx.TA, ctx.TB, ctx.con
-    mr, nr = ctx.plan.mr, ctx.plan.nr
     X, Y = ctx.names[con.a.tensor], ctx.names[con.b.tensor]
     C = ctx.names[con.c.tensor]
     w("{")

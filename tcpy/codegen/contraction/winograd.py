@@ -327,7 +327,7 @@ class _Winograd:
         """The statement's C in the kernel: the scan and the weights' transform, then the blocks
         claimed by the threads; the exact sums when an operand holds inf, NaN or a huge value."""
         T, con, plan, form = self.ctx.T, self.ctx.con, self.ctx.plan, self.form
-        p, mr, nr, K = self.ctx.prefix, plan.mr, plan.nr, form.K
+        p, mr, nr = self.ctx.prefix, plan.mr, plan.nr
         A, B, C = (self.ctx.names[x.tensor] for x in (con.a, con.b, con.c))
         image, weights = (A, B) if form.image == "a" else (B, A)
         w("{")

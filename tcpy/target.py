@@ -41,7 +41,8 @@ MIB = 1024 * KIB
 class CostModel:
     """The contraction planner's measured constants, in cycles (its unit: one vector FMA on one
     of ``fma_pipes`` pipes). Measured on the generated kernels on one AMD Zen 3 (AVX2, two FMA
-    pipes); every target uses these until it is measured itself (:func:`cost_model`)."""
+    pipes); an ISA family measured on a machine of its own (:data:`COST_MODELS`) replaces the
+    fields it measured (``benchmarks/calibrate.py`` measures the Winograd ones)."""
 
     fma_pipes: int = 2  # vector FMAs issued per cycle (Target has no port count)
     loads: float = 2.0  # loads issued per cycle (a broadcast or a vector from L1)
@@ -84,13 +85,14 @@ class CostModel:
 
 #: The cost model of targets measured on no machine of their own (see :class:`CostModel`).
 DEFAULT_COST_MODEL = CostModel()
-#: Cost models measured for a target, by :attr:`Target.name` (none yet).
+#: Cost models measured per ISA family (:attr:`Target.isa_family`): the vector width and
+#: instructions set the transforms' and kernels' speed more than the CPU's name does.
 COST_MODELS: dict[str, CostModel] = {}
 
 
 def cost_model(target: "Target") -> CostModel:
-    """The planner's constants for ``target``: its own if measured, else the default."""
-    return COST_MODELS.get(target.name, DEFAULT_COST_MODEL)
+    """The planner's constants for ``target``: its ISA family's if measured, else the default."""
+    return COST_MODELS.get(target.isa_family, DEFAULT_COST_MODEL)
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,16 @@ class Target:
         return flags
 
     @property
+    def isa_family(self) -> str:
+        """``AVX-512``, ``AVX2``, ``SSE2`` or ``NEON``: the vector instructions the kernels use,
+        from the vector width and features (whatever the name: a host or a preset)."""
+        if self.arch == "aarch64":
+            return "NEON"
+        if self.vector_bytes >= 64 and "avx512f" in self.features:
+            return "AVX-512"
+        return "AVX2" if self.vector_bytes >= 32 and "avx2" in self.features else "SSE2"
+
+    @property
     def cost(self) -> CostModel:
         """The contraction planner's cost model for this target (:func:`cost_model`)."""
         return cost_model(self)
@@ -208,9 +220,7 @@ class Target:
 
     def describe(self) -> str:
         """One line for ``explain()`` and the header of generated C."""
-        isa = "AVX-512" if "avx512f" in self.features else "AVX2" if "avx2" in self.features else (
-            "NEON" if self.arch == "aarch64" else "SSE2")
-        return (f"{self.name} ({self.arch}, {isa}, {self.vector_registers} x {self.vector_bytes}-byte "
+        return (f"{self.name} ({self.arch}, {self.isa_family}, {self.vector_registers} x {self.vector_bytes}-byte "
                 f"vector registers{', FMA' if self.fma else ''}; L1d {_size(self.l1d)} {self.l1d_ways}-way, "
                 f"L2 {_size(self.l2)}, L3 {_size(self.l3)}; {self.cores} cores)")
 

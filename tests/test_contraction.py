@@ -351,6 +351,21 @@ def test_the_cache_line_comes_from_the_target():
         np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5, atol=1e-4)
 
 
+def test_cost_models_follow_the_isa_family_not_the_name(monkeypatch):
+    families = {name: Target.preset(name).isa_family for name in ("x86-64", "x86-64-v3", "x86-64-v4", "aarch64")}
+    assert families == {"x86-64": "SSE2", "x86-64-v3": "AVX2", "x86-64-v4": "AVX-512", "aarch64": "NEON"}
+    # a host named after its microarchitecture takes its family's constants; a family measured
+    # on no machine takes the default
+    measured = dataclasses.replace(tcpy.target.DEFAULT_COST_MODEL, winograd_input=1.5)
+    monkeypatch.setattr(tcpy.target, "COST_MODELS", {"AVX-512": measured})
+    zen5 = dataclasses.replace(Target.preset("x86-64-v4"), name="zen5")
+    assert zen5.cost is measured and Target.preset("x86-64-v4").cost is measured
+    assert Target.preset("x86-64-v3").cost is tcpy.target.DEFAULT_COST_MODEL
+    # AVX-512 features with 32-byte vectors build AVX2 kernels
+    assert dataclasses.replace(zen5, vector_bytes=32).isa_family == "AVX2"
+    assert "AVX-512" in zen5.describe()
+
+
 def test_host_cache_line_read_from_sysfs(tmp_path):
     from tcpy.target import _sysfs_l1d_geometry
     for index, (level, kind, line) in enumerate([(1, "Instruction", 32), (1, "Data", 128), (2, "Unified", 64)]):

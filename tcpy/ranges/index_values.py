@@ -18,7 +18,6 @@ from typing import Mapping, Optional
 
 from ..errors import TCPreconditionError
 from ..lang import ast
-from ..lang.visit import index_value_uses
 from .affine import linear_bounds
 
 INT32_RANGE = (-2**31, 2**31 - 1)
@@ -45,13 +44,13 @@ def check_index_results(def_: ast.Def, statements, bound_statements, sizes: Mapp
                         shapes: Mapping[str, tuple]) -> None:
     """Raise :class:`~tcpy.errors.TCPreconditionError` naming the statement when, at these sizes,
     an int32 index result of some statement would leave int32 (or an intermediate would leave
-    int64). ``statements`` are the :class:`~tcpy.ranges.StmtRanges` of ``def_``,
+    int64). ``statements`` are the :class:`~tcpy.ranges.StmtRanges` of ``def_`` (with their index values),
     ``bound_statements`` their ranges at these sizes (var -> (lo, hi)), ``shapes`` the bound shapes
     of outputs and temporaries."""
     for number, (st, box) in enumerate(zip(statements, bound_statements), 1):
         if any(hi <= lo for lo, hi in box.values()):
             continue  # the statement evaluates nothing
-        for value, as_int32 in index_value_uses(st.stmt.rhs):
+        for value, as_int32 in st.index_uses:
             try:
                 bounds = _bounds(value, box, def_, sizes, shapes)
             except _Overflow as exc:

@@ -48,7 +48,7 @@ import sympy
 
 from ..errors import TCPreconditionError, TCRangeError, TCShapeError, TCWarning
 from ..lang import ast
-from ..lang.visit import index_vars, inline_lets
+from ..lang.visit import index_value_uses, index_vars, inline_lets
 from .affine import NotAffine
 from .convert import Converter, guarded_accesses
 from .index_values import check_index_results
@@ -87,6 +87,8 @@ class StmtRanges:
     ``domain`` is the iteration domain: an isl set with the size variables as parameters and
     ``stmt.index_vars`` as dimensions. ``defines`` is True when this statement gives its target
     its shape. ``runtime_checked`` lists accesses whose bounds only a run-time check can ensure.
+    ``index_uses``: its index values (:func:`~tcpy.lang.visit.index_value_uses`), which each
+    call's sizes must keep in range.
     """
 
     stmt: ast.Stmt
@@ -94,6 +96,7 @@ class StmtRanges:
     domain: isl.Set = field(compare=False, repr=False)
     defines: bool = False
     runtime_checked: tuple = ()
+    index_uses: tuple = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,8 @@ class DefRanges:
     shapes: dict  # tensor name -> tuple of sympy expressions (outputs and temporaries)
     preconditions: tuple
     shapes_isl: dict = field(default_factory=dict, compare=False, repr=False)
+    # (built at the first evaluate: see _distinct_bounds)
+    distinct_bounds: dict = field(default_factory=dict, compare=False, repr=False)
 
     def bind(self, sizes: dict) -> BoundRanges:
         """Evaluate ranges and shapes for concrete ``sizes`` (every size variable, ints >= 0).
@@ -155,15 +160,34 @@ class DefRanges:
 
     def evaluate(self, sizes: dict, point: isl.Point) -> BoundRanges:
         """Ranges and shapes at ``point`` (``sizes`` as an isl point), preconditions unchecked."""
+        distinct, positions = self._distinct_bounds()
+        values = [value_at(pa, point) for pa in distinct]
+        at = iter(positions)
         statements = []
         for st in self.statements:
             bound = {}
-            for var, vr in st.ranges.items():
-                lo, hi = value_at(vr.lo_isl, point), value_at(vr.hi_isl, point)
+            for var in st.ranges:
+                lo, hi = values[next(at)], values[next(at)]
                 bound[var] = (0, 0) if lo is None or hi is None or hi <= lo else (lo, hi)
             statements.append(bound)
-        shapes = {name: tuple(value_at(d, point) or 0 for d in dims) for name, dims in self.shapes_isl.items()}
+        shapes = {name: tuple(values[next(at)] or 0 for _ in dims) for name, dims in self.shapes_isl.items()}
         return BoundRanges(dict(sizes), tuple(statements), shapes)
+
+    def _distinct_bounds(self) -> tuple[list, list[int]]:
+        """Each bound of the ranges and shapes once (statements share most: ``0 <= b < B``),
+        and per bound, in :meth:`evaluate`'s order, its position among them: a new call shape
+        evaluates each once."""
+        found = self.distinct_bounds.get("bounds")
+        if found is None:
+            every = [pa for st in self.statements for vr in st.ranges.values() for pa in (vr.lo_isl, vr.hi_isl)]
+            every += [pa for dims in self.shapes_isl.values() for pa in dims]
+            index: dict = {}
+            positions = [index.setdefault(None if pa is None else pa.to_str(), len(index)) for pa in every]
+            distinct = [None] * len(index)
+            for pa, position in zip(every, positions):
+                distinct[position] = pa
+            found = self.distinct_bounds.setdefault("bounds", (distinct, positions))
+        return found
 
     def size_point(self, sizes: dict) -> isl.Point:
         """``sizes`` as an isl point over the size variables; each must be an int >= 0."""
@@ -316,7 +340,7 @@ class _DefInference:
         if defines:
             self.define_shape(index, stmt, ranges)
         self.access_preconditions(index, stmt, conv, domain, bounds, ranges)
-        return StmtRanges(stmt, ranges, domain, defines, tuple(runtime))
+        return StmtRanges(stmt, ranges, domain, defines, tuple(runtime), index_value_uses(stmt.rhs))
 
     def bounds(self, conv, found, exists_from):
         bounds, runtime = [], []

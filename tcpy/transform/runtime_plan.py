@@ -14,6 +14,7 @@ assumed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Mapping, Optional
 
 import numpy as np
@@ -77,12 +78,12 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     sizes_ = {"batch": con.size("batch"), "m": con.size(m), "n": con.size(n), "k": con.size("k")}
     if zero is not None:
         sizes_[zero] = 0
-    tables = {
-        "a_batch": _offsets(con.batch, a), "a_m": _offsets(getattr(con, m), a), "a_k": _offsets(con.k, a),
-        "b_batch": _offsets(con.batch, b), "b_n": _offsets(getattr(con, n), b), "b_k": _offsets(con.k, b),
-        "c_batch": _offsets(con.batch, "c"), "c_m": _offsets(getattr(con, m), "c"),
-        "c_n": _offsets(getattr(con, n), "c"),
+    dims = {
+        "a_batch": _dims(con.batch, a), "a_m": _dims(getattr(con, m), a), "a_k": _dims(con.k, a),
+        "b_batch": _dims(con.batch, b), "b_n": _dims(getattr(con, n), b), "b_k": _dims(con.k, b),
+        "c_batch": _dims(con.batch, "c"), "c_m": _dims(getattr(con, m), "c"), "c_n": _dims(getattr(con, n), "c"),
     }
+    tables = {name: _table(role) for name, role in dims.items()}
     own = getattr(con, m if guarded == "a" else n)
     g_batch, g_own, g_k = [], [], []
     for i in range(len(nominal.guards)):  # a guard this shape does not have holds everywhere
@@ -99,16 +100,16 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     if plan.path == "winograd":  # (the packed loops' copies and stores do not run: no tables for them)
         tables.update(b_runs=np.zeros(1, np.int64), c_runs=np.zeros(1, np.int64), b_segments=np.zeros(1, np.int64))
     else:
-        tables.update(b_runs=_runs(tables["b_n"], plan.nr), c_runs=_runs(tables["c_n"], plan.nr),
-                      b_segments=_segments(tables["b_n"]))
+        tables.update(b_runs=_runs(dims["b_n"], plan.nr), c_runs=_runs(dims["c_n"], plan.nr),
+                      b_segments=_segments(dims["b_n"]))
     tb, tm, tn, _ = plan.grid
     if keep:
         tm, tn = tn, tm
     other = acc["b" if guarded == "a" else "a"]
     fields = {**sizes_, "kc": plan.kc, "mc": plan.mc, "nc": plan.nc, "grid_batch": tb, "grid_m": tm, "grid_n": tn,
               "swapped": int(swapped and not keep), "a_base": acc["a"].offset, "b_base": acc["b"].offset,
-              "c_base": acc["c"].offset, "a_k_unit": int(_runs(tables["a_k"], len(tables["a_k"]))[0]),
-              "b_k_unit": int(_runs(tables["b_k"], len(tables["b_k"]))[0]),
+              "c_base": acc["c"].offset, "a_k_unit": int(_runs(dims["a_k"], 0)[0]),
+              "b_k_unit": int(_runs(dims["b_k"], 0)[0]),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
     if plan.path in RUNTIME_PATHS:
@@ -183,33 +184,45 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
     return _section(RUNTIME_WINOGRAD_FIELDS, fields, tables, at)
 
 
-def _offsets(groups, which: str) -> np.ndarray:
-    """Element offsets (or a guard's values) in ``which`` per linear index of the role of these
-    groups (outer first: each group is one affine dimension)."""
+def _dims(groups, which: str) -> tuple[tuple[int, int], ...]:
+    """Each group's extent and stride in ``which`` (or guard coefficient), outer first: what a
+    role's tables are made from."""
+    return tuple((group.extent, group.stride(which)) for group in groups)
+
+
+@functools.lru_cache(maxsize=512)
+def _table(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Element offsets (or a guard's values) per linear index of a role of these ``dims``
+    (:func:`_dims`: each one affine dimension); read-only, kept for the variants and call
+    shapes that share them (a chain's blocks of the same columns, a dimension of the same
+    extent)."""
     offsets = np.zeros(1, np.int64)
-    for group in groups:
-        along = group.stride(which) * np.arange(group.extent, dtype=np.int64)
-        offsets = (offsets[:, None] + along[None, :]).ravel()
+    for extent, stride in dims:
+        offsets = (offsets[:, None] + stride * np.arange(extent, dtype=np.int64)[None, :]).ravel()
+    offsets.flags.writeable = False
     return offsets
+
+
+def _offsets(groups, which: str) -> np.ndarray:
+    """:func:`_table` of these groups in ``which``."""
+    return _table(_dims(groups, which))
 
 
 def _var_offsets(variables, which: str, guard: int = 0) -> np.ndarray:
     """Offsets in the tensor ``which`` names (a :class:`~tcpy.contraction_ir.Var` field; ``g``:
     guard ``guard``'s coefficients) per linear index of ``variables`` (outer first)."""
-    offsets = np.zeros(1, np.int64)
-    for var in variables:
-        stride = var.g[guard] if which == "g" else getattr(var, which)
-        offsets = (offsets[:, None] + stride * np.arange(var.extent, dtype=np.int64)[None, :]).ravel()
-    return offsets
+    return _table(tuple((var.extent, var.g[guard] if which == "g" else getattr(var, which)) for var in variables))
 
 
 def _joined(tables) -> np.ndarray:
     return np.concatenate(tables) if tables else np.zeros(1, np.int64)
 
 
-def _segments(offsets: np.ndarray) -> np.ndarray:
-    """Per linear index, ``length * 4 + step``: the run of ``offsets`` from it on with a step of
-    1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
+@functools.lru_cache(maxsize=256)
+def _segments(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Per linear index of :func:`_table` ``(dims)``, ``length * 4 + step``: the run of its
+    offsets from it on with a step of 1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
+    offsets = _table(dims)
     n = len(offsets)
     step = np.zeros(n, np.int64)  # the step to the next offset, where it is 1 or 2, else 0
     step[:-1] = np.diff(offsets)
@@ -219,19 +232,23 @@ def _segments(offsets: np.ndarray) -> np.ndarray:
     ends = np.minimum.accumulate(ends[::-1])[::-1]
     later = np.append(ends[1:], n)
     length = np.where(step > 0, later - np.arange(n) + 1, 1)
-    return np.minimum(length, n - np.arange(n)) * 4 + np.maximum(step, 1)
+    segments = np.minimum(length, n - np.arange(n)) * 4 + np.maximum(step, 1)
+    segments.flags.writeable = False
+    return segments
 
 
-def _runs(offsets: np.ndarray, width: int) -> np.ndarray:
-    """Per block of ``width`` linear indices (the last one partial), 1 where the block's offsets
-    are one unit-stride run (x, x + 1, ...)."""
-    blocks = -(-len(offsets) // width)
-    padded = np.full(blocks * width, -1, np.int64)  # (a partial block's end: steps of 1 too)
-    padded[:len(offsets)] = offsets
-    rows = padded.reshape(blocks, width)
-    steps = np.diff(rows, axis=1)
-    valid = np.arange(1, width) < (len(offsets) - np.arange(blocks) * width)[:, None]
-    return np.all((steps == 1) | ~valid, axis=1).astype(np.int64)
+@functools.lru_cache(maxsize=256)
+def _runs(dims: tuple[tuple[int, int], ...], width: int) -> np.ndarray:
+    """Per block of ``width`` linear indices of :func:`_table` ``(dims)`` (the last block
+    partial), 1 where the block's offsets are one unit-stride run (x, x + 1, ...); ``width`` 0:
+    the whole table as one block."""
+    offsets = _table(dims)
+    width = width or len(offsets)
+    runs = np.ones(-(-len(offsets) // width), np.int64)
+    breaks = np.flatnonzero(np.diff(offsets) != 1)  # the steps from an index to the next that are not 1
+    runs[breaks[breaks % width != width - 1] // width] = 0  # (a step into the next block breaks none)
+    runs.flags.writeable = False
+    return runs
 
 
 def describe(buffer: np.ndarray, tile: Plan) -> str:

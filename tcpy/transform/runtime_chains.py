@@ -10,14 +10,16 @@ its statement, after the size block):
 
 ``[full, last, whole, rows, panel]`` then three *variants*, each at the offset the first three give:
 a product on a whole block of columns, on the last (shorter) one, and on one whole row (the
-rows the online form cannot give exactly, computed again as the statements say). A variant
+rows the online form cannot give exactly, computed again as the statements say); where the
+last block is the only one, the first offset is the last block's (no whole block runs). A variant
 is its operands' bases, ``3 x (1 + loops)`` values (per operand a, b, c: a constant, then its
 stride along each loop of the chain: the batch loops, the block's first row, the block's first
 column), followed by the run-time engine's plan buffer of that block contraction
 (:func:`tcpy.transform.runtime_plan.contraction_buffer`). ``rows`` is the call's rows per block:
 at most the plan's (what the block buffers hold), fewer when the blocks would not occupy every
-thread; ``panel`` the elements of the product's b on a whole block of columns, packed (each
-thread packs b of every block of columns once per batch, ``panel`` elements apart).
+thread; ``panel`` the elements of the product's b on a whole block of columns (on the only
+block where there is one), packed (each thread packs b of every block of columns once per
+batch, ``panel`` elements apart).
 """
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
     lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]
     columns = chain_plan.columns
     rest = (hi - lo) % columns or columns
+    one_block = hi - lo < columns  # (the last block is the only one: no whole block runs)
     in_program = SimpleNamespace(shapes=shapes, sizes=sizes)
     blocks = {tensor: buffer for tensor, buffer, _ in chain_plan.blocked}
     whole = {tensor: buffer for tensor, buffer, _ in chain_plan.whole}
@@ -91,8 +94,8 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
         variants, panel = [], 0
         for count, buffers_, nominal in ((columns, blocks, product), (rest, blocks, product),
                                          (0, whole, whole_product)):
-            if count == rest == columns and variants:
-                variants.append(None)  # (the columns divide the range: no shorter block)
+            if count == columns and one_block or count == rest == columns and variants:
+                variants.append(None)  # (no whole block, or the columns divide the range: no shorter one)
                 continue
             keys = (online.column_var, count, columns) if count else None
             found = block_contraction(con, statement.stmt, own, group.shared[:-1], chain.block_var,
@@ -100,7 +103,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             if found is None:
                 return None
             block, bases = found
-            if count == columns:
+            if count == (rest if one_block else columns):
                 panel = block.size("k") * -(-block.size("n") // nominal.plan.nr) * nominal.plan.nr
             buffer = _block_buffer(block, nominal.plan, nominal.contraction, options.target)
             if buffer is None:

@@ -31,7 +31,7 @@ _memory: dict[str, Optional[Options]] = {}  # key -> tuned options (None: looked
 
 
 def _key(kernel, sizes: Mapping[str, int]) -> str:
-    text = repr((str(kernel.def_), sorted(sizes.items()), kernel.options.key()))
+    text = repr((kernel.canonical_text, sorted(sizes.items()), kernel.options.key()))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

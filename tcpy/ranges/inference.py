@@ -135,8 +135,8 @@ class DefRanges:
     shapes: dict  # tensor name -> tuple of sympy expressions (outputs and temporaries)
     preconditions: tuple
     shapes_isl: dict = field(default_factory=dict, compare=False, repr=False)
-    # (built at the first evaluate: see _distinct_bounds)
-    distinct_bounds: dict = field(default_factory=dict, compare=False, repr=False)
+    # what binding sizes reads, built at its first use (see _distinct_bounds, size_point)
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def bind(self, sizes: dict) -> BoundRanges:
         """Evaluate ranges and shapes for concrete ``sizes`` (every size variable, ints >= 0).
@@ -177,7 +177,7 @@ class DefRanges:
         """Each bound of the ranges and shapes once (statements share most: ``0 <= b < B``),
         and per bound, in :meth:`evaluate`'s order, its position among them: a new call shape
         evaluates each once."""
-        found = self.distinct_bounds.get("bounds")
+        found = self.memo.get("bounds")
         if found is None:
             every = [pa for st in self.statements for vr in st.ranges.values() for pa in (vr.lo_isl, vr.hi_isl)]
             every += [pa for dims in self.shapes_isl.values() for pa in dims]
@@ -186,7 +186,7 @@ class DefRanges:
             distinct = [None] * len(index)
             for pa, position in zip(every, positions):
                 distinct[position] = pa
-            found = self.distinct_bounds.setdefault("bounds", (distinct, positions))
+            found = self.memo.setdefault("bounds", (distinct, positions))
         return found
 
     def size_point(self, sizes: dict) -> isl.Point:
@@ -194,7 +194,10 @@ class DefRanges:
         missing = [s for s in self.size_vars if s not in sizes]
         if missing:
             raise TCShapeError(f"in def '{self.def_.name}': no value for size {', '.join(missing)}")
-        point = isl.Point.zero(param_space(self.size_vars))
+        space = self.memo.get("space")
+        if space is None:
+            space = self.memo.setdefault("space", param_space(self.size_vars))
+        point = isl.Point.zero(space)
         for pos, name in enumerate(self.size_vars):
             value = sizes[name]
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:

@@ -11,6 +11,7 @@ importing a planner.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -188,9 +189,9 @@ class Contraction:
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
 
-    @property
+    @functools.cached_property
     def sizes(self) -> tuple[int, int, int, int]:
-        """(batch, M, N, K)."""
+        """(batch, M, N, K) (planning reads them many times)."""
         return tuple(self.size(r) for r in ROLES)
 
     def linear_stride(self, role: str, which: str) -> Optional[int]:

@@ -186,6 +186,8 @@ def affine_form(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[Af
 def linear_form(expr: ast.Expr, sizes: Mapping[str, int], shapes) -> Optional[tuple[int, dict[str, int]]]:
     """``(constant, {var: coefficient})`` of an index expression affine in the index variables
     at concrete sizes (no floor division), or None."""
+    if isinstance(expr, ast.IndexVar):  # (most indices: planning a new call shape reads many)
+        return 0, {expr.name: 1}
     form = affine_form(expr, sizes, shapes)
     return None if form is None else form.linear()
 

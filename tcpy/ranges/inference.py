@@ -87,8 +87,8 @@ class StmtRanges:
     ``domain`` is the iteration domain: an isl set with the size variables as parameters and
     ``stmt.index_vars`` as dimensions. ``defines`` is True when this statement gives its target
     its shape. ``runtime_checked`` lists accesses whose bounds only a run-time check can ensure.
-    ``index_uses``: its index values (:func:`~tcpy.lang.visit.index_value_uses`), which each
-    call's sizes must keep in range.
+    ``index_uses``: its distinct index values (:func:`~tcpy.lang.visit.index_value_uses`),
+    which each call's sizes must keep in range.
     """
 
     stmt: ast.Stmt
@@ -343,7 +343,9 @@ class _DefInference:
         if defines:
             self.define_shape(index, stmt, ranges)
         self.access_preconditions(index, stmt, conv, domain, bounds, ranges)
-        return StmtRanges(stmt, ranges, domain, defines, tuple(runtime), index_value_uses(stmt.rhs))
+        # (each distinct index value once: equal ones have equal bounds)
+        uses = tuple(dict.fromkeys(index_value_uses(stmt.rhs)))
+        return StmtRanges(stmt, ranges, domain, defines, tuple(runtime), uses)
 
     def bounds(self, conv, found, exists_from):
         bounds, runtime = [], []

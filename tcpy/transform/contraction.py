@@ -13,6 +13,7 @@ of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` re
 """
 from __future__ import annotations
 
+import functools
 import math
 from types import MappingProxyType
 from typing import Mapping, Optional
@@ -47,17 +48,19 @@ NARROW_N_GAIN = 1.05  # a tile fitting N's extent better must win by this (8x3 r
 ONE_K_BLOCK_SLACK = 1.5  # K up to this many L1-sized K blocks runs as one when the output is beyond L2
 
 
-def register_tiles(target: Target) -> dict[int, int]:
+@functools.lru_cache(maxsize=32)
+def register_tiles(target: Target) -> Mapping[int, int]:
     """The tallest ``MR`` for each width of ``NR vectors`` (1 to 4) whose accumulators ``MR x NRv``,
     ``NRv`` vectors of B and one broadcast of A fit the vector registers, with no more loads
-    (MR broadcasts + NRv vectors) than FMAs and at most ``MAX_TILE_ROWS`` rows."""
+    (MR broadcasts + NRv vectors) than FMAs and at most ``MAX_TILE_ROWS`` rows (found once per
+    target: every plan asks)."""
     tallest = {}
     for nv in range(1, 5):
         fits = [mr for mr in range(1, MAX_TILE_ROWS + 1)
                 if mr * nv + nv + 1 <= target.vector_registers and mr + nv <= mr * nv]
         if fits:
             tallest[nv] = max(fits)
-    return tallest
+    return MappingProxyType(tallest)
 
 
 def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> tuple[int, int]:

@@ -125,19 +125,24 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     return np.concatenate(parts)
 
 
+@functools.lru_cache(maxsize=None)
+def _field_index(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: i for i, name in enumerate(names)}
+
+
 def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[str, np.ndarray],
              at: int) -> list[np.ndarray]:
     """A header of ``names`` holding ``fields`` and where each of ``tables`` starts (its
     ``<name>_table`` field: the section starts at ``at`` in the buffer), then the tables."""
-    index = {name: i for i, name in enumerate(names)}
-    header = np.zeros(len(names), np.int64)
+    index = _field_index(names)
+    header = [0] * len(names)  # (filled as a list: a new call shape's plan sets each field once)
     for name, value in fields.items():
         header[index[name]] = value
-    parts, at = [header], at + len(header)
+    at += len(header)
     for name, table in tables.items():
         header[index[name + "_table"]] = at
-        parts.append(table)
         at += len(table)
+    parts = [np.array(header, np.int64), *tables.values()]
     return parts
 
 

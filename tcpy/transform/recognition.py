@@ -420,9 +420,17 @@ class Base:
     strides: tuple[tuple[str, int], ...]
 
 
+def statement_accesses(stmt: ast.Stmt) -> dict[str, ast.Access]:
+    """A statement's accesses by tensor: its reads, and its target as it writes it."""
+    accesses = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
+    accesses[stmt.target] = ast.Access(stmt.target, stmt.lhs)
+    return accesses
+
+
 def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str, ...], block_var: str,
                       rows: int, buffers: Mapping[str, str], program,
-                      columns: Optional[tuple[str, int, int]] = None
+                      columns: Optional[tuple[str, int, int]] = None,
+                      accesses: Optional[Mapping[str, ast.Access]] = None
                       ) -> Optional[tuple[Contraction, tuple[Base, Base, Base]]]:
     """``con`` restricted to one block of ``rows`` rows of ``block_var`` (an M variable, or the
     only K variable: the block's terms of a sum over the rows) inside loops over ``fixed`` (the
@@ -431,8 +439,9 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
     ``buffers`` lives in the named per-thread block buffer, one row (its dimensions not indexed
     by ``fixed``) per value of ``block_var``. ``columns`` (variable, count, width) restricts an
     N or K variable to a block of ``count`` values too (the operands' bases then also move
-    along it; a block buffer's row holds ``width`` of them). None when the roles do not allow
-    it, or when the contraction has guards (padding)."""
+    along it; a block buffer's row holds ``width`` of them); ``accesses``: the statement's
+    (:func:`statement_accesses`), if at hand. None when the roles do not allow it, or when the
+    contraction has guards (padding)."""
     fixed_set = set(fixed)
     summed = con.role_vars("k") == (block_var,)
     if (con.guards or not {v for v in con.role_vars("batch")} <= fixed_set
@@ -450,8 +459,7 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
         extents[column] = count
         local_ranges[column] = (0, count)
         moving.add(column)
-    accesses = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
-    accesses[stmt.target] = ast.Access(stmt.target, stmt.lhs)
+    accesses = accesses or statement_accesses(stmt)
     accs, bases = {}, []
     for which in "abc":
         acc = getattr(con, which)

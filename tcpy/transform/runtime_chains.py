@@ -32,12 +32,11 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..contraction_ir import Contraction
-from ..lang import ast
 from ..loopir import FusedGroup, Program
 from ..options import Options
 from ..schedule import volume
 from .engines import shape_block
-from .recognition import _access, block_contraction
+from .recognition import _access, block_contraction, statement_accesses
 from . import runtime_plan
 from .runtime_plan import contraction_buffer
 
@@ -88,7 +87,8 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
     for product, whole_product in zip(chain_plan.products, chain_plan.whole_products):
         statement = program.statements[product.stmt]
         own = ranges[statement.origin]
-        con = _at_sizes(statement.engine.contraction, statement.stmt, own, shapes, sizes)
+        accesses = statement_accesses(statement.stmt)
+        con = _at_sizes(statement.engine.contraction, accesses, own, shapes, sizes)
         if con is None:
             return None
         variants, panel = [], 0
@@ -99,7 +99,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
                 continue
             keys = (online.column_var, count, columns) if count else None
             found = block_contraction(con, statement.stmt, own, group.shared[:-1], chain.block_var,
-                                      rows if count else 1, buffers_, in_program, keys)
+                                      rows if count else 1, buffers_, in_program, keys, accesses)
             if found is None:
                 return None
             block, bases = found
@@ -139,20 +139,18 @@ def _block_buffer(block: Contraction, tile, nominal: Contraction, target) -> Opt
     return buffer
 
 
-def _at_sizes(nominal: Contraction, stmt, ranges, shapes, sizes) -> Optional[Contraction]:
-    """``nominal`` (a chain product as recognised at the kernel's nominal sizes) with its
-    operands' offsets and strides at a call's sizes: the roles stay the nominal ones (a
-    variable of extent 1 at these sizes keeps its role, with one value)."""
-    reads = {node.tensor: node for node in stmt.rhs.walk() if isinstance(node, ast.Access)}
-    reads[stmt.target] = ast.Access(stmt.target, stmt.lhs)
-    accesses = {}
+def _at_sizes(nominal: Contraction, accesses, ranges, shapes, sizes) -> Optional[Contraction]:
+    """``nominal`` (a chain product as recognised at the kernel's nominal sizes, ``accesses``
+    its statement's) with its operands' offsets and strides at a call's sizes: the roles stay
+    the nominal ones (a variable of extent 1 at these sizes keeps its role, with one value)."""
+    operands = {}
     for which in "abc":
         acc = getattr(nominal, which)
-        found = _access(acc.tensor, reads[acc.tensor].indices, acc.dtype, ranges, sizes, shapes)
+        found = _access(acc.tensor, accesses[acc.tensor].indices, acc.dtype, ranges, sizes, shapes)
         if found is None:
             return None
-        accesses[which] = found
-    return dataclasses.replace(nominal, **accesses)
+        operands[which] = found
+    return dataclasses.replace(nominal, **operands)
 
 
 def describe(buffer: np.ndarray, group: FusedGroup, stmt: int) -> str:

@@ -177,3 +177,29 @@ def test_attention_sweeps_its_lengths_on_one_generic_chain(builds):
         assert "kernel: generic" in text and "online softmax at every size" in text
         assert "in the chain, on blocks of" in text
     assert builds == ["tcpy_attention_generic"]
+
+
+def test_shapes_that_share_planned_parts_keep_the_reference_results(builds):
+    """A new call shape reuses what earlier shapes planned where it is the same (the offset
+    tables of a chain product's roles along the same head size or keys, the bounds of the
+    ranges): shapes sharing those parts give the reference evaluator's results, and a shape
+    planned again after many others (by a second kernel of the same def) gives the same values
+    as at first."""
+    options = tcpy.Options(specialize="never", target="x86-64-v3", num_threads=2)
+    kernel = tcpy.define(ATTENTION, options=options)
+    reference = tcpy.define(ATTENTION, backend="reference")
+    rng = np.random.default_rng(5)
+    first = _arguments(rng, 1, 2, 40, 33, 16)
+    at_first = kernel(*first)
+    np.testing.assert_allclose(at_first, reference(*first), rtol=1e-4, atol=1e-5)
+    # the same keys and head size with other heads, batches and queries; the same queries with
+    # other keys or head size; then lengths around a block of keys (1360: several blocks)
+    shared = [(1, 3, 40, 33, 16), (2, 2, 17, 33, 16), (1, 2, 40, 70, 16), (1, 2, 40, 33, 9), (1, 1, 5, 33, 16)]
+    others = [(1, int(rng.integers(1, 4)), int(rng.integers(1, 90)), int(rng.integers(1, 90)), int(rng.integers(1, 33)))
+              for _ in range(10)]
+    for shape in shared + others + [(1, 1, 30, 1361, 16), (1, 2, 40, 1360, 16)]:
+        args = _arguments(rng, *shape)
+        np.testing.assert_allclose(kernel(*args), reference(*args), rtol=1e-4, atol=1e-5)
+    again = tcpy.define(ATTENTION, options=options)(*first)
+    np.testing.assert_array_equal(again, at_first)
+    assert builds == ["tcpy_attention_generic"] * 2  # (the second kernel finds the library built)

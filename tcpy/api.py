@@ -39,7 +39,7 @@ from .options import Options
 from .schedule import volume
 from .target import PRESETS, Target
 from .transform import (attach_epilogues, decide_engines, drop_empty_sums, fuse_statements, pack_operands,
-                        plan_chains, register_tiles, runtime_gap)
+                        plan_chains, register_tiles, runtime_gap, split_phases)
 
 BACKENDS = ("compiled", "reference")
 
@@ -53,6 +53,7 @@ PASSES = (
     ("epilogues", attach_epilogues),  # element-wise consumers into a contraction's store
     ("fusion", fuse_statements),  # shared loops, chains over blocks of rows
     ("chains", plan_chains),  # how fused groups and chains run: parallel, blocks, prepacks, products' plans
+    ("phases", split_phases),  # parity selects of an interleaving statement resolved per residue
     ("lower", lower),  # loop nests from isl schedules
     ("register_tiles", lambda ir, options: register_tiles(ir)),
 )

@@ -487,11 +487,13 @@ class Block(_HasBody):
 
 @dataclass(frozen=True, slots=True)
 class Point(_Leaf):
-    """One instance of statement ``stmt`` at ``point``."""
+    """One instance of statement ``stmt`` at ``point``; with ``residues`` ((variable, stride,
+    residue) ...), of its piece where those hold (:func:`tcpy.transform.phases.phase_piece`)."""
 
     stmt: int
     point: Point_
     mode: Mode
+    residues: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from .lower_chains import lower_chain
 from .generic import GenericSizes
 from .options import Options
 from .schedule import Level, StmtSchedule, volume
+from .transform.phases import quotient
 from .transform.snapshot import snapshot_own_reads
 
 
@@ -83,6 +84,31 @@ def _build_ast(schedule_map: isl.Map, context: isl.Set) -> Optional[isl.AstNode]
     return build.node_from_schedule_map(isl.UnionMap.from_map(schedule_map))
 
 
+def _phase_ast(name: str, vars_: tuple[str, ...], sched: StmtSchedule,
+               ranges: Mapping[str, tuple[int, int]]) -> Optional[isl.AstNode]:
+    """The loops of a statement split by phase (:mod:`tcpy.transform.phases`): one isl
+    statement ``<name>_<residues>`` per residue combination, over its split variables'
+    quotients ``q`` (``lo <= s*q + r < hi``), scheduled together."""
+    names = _isl_names(vars_)
+    pieces = [()]
+    for v, stride in sched.phases:
+        pieces = [piece + (r,) for piece in pieces for r in range(stride)]
+    strides = dict(sched.phases)
+    schedule = isl.UnionMap("{ }")
+    for piece in pieces:
+        residues = {v: r for (v, _), r in zip(sched.phases, piece)}
+        cons = [f"{ranges[v][0]} <= {strides[v]}*{names[v]} + {residues[v]} < {ranges[v][1]}" if v in residues
+                else f"{ranges[v][0]} <= {names[v]} < {ranges[v][1]}" for v in vars_]
+        label = "_".join((name,) + tuple(map(str, piece)))
+        domain = isl.Set(f"{{ {label}[{', '.join(names[v] for v in vars_)}] : {' and '.join(cons)} }}")
+        outs = ", ".join(sched.dim_exprs(names, residues))
+        piece_map = isl.Map(f"{{ {label}[{', '.join(names[v] for v in vars_)}] -> [{outs}] }}").intersect_domain(domain)
+        schedule = schedule.union(isl.UnionMap.from_map(piece_map))
+    if schedule.is_empty():
+        return None
+    return isl.AstBuild.from_context(isl.Set("{ : }")).node_from_schedule_map(schedule)
+
+
 class _Lowerer:
     """Walks an isl AST and produces loop IR for one nest."""
 
@@ -98,7 +124,9 @@ class _Lowerer:
         dims = sched.dims() if sched else tuple((v, Level.POINT) for v in vars_)
         names = [f"c{i}" for i in range(len(dims))]
         self.parallel = set(names[: sched.parallel_dims]) if sched else set()
-        self.innermost = names[-1] if dims else None
+        loops = [name for name, (_, level) in zip(names, dims) if level is not Level.PHASE]  # (residues: no loop)
+        self.innermost = loops[-1] if loops else None
+        self.phases = sched.phases if sched else ()
         # Schedule dimensions of the reduction loops that accumulate in a register; the first
         # one isl emits as a loop opens the accumulator (isl drops loops of extent 1).
         self.reduction_dims = {
@@ -165,7 +193,15 @@ class _Lowerer:
 
     def _point(self, expr: isl.AstExpr) -> Node:
         args = [from_isl(expr.get_op_arg(i + 1)) for i in range(expr.get_op_n_arg() - 1)]
-        point = Point(self.stmt_index, tuple(zip(self.vars, args)), self.mode)
+        values = tuple(zip(self.vars, args))
+        residues = ()
+        if self.phases:  # a piece S<index>_<r0>_<r1>...: its split variables' values are quotients
+            names = expr.get_op_arg(0).get_id().get_name().split("_")[1:]
+            residues = tuple((v, stride, int(r)) for (v, stride), r in zip(self.phases, names))
+            split = {v: (stride, r) for v, stride, r in residues}
+            values = tuple((v, BinOp("+", BinOp("*", Const(split[v][0]), e), Const(split[v][1])) if v in split else e)
+                           for v, e in values) + tuple((quotient(v), e) for v, e in values if v in split)
+        point = Point(self.stmt_index, values, self.mode, residues)
         if self.mode is Mode.REGISTER and not self.in_accumulator:  # every reduction loop had extent 1
             return Accumulate(self.stmt_index, self._output_point(point), (point,), self.part)
         return point
@@ -185,6 +221,8 @@ def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ra
     the context of the fused group's loops around it if any), over the ranges as functions of
     the sizes instead of ``ranges``."""
     name = f"S{index}"
+    if sched is not None and sched.phases:
+        return _Lowerer(index, stmt, sched, mode, vars_).lower(_phase_ast(name, vars_, sched, ranges))
     if generic is not None:
         sizes, origin, group_context = generic
         domain = sizes.domain(name, origin, vars_, _isl_names(vars_), fixed)

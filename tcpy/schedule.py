@@ -60,7 +60,8 @@ class Level(enum.Enum):
 
     TILE = "tile"  # cache tiles of a variable
     BLOCK = "block"  # register tiles of a variable
-    POINT = "point"  # the variable itself
+    POINT = "point"  # the variable itself (a split variable's quotient: see ``phases``)
+    PHASE = "phase"  # a split variable's residue: one value per piece, no loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +90,17 @@ class StmtSchedule:
     # into partial results combined in order afterwards
     split: Optional[tuple[str, int, int]] = None
     reasons: tuple[str, ...] = ()  # why: order, accumulation, tiles, parallel loops
+    # (variable, stride): the statement runs in pieces, one per residue of each variable
+    # modulo its stride, its loop over the quotient (see tcpy.transform.phases)
+    phases: tuple[tuple[str, int], ...] = ()
 
     def dims(self) -> tuple[tuple[str, Level], ...]:
         """Schedule dimensions as (variable, level), outermost first."""
         tiles = tuple((v, Level.TILE) for v, _ in self.tiles)
+        if self.phases:
+            split = dict(self.phases)
+            return tuple(dim for v in self.order
+                         for dim in (((v, Level.POINT), (v, Level.PHASE)) if v in split else ((v, Level.POINT),)))
         if self.register_tile is None:
             return tiles + tuple((v, Level.POINT) for v in self.order)
         row, _, col, _ = self.register_tile
@@ -104,8 +112,9 @@ class StmtSchedule:
         return (output_tiles + outer + reduction_tiles + ((row, Level.BLOCK), (col, Level.BLOCK)) + reductions
                 + ((row, Level.POINT), (col, Level.POINT)))
 
-    def dim_exprs(self, names: Mapping[str, str]) -> tuple[str, ...]:
-        """isl schedule expressions of :meth:`dims`, with variables called by ``names``."""
+    def dim_exprs(self, names: Mapping[str, str], residues: Optional[Mapping[str, int]] = None) -> tuple[str, ...]:
+        """isl schedule expressions of :meth:`dims`, with variables called by ``names`` (a split
+        variable's name standing for its quotient in the piece of these ``residues``)."""
         sizes = dict(self.tiles)
         if self.register_tile is not None:
             row, rows, col, cols = self.register_tile
@@ -116,6 +125,8 @@ class StmtSchedule:
                 out.append(f"floor({names[v]}/{sizes[v]})")
             elif level is Level.BLOCK:
                 out.append(f"floor({names[v]}/{sizes_of_blocks[v]})")
+            elif level is Level.PHASE:
+                out.append(str(residues[v]))
             else:
                 out.append(names[v])
         return tuple(out)
@@ -133,6 +144,9 @@ class StmtSchedule:
         if self.parallel_dims:
             parts.append(f"parallel over {', '.join(loops[: self.parallel_dims])} "
                          f"({self.chunks} chunks for {self.threads} threads)")
+        if self.phases:
+            parts.append("split by phase " + ", ".join(f"{v} mod {s}" for v, s in self.phases)
+                         + " (one piece per residue, its selects resolved)")
         if self.split:
             var, size, count = self.split
             parts.append(f"reduction over {var} split in {count} parts of {size}, combined in order")
@@ -273,6 +287,31 @@ def choose_schedule(
     return dataclasses.replace(sched, reasons=tuple(reasons))
 
 
+def phase_schedule(sched: StmtSchedule, stmt: ast.Stmt, phases: tuple[tuple[str, int], ...],
+                   extents: Mapping[str, int], options: Options) -> StmtSchedule:
+    """``sched`` of the element-wise ``stmt`` (whose left-hand indices are its variables) run
+    in pieces by phase (:mod:`tcpy.transform.phases`): loops in the order of the target's
+    dimensions (the pieces read phases laid out as it), each split variable's quotient loop
+    followed by its residue, so the pieces of the innermost one store neighbouring elements in
+    one loop body; the leading loops before the first residue parallel, as many as give
+    enough chunks."""
+    strides = dict(phases)
+    order = tuple(index.name for index in stmt.lhs)
+    quotients = {v: -(-extents.get(v, 1) // strides[v]) if v in strides else extents.get(v, 1) for v in order}
+    reasons = ("loops in the order of the target's dimensions, each split variable's residue after its quotient",)
+    sched = dataclasses.replace(sched, order=order, reductions=(), tiles=(), register_tile=None,
+                                register_reduction=False, parallel_dims=0, chunks=0, threads=1, split=None,
+                                phases=phases, simd=options.vectorize, reasons=reasons)
+    work = volume(extents.get(v, 1) for v in order)
+    if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
+        return dataclasses.replace(sched, reasons=(*reasons, "serial: one thread or little work"))
+    count, chunks = _parallel_prefix(sched, quotients, 2 * CHUNKS_PER_THREAD * options.threads)
+    if chunks < 2:
+        return dataclasses.replace(sched, reasons=(*reasons, "serial: fewer than 2 chunks before the first residue"))
+    return dataclasses.replace(sched, parallel_dims=count, chunks=chunks, threads=options.threads,
+                               reasons=(*reasons, "leading loops before the first residue parallel"))
+
+
 def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int],
                      enough: int | None = None) -> tuple[int, int]:
     """(number of leading schedule dimensions that can run as one collapsed parallel loop,
@@ -288,7 +327,8 @@ def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int],
     for v, level in dims[: max(1, len(dims) - 1)]:
         if enough is not None and chunks >= enough:
             break
-        if v in sched.reductions or level is Level.BLOCK or (level is Level.POINT and v in tiles):
+        if (v in sched.reductions or level in (Level.BLOCK, Level.PHASE)
+                or (level is Level.POINT and v in tiles)):
             break
         extent = max(extents.get(v, 1), 0)
         chunks *= -(-extent // tiles[v]) if level is Level.TILE else extent

@@ -218,7 +218,7 @@ def test_tcpy_debug_2_prints_the_ir_after_each_pass(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "--- gemm after engines\nprogram gemm" in err and "--- gemm after lower\nkernel gemm" in err
     assert [line.split()[-1] for line in err.splitlines() if line.startswith("--- gemm after")] == [
-        "zeros", "engines", "packing", "epilogues", "fusion", "chains", "lower", "register_tiles"]
+        "zeros", "engines", "packing", "epilogues", "fusion", "chains", "phases", "lower", "register_tiles"]
     monkeypatch.setenv("TCPY_DEBUG", "1")  # compiler commands only
     kernel.c_source((64, 65), (65, 64))
     assert "after" not in capsys.readouterr().err

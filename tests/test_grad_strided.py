@@ -3,6 +3,7 @@ of stride 1 per residue of the input index modulo the stride): against an exact 
 central finite differences and torch.autograd."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tcpy
 from tcpy import demo
@@ -235,3 +236,39 @@ def test_phases_no_tap_reaches_do_not_run(specialize):
         schedule = backward.explain(I, W, dO).split("schedule:")[1]
         assert "dI_phase00(" in schedule and "dI_phase01(" not in schedule and "dI_phase11(" not in schedule
     np.testing.assert_allclose(backward(I, W, dO), scatter_input_gradient(dO, W, 2, 0, (8, 7)), rtol=1e-10, atol=1e-10)
+
+
+def nhwc_source(k: int, stride: int, pad: int) -> str:
+    """:func:`conv_source` with the image and output channels-last, the weights (KH, KW, C, F)."""
+    return (conv_source(k, stride, pad).replace("double(N,C,H,W) I", "double(N,H,W,C) I")
+            .replace("double(F,C,KH,KW) Wt", "double(KH,KW,C,F) Wt").replace("Wt(f, c, kh, kw)", "Wt(kh, kw, c, f)")
+            .replace("O(n, f, h, w)", "O(n, h, w, f)").replace("I(n, c, ", "I(n, ").replace(") * Wt", ", c) * Wt"))
+
+
+def merge_schedules(kernel, *args):
+    """The phases of each loop nest of ``kernel``'s specialised program at these arguments."""
+    return [nest.schedule.phases for nest in kernel.specialize(*args).ir.nests if nest.schedule is not None]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(1, 3), stride=st.sampled_from([2, 3]), pad=st.integers(0, 1), h=st.integers(3, 8),
+       w=st.integers(3, 8), nhwc=st.booleans(), threads=st.sampled_from([1, 2]), seed=st.integers(0, 99))
+def test_phase_interleaving_matches_the_reference(k, stride, pad, h, w, nhwc, threads, seed):
+    """The statement interleaving a strided read's phases runs split by the residues of the
+    image's row and column (each piece a plain copy): the compiled gradient equals the
+    reference evaluator's of the same backward, odd and even sizes, padding, NCHW and NHWC."""
+    pad = min(pad, k - 1)
+    source = nhwc_source(k, stride, pad) if nhwc else conv_source(k, stride, pad)
+    rng = np.random.default_rng(seed)
+    I = rng.standard_normal((2, h, w, 3) if nhwc else (2, 3, h, w))
+    W = rng.standard_normal((k, k, 3, 4) if nhwc else (4, 3, k, k))
+    forward = tcpy.define(source, options=tcpy.Options(specialize="always", num_threads=threads))
+    dO = rng.standard_normal(forward(I, W).shape)
+    backward = tcpy.grad(forward)
+    rows, columns = ("i1", "i2") if nhwc else ("i2", "i3")
+    assert ((rows, stride), (columns, stride)) in merge_schedules(backward, I, W, dO)
+    dI, dW = backward(I, W, dO)
+    want_dI, want_dW = tcpy.grad(tcpy.define(source, backend="reference"))(I, W, dO)
+    assert dI.shape == I.shape and dI.dtype == np.float64
+    np.testing.assert_allclose(dI, want_dI, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dW, want_dW, rtol=1e-10, atol=1e-10)

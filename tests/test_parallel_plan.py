@@ -224,12 +224,14 @@ def merge(float(N, C, H, W) like, float(N, C, H2, W2) even, float(N, C, H2, W2) 
 }"""
 
 
-@pytest.mark.parametrize("threads, collapsed, chunks", [(2, 2, 48), (7, 3, 1920)])
+@pytest.mark.parametrize("threads, collapsed, chunks", [(2, 2, 40), (7, 3, 960)])
 def test_collapse_stops_once_the_chunks_suffice(threads, collapsed, chunks):
-    # loops past enough chunks stay out of the collapse (they keep their own counters)
+    # loops past enough chunks stay out of the collapse (they keep their own counters); the
+    # merge runs split by the parity of w (h, read only as h / 2, keeps its loop)
     kernel = tcpy.define(PARITY_MERGE, options=tcpy.Options(num_threads=threads))
-    like, half = (2, 40, 24, 40), (2, 40, 12, 20)
+    like, half = (2, 20, 24, 40), (2, 20, 12, 20)
     (nest, _), = plans(kernel, like, half, half)
+    assert nest.schedule.phases == (("w", 2),)
     assert (nest.schedule.parallel_dims, nest.schedule.chunks) == (collapsed, chunks), nest.schedule.describe()
     rng = np.random.default_rng(2)
     args = [rng.standard_normal(s).astype(np.float32) for s in (like, half, half)]

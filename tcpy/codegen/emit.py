@@ -36,6 +36,7 @@ from tcpy.codegen.expressions import (
 )
 from tcpy.generic import engine_statements, size_c_name
 from tcpy.schedule import PARALLEL_MIN_WORK
+from tcpy.transform.phases import phase_piece
 from tcpy.runtime.build import GENERIC_MARK
 
 #: True when this module runs compiled by Cython.
@@ -123,7 +124,9 @@ class _Emitter:
     def point(self, node, depth):
         self.stmt_index = node.stmt  # (a fused nest holds several statements)
         stmt = self.stmts[node.stmt]
-        self.current_stmt = stmt
+        self.current_stmt = stmt  # (errors name the statement, not a piece)
+        if node.residues:
+            stmt = phase_piece(stmt, node.residues)
         self.env = self.point_env(node.point)
         target_type = self.types[stmt.target]
         target = access(self, stmt.target, stmt.lhs)

@@ -18,6 +18,9 @@ Each pass takes IR and returns new IR; none mutates what it was given. Their dec
   contraction -> rows -> contraction chain (attention) runs over blocks of rows (Program -> Program).
 * :mod:`.chains` — how each fused group and chain runs (parallel loops, chunks, where b is
   packed, the products' plans on a block), decided once and stamped on it (Program -> Program).
+* :mod:`.phases` — an element-wise statement selecting by ``v % s`` (a strided read's
+  gradient interleaving its phases) runs in pieces, one per residue, each with its selects
+  resolved (Program -> Program).
 * :mod:`.epilogue` — element-wise consumers of a contraction's output run in the engine's
   store (Program -> Program).
 * :mod:`.register_tile` — blocks of outputs kept in registers across reductions
@@ -28,8 +31,9 @@ from .engines import decide_engines, runtime_gap
 from .epilogue import attach_epilogues
 from .fusion import fuse_statements
 from .packing import pack_operands
+from .phases import split_phases
 from .register_tile import register_tiles
 from .zeros import drop_empty_sums
 
 __all__ = ["attach_epilogues", "decide_engines", "drop_empty_sums", "fuse_statements", "pack_operands", "plan_chains",
-           "register_tiles", "runtime_gap"]
+           "register_tiles", "runtime_gap", "split_phases"]

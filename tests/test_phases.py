@@ -1,0 +1,52 @@
+"""Index-set splitting by phase (tcpy.transform.phases): an element-wise statement selecting by
+``v % s`` runs in pieces, one per residue, with its selects resolved; against the reference
+evaluator."""
+import numpy as np
+import pytest
+
+import tcpy
+
+INTERLEAVE3 = """
+def interleave(int32(N, H3, W3) A, int32(N, H3, W3) B, int32(N, H3, W3) C) -> (X) {
+    X(n, h, w) = h % 3 == 0 ? A(n, h / 3, w / 3) + w % 3 : (h % 3 == 1 && n > 0) ? B(n, h / 3, w / 3) : w % 3 == 2 ? C(n, h / 3, w / 3) : -1
+        where n in 0:N, h in 0:3 * H3 - 1, w in 0:3 * W3 - 2
+}"""
+
+# w is read as itself too: the odd piece reads B at 2*q + 1
+MIXED = """
+def mixed(float(N, W2) A, float(N, W) B) -> (X) {
+    X(n, w) = w % 2 == 0 ? A(n, w / 2) : B(n, w) where n in 0:N, w in 0:W
+}"""
+
+
+def phases(kernel, *args):
+    """The phases of each loop nest of ``kernel`` specialised to ``args``."""
+    return [nest.schedule.phases for nest in kernel.specialize(*args).ir.nests if nest.schedule is not None]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n, h3, w3", [(2, 3, 4), (3, 5, 1), (1, 1, 7)])
+def test_stride_3_pieces_match_the_reference(threads, n, h3, w3):
+    """Nine pieces, ranges that end inside a period (the last row and columns of a period have
+    no piece), a select on another variable kept in the pieces, ``w % 3`` read as a value."""
+    kernel = tcpy.define(INTERLEAVE3, options=tcpy.Options(specialize="always", num_threads=threads))
+    rng = np.random.default_rng(n * 100 + h3 * 10 + w3)
+    args = [rng.integers(-50, 50, (n, h3, w3)).astype(np.int32) for _ in range(3)]
+    assert phases(kernel, *args) == [(("h", 3), ("w", 3))]
+    got, want = kernel(*args), tcpy.define(INTERLEAVE3, backend="reference")(*args)
+    assert got.dtype == np.int32 and got.shape == (n, 3 * h3 - 1, 3 * w3 - 2)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_variable_also_read_as_itself():
+    kernel = tcpy.define(MIXED, options=tcpy.Options(specialize="always"))
+    rng = np.random.default_rng(4)
+    A, B = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((2, 7)).astype(np.float32)
+    assert phases(kernel, A, B) == [(("w", 2),)]
+    np.testing.assert_array_equal(kernel(A, B), tcpy.define(MIXED, backend="reference")(A, B))
+
+
+def test_explain_names_the_split():
+    kernel = tcpy.define(INTERLEAVE3, options=tcpy.Options(specialize="always"))
+    plan = kernel.explain((2, 3, 4), (2, 3, 4), (2, 3, 4))
+    assert "split by phase h mod 3, w mod 3 (one piece per residue, its selects resolved)" in plan

@@ -137,9 +137,10 @@ class Kernel(Launcher):
         return self.def_.name
 
     @functools.cached_property
-    def canonical_text(self) -> str:
-        """The def's canonical text (what autotuning records are keyed by)."""
-        return str(self.def_)
+    def tuning_identity(self) -> tuple[str, str]:
+        """What autotuning's records name this kernel by, as text: its def's canonical text and
+        its options' key (made once; a new call shape looks up its sizes)."""
+        return repr(str(self.def_)), repr(self.options.key())
 
     def __getattr__(self, attr: str):
         # `tcpy.define(src).matmul` works whether the source has one def or several

@@ -207,7 +207,12 @@ class Contraction:
         return groups[-1].stride(which)
 
     def role_vars(self, role: str) -> tuple[str, ...]:
-        return tuple(v for g in getattr(self, role) for v in g.vars)
+        return self._role_vars[role]
+
+    @functools.cached_property
+    def _role_vars(self) -> dict[str, tuple[str, ...]]:
+        # (planning a call shape asks many times)
+        return {role: tuple(v for g in getattr(self, role) for v in g.vars) for role in ROLES}
 
     def image_operands(self) -> tuple[str, ...]:
         """The operands that may be a convolution's image, in the order to try them: the

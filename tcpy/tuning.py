@@ -31,7 +31,8 @@ _memory: dict[str, Optional[Options]] = {}  # key -> tuned options (None: looked
 
 
 def _key(kernel, sizes: Mapping[str, int]) -> str:
-    text = repr((kernel.canonical_text, sorted(sizes.items()), kernel.options.key()))
+    definition, options = kernel.tuning_identity
+    text = f"({definition}, {sorted(sizes.items())!r}, {options})"  # (the tuple's repr)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -39,13 +40,25 @@ def _store_path():
     return cache_dir() / "tuned.json"
 
 
+_loaded: dict = {}  # the store's path -> ((mtime, size), its records): read again when it changes
+
+
 def _load_all() -> dict:
+    """The records of the store (read-only: a new call shape of any kernel looks its sizes up)."""
+    path = _store_path()
     try:
-        with open(_store_path()) as f:
+        stat = os.stat(path)
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        known = _loaded.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        with open(path) as f:
             data = json.load(f)
-        return data if isinstance(data, dict) else {}
+        data = data if isinstance(data, dict) else {}
     except (OSError, ValueError):  # missing or corrupt: nothing tuned yet
         return {}
+    _loaded[path] = (stamp, data)
+    return data
 
 
 def _to_json(options: Options) -> dict:
@@ -77,8 +90,7 @@ def _record(key: str, options: Options) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
-            data = _load_all()
-            data[key] = _to_json(options)
+            data = {**_load_all(), key: _to_json(options)}
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)

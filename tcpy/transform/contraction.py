@@ -110,12 +110,13 @@ def _multiple_of(name: str, value: int, multiple: int) -> int:
 def _micro_tile_of(target: Target, element_bytes: int, n: int, overrides) -> tuple[int, int]:
     """``(MR, NR vectors)``: the planner's (:func:`micro_tile`), or the one ``overrides`` set,
     which must be whole vectors fitting the registers as :func:`micro_tile`'s do."""
-    mr, nv = micro_tile(target, element_bytes, n)
+    both = "mr" in overrides and "nr" in overrides  # (a run-time block's plan: no need for the planner's)
+    mr, nv = (0, 0) if both else micro_tile(target, element_bytes, n)
     if "mr" not in overrides and "nr" not in overrides:
         return mr, nv
     lanes = target.lanes(element_bytes)
     mr = overrides.get("mr", mr)
-    nr = _multiple_of("nr", overrides.get("nr", nv * lanes), lanes)
+    nr = _multiple_of("nr", overrides["nr"] if "nr" in overrides else nv * lanes, lanes)
     nv = nr // lanes
     if mr > MAX_TILE_ROWS or nv > 4 or mr * nv + nv + 1 > target.vector_registers:
         _bad_plan("mr" if "mr" in overrides else "nr",

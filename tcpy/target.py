@@ -78,6 +78,10 @@ class CostModel:
     winograd_input: float = 16.0
     winograd_output: float = 12.0
     winograd_weights: float = 20.0
+    # per call: the phase before the blocks (the operands' scan, the weights' transform, a
+    # barrier), which a convolution of a few channels on a small image does not win back
+    # (4600-5900 measured on AMD Zen 5, AVX2 and AVX-512 kernels)
+    winograd_call: float = 5000.0
     # the direct GEMM must cost this much more for Winograd to be chosen (the estimate ran 0-20%
     # above the measured gains: 1.23 estimated, 1.15 measured for a ResNet layer of 14x14 images)
     winograd_gain_min: float = 1.2
@@ -87,7 +91,16 @@ class CostModel:
 DEFAULT_COST_MODEL = CostModel()
 #: Cost models measured per ISA family (:attr:`Target.isa_family`): the vector width and
 #: instructions set the transforms' and kernels' speed more than the CPU's name does.
-COST_MODELS: dict[str, CostModel] = {}
+COST_MODELS: dict[str, CostModel] = {
+    # Winograd's transforms and gain threshold (benchmarks/calibrate.py) measured on one AMD EPYC
+    # Zen 5 (2 vCPUs, a busy host): its AVX-512 kernels, and AVX2 kernels (x86-64-v3) on the same
+    # CPU. The weights' constant rests on the layers with the fewest tiles and varied 13-26
+    # between runs; the gain threshold came out 1.0 in five runs of six (once 1.15 on AVX2).
+    "AVX-512": dataclasses.replace(DEFAULT_COST_MODEL, winograd_input=18.1, winograd_output=7.8,
+                                   winograd_weights=18.5, winograd_call=5900.0, winograd_gain_min=1.0),
+    "AVX2": dataclasses.replace(DEFAULT_COST_MODEL, winograd_input=17.0, winograd_output=5.4,
+                                winograd_weights=26.1, winograd_call=4600.0, winograd_gain_min=1.0),
+}
 
 
 def cost_model(target: "Target") -> CostModel:

@@ -62,8 +62,8 @@ CHILD = textwrap.dedent(
     # side, border tiles, the last partial sliver, NCHW and NHWC, at two threads
     import dataclasses
     import tcpy.target
-    default_costs = tcpy.target.DEFAULT_COST_MODEL
-    tcpy.target.DEFAULT_COST_MODEL = dataclasses.replace(default_costs, winograd_gain_min=0.0)
+    measured_costs = tcpy.target.cost_model  # (every ISA family's constants, any gain taken)
+    tcpy.target.cost_model = lambda target: dataclasses.replace(measured_costs(target), winograd_gain_min=0.0)
     same('''def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
              O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
                                ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
@@ -80,7 +80,7 @@ CHILD = textwrap.dedent(
                                   ? dO(n, f, h, w) * I(n, c, h + kh - 1, w + kw - 1) : 0.0
                  where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
          }''', rand(2, 3, 9, 13), rand(2, 7, 9, 13), threads=2, specialize="always")
-    tcpy.target.DEFAULT_COST_MODEL = default_costs
+    tcpy.target.cost_model = measured_costs
     for stride in (1, 2):
         same(f'''def conv(float(N,C,H,W) I, float(O,C,KH,KW) Wt) -> (Out) {{
                  Out(n, o, h, w) +=! I(n, c, {stride} * h + kh, {stride} * w + kw) * Wt(o, c, kh, kw)

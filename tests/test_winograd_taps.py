@@ -123,7 +123,7 @@ def _check_close(got, want, dtype, k_len):
 def test_random_weight_gradients_match_the_reference(case):
     source, args, options, dtype, k_len = case
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)  # every such gradient takes the path
+        patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_WINOGRAD)  # every such gradient takes the path
         kernel = tcpy.define(source, options=tcpy.Options(**options))
         assert "winograd_taps" in _paths(kernel, *args), kernel.explain(*args)
         got = kernel(*args)
@@ -148,7 +148,7 @@ def test_every_thread_count_gives_the_same_bits(target):
     dO = rng.standard_normal((2, 21, 15, 17), dtype=np.float32)
     results = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
+        patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_WINOGRAD)
         for threads in (1, 2, 3):
             kernel = tcpy.define(PADDED_WGRAD, options=tcpy.Options(target=tiny_caches(Target.preset(target)),
                                                                     num_threads=threads, specialize="always"))
@@ -171,7 +171,7 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
     dO = rng.standard_normal((1, 16, 12, 13), dtype=np.float32)
     reference = tcpy.define(PADDED_WGRAD, backend="reference")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tcpy.target, "DEFAULT_COST_MODEL", ALWAYS_WINOGRAD)
+        patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_WINOGRAD)
         options = tcpy.Options(target=target, num_threads=threads, specialize="always")
         kernel = tcpy.define(PADDED_WGRAD, options=options)
         assert _paths(kernel, I, dO) == ["winograd_taps"]

@@ -450,7 +450,7 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
         return min(threads, batch * -(-form.tiles // (tile[1] * lanes)))
 
     def per_thread(tile):
-        return winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost) * batch / shares(tile)
+        return winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost) * batch / shares(tile) + cost.winograd_call
 
     # a small image's few tiles fill one wide sliver: a narrower tile that gives more threads a
     # sliver, if its estimate per thread is lower (ResNet's 14x14 layer at N=1, 2 threads: 8x32)

@@ -27,6 +27,19 @@ input's gather, which reads zeros where they fail; a guard must bound ``h + kh``
 Inputs with inf, NaN or huge magnitudes (where the transforms' differences would turn one
 infinite term into NaN for a whole tile) take the point-by-point sums instead: the generated
 kernel scans both operands first.
+
+F(4x4, 3x3) is not a tile size here yet. Its 4x4 outputs per tile take 36 products (2.25 per
+output against 4), its transforms of 6x6 patches 3.4x (input), 3.9x (output) and 2.25x
+(weights, per pair of channels) the operations of F(2x2, 3x3)'s per tile (additions,
+multiplications by constants, loads, stores). With the transforms' constants measured on AMD
+Zen 5 (16- and 8-lane vectors) scaled by those counts, the model estimates F(4x4) faster than
+F(2x2) for ResNet's 64-channel 56x56 layer (1.2-1.4x, more at N=8) and its 28x28 layer at N=8
+(1.2-1.6x), equal for the 28x28 layer unpadded at N=1, and slower at N=1 for the 14x14 layer
+(0.57-0.95x: 16 tiles fill a third of one sliver, and the weights' transform per pair of
+channels grows) and the 7x7 layer (0.45x). Where it would pay, the estimate assumes transforms
+as fast per operation as F(2x2)'s vectorised ones (tiles 4 apart along a row need other
+shuffles than :func:`tcpy.codegen.contraction.winograd.load_patches`'), and float32 rounding
+grows (transform constants up to 8 and 1/24, against 1 and 1/2 here).
 """
 from __future__ import annotations
 

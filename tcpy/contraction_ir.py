@@ -285,6 +285,9 @@ class Plan:
     copy_b: bool = False  # small path: copy every B sliver (not only the partial one)
     a_once: bool = False  # packed path: all of a cell's A packed once, B panels sized for L2
     stream_stores: bool = False  # whole output tiles written once, with non-temporal stores
+    # packed path: a whole B sliver is read in place by the first micro-tile of its first A block,
+    # which packs it as it goes (B read from memory once, no separate pass over it)
+    pack_b_in_kernel: bool = False
     padded_copy: bool = False  # direct path: B read from a zero-padded copy per batch index (PaddedCopy)
     # direct path: whole runs of the inner N group computed `rows` at a time (consecutive values of
     # the next group, sharing B's rows between their taps), in steps of `row_vectors` vectors
@@ -332,6 +335,8 @@ class Plan:
             text += f"; blocks kc {self.kc}, mc {self.mc}, nc {self.nc}"
             if self.a_once:
                 text += " (A packed once per cell)"
+            if self.pack_b_in_kernel:
+                text += "; B packed by the first micro-tile of each sliver"
         if self.stream_stores:
             text += "; non-temporal stores"
         text += f"; thread grid batch {tb} x M {tm} x N {tn} x K {tk}"

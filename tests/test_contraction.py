@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcpy
+from tcpy import demo
 from tcpy.loopir import ContractionNest
 from tcpy.loopnest import build_program
 from tcpy.target import PRESETS, Target
@@ -674,3 +675,58 @@ def test_a_rank0_scale_that_is_not_finite_scales_every_term(src, shapes, scale):
         got = tcpy.define(src, options=tcpy.Options(target="x86-64-v3", num_threads=threads))(*args)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+CONV_1X1 = "def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h,w) * Wt(f,c) }"
+
+
+@pytest.mark.parametrize("name", ["x86-64-v3", "x86-64-v4"])
+def test_b_beyond_l2_is_packed_by_the_kernel_where_it_reads_in_place(name):
+    """An NCHW 1x1 convolution of a batch (B, the images, far beyond L2; 64 output channels)
+    packs B in its first micro-tile of each sliver, its threads splitting the pixels; B within
+    L2, B strided along N (a stride-2 convolution) or guarded (padding) is packed by a pass."""
+    options = tcpy.Options(target=Target.preset(name), num_threads=2)
+
+    def plan_of(src, *shapes):
+        kernel = tcpy.define(src, options=options)
+        return kernel.specialize(*shapes).ir.nests[0].body[0].plan, str(kernel.explain(*shapes))
+
+    found, text = plan_of(CONV_1X1, (8, 256, 56, 56), (64, 256))
+    assert found.path == "packed" and found.pack_b_in_kernel and found.grid == (1, 1, 2, 1)
+    assert "B packed by the kernel" in text and "B packed by the first micro-tile" in text
+    assert not plan_of(CONV_1X1, (1, 64, 8, 8), (64, 64))[0].pack_b_in_kernel  # 16 KiB of B
+    strided = "def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,2*h,2*w) * Wt(f,c) }"
+    found, text = plan_of(strided, (8, 256, 56, 56), (512, 256))
+    assert found.path == "packed" and not found.pack_b_in_kernel and "B packed by the kernel" not in text
+    padded = demo.padded_conv2d_source(1, 1, 1)  # (a 1x1 window padded by 1: guarded reads of B)
+    assert not plan_of(padded, (8, 256, 56, 56), (64, 256, 1, 1))[0].pack_b_in_kernel
+
+
+@settings(max_examples=15, deadline=None, derandomize=DERANDOMIZE, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from([name for name in RUNNABLE if name != "host"]), threads=st.sampled_from([1, 2, 7]),
+       form=st.sampled_from(["conv", "conv_relu", "gemm_view"]), dtype=st.sampled_from(["float", "double"]),
+       n=st.integers(1, 3), c=st.integers(8, 48), f=st.integers(6, 24), hw=st.integers(4, 16),
+       seed=st.integers(0, 2**16))
+def test_b_packed_by_the_kernel_matches_the_reference(target, threads, form, dtype, n, c, f, hw, seed):
+    """The packed path whose first micro-tile of each B sliver reads B in place and packs it
+    (caches small enough that B is beyond L2): slivers inside and across the runs of N (an
+    image's pixels), an M of partial micro-tiles, K in several blocks, an epilogue, a B whose
+    rows are a wider array's (a view); against the reference evaluator."""
+    np_dtype = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(seed)
+    if form == "gemm_view":
+        src = f"def f({dtype}(M,K) A, {dtype}(K,N) B) -> (C) {{ C(m,n) +=! A(m,k) * B(k,n) }}"
+        wide = rng.uniform(-1, 1, (c, n * hw * hw + 9)).astype(np_dtype)
+        args = (rng.uniform(-1, 1, (f, c)).astype(np_dtype), wide[:, 3:3 + n * hw * hw])
+    else:
+        src = CONV_1X1.replace("float", dtype)
+        if form == "conv_relu":
+            src = src.replace("-> (O) {", "-> (O, R) {").replace(" }", f"\n R(n,f,h,w) = fmax(O(n,f,h,w), 0.0) }}")
+        args = (rng.uniform(-1, 1, (n, c, hw, hw)).astype(np_dtype), rng.uniform(-1, 1, (f, c)).astype(np_dtype))
+    kernel = tcpy.define(src, options=tcpy.Options(target=tiny_caches(Target.preset(target)), num_threads=threads))
+    got = kernel(*args)
+    want = tcpy.define(src, backend="reference")(*args)
+    for g, w in zip(got, want) if isinstance(want, tuple) else ((got, want),):
+        assert g.dtype == w.dtype == np_dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=64 * EPS[dtype] * (c + 1), atol=64 * EPS[dtype] * (c + 1))

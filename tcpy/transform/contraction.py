@@ -141,11 +141,12 @@ def _path_runs(path: str, con: Contraction) -> bool:
     return path == "packed"
 
 
-def _grid_of(con, path, mr, nr, kc, mc, nc, lanes, threads, overrides, cost) -> tuple[int, int, int, int]:
+def _grid_of(con, path, mr, nr, kc, mc, nc, lanes, threads, overrides, cost,
+             b_in_kernel: bool = False) -> tuple[int, int, int, int]:
     """The least-cost thread grid (:func:`_grid`), or the one ``overrides`` set: at most
     ``threads`` cells, none empty, K split only on the packed path."""
     if "grid" not in overrides:
-        return _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost)
+        return _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel)
     grid = tuple(overrides["grid"])
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
@@ -319,7 +320,10 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         path = "packed"
     if path_set is not None:
         reasons.append(f"{path} path: set by Options.plan")
-    grid = _grid_of(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads, overrides, target.cost)
+    # the packed path's B, beyond L2, read in place by the kernel where it can (cell_cost's `read`)
+    b_bytes = batch * N * K * s
+    in_kernel = path == "packed" and not b_packed_once and b_bytes > target.l2 and _b_in_kernel_ok(con, nr)
+    grid = _grid_of(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads, overrides, target.cost, in_kernel)
     tb, tm, tn, tk = grid
     # Small path: a B sliver (kc x NR) is copied to be contiguous when enough micro-tiles reuse
     # it and its rows, read in place, would crowd a few L1 sets (a stride of a multiple of 4 KiB
@@ -375,8 +379,13 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     if stream_stores:
         reasons.append(f"non-temporal stores: each output tile is written once (K = {K} in one block) and the "
                        f"output ({out_bytes / 2**20:.1f} MiB) exceeds half of the threads' L3 shares")
+    if in_kernel and tk == 1:
+        reasons.append(f"B packed by the kernel: the first micro-tile of each sliver reads it in place "
+                       f"(its {con.n[-1].extent}-long runs along N unit-stride, K linear) and stores its rows "
+                       f"into the packed sliver, so B ({b_bytes / 2**20:.1f} MiB, beyond L2) is read from memory "
+                       "once, by the FMAs' loads, not by a packing pass and again from the cache")
     return Plan(path, mr, nr, lanes, kc, mc, nc, unroll, grid, threads, tuple(reasons), copy_b, a_once,
-                stream_stores, cache_line=target.cache_line)
+                stream_stores, pack_b_in_kernel=in_kernel and tk == 1, cache_line=target.cache_line)
 
 
 def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads: int, gemm: float,
@@ -620,6 +629,14 @@ def _sliver_lines_per_set(row_stride: int, rows: int, row_bytes: int, target: Ta
     return max(per_set)
 
 
+def _b_in_kernel_ok(con: Contraction, nr: int) -> bool:
+    """The packed path's kernel can read B's slivers in place (and pack them as it goes): B
+    unguarded, of the contraction's type, linear along K, its inner N group unit-stride and at
+    least a sliver long (a sliver inside one of its runs is rows at K's stride)."""
+    return (con.guarded != "b" and con.b.dtype is con.dtype and bool(con.n) and con.n[-1].b == 1
+            and con.n[-1].extent >= nr and con.linear_stride("k", "b") is not None)
+
+
 def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:
     """Operands read in place when a K block of both (``(M + N) x kc``) already sits in half of
     L2: each packed element would be reused too few times to pay for its copy."""
@@ -638,9 +655,10 @@ def _small_layout_ok(con: Contraction) -> bool:
 
 
 def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int, grid, threads: int,
-              cost: CostModel = DEFAULT_COST_MODEL) -> float:
+              cost: CostModel = DEFAULT_COST_MODEL, b_in_kernel: bool = False) -> float:
     """Estimated cycles of the slowest thread for a thread grid (the cost model of :func:`plan`,
-    the target's ``cost``)."""
+    the target's ``cost``). ``b_in_kernel``: the packed path's kernel reads B in place and packs
+    it as it goes (``read`` per element, not ``pack``) unless the grid splits K."""
     batch, M, N, K = con.sizes
     tb, tm, tn, tk = grid
     cells = tb * tm * tn * tk
@@ -652,7 +670,8 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
     compute = bp * mp * np_ * kp / lanes / cost.fma_pipes
     pack = 0.0
     if path == "packed":
-        pack = bp * (mp * kp * -(-np_ // nc) + kp * np_) * cost.pack
+        b_cost = cost.read if b_in_kernel and tk == 1 else cost.pack
+        pack = bp * (mp * kp * -(-np_ // nc) * cost.pack + kp * np_ * b_cost)
     elif path == "stream":  # B's block packed; A read in place by every cell that needs it
         pack = bp * kp * (np_ * cost.pack + mp * cost.read)
     if path == "direct":  # each batch index a cell starts: its A values, tap tables, padded rows
@@ -662,12 +681,12 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
     return rounds * (compute + pack) + combine + spawn
 
 
-def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost) -> tuple[int, int, int, int]:
+def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool = False) -> tuple[int, int, int, int]:
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
     best = None
     for grid in _grids(limits, threads):
-        estimate = cell_cost(con, path, mr, nr, nc, lanes, grid, threads, cost)
+        estimate = cell_cost(con, path, mr, nr, nc, lanes, grid, threads, cost, b_in_kernel)
         # ties: no split K, then more cells (the same slowest cell, less work for the others and
         # for a descheduled thread), then split N before M (each thread packs its own B)
         key = (round(estimate, 6), grid[3], -math.prod(grid), grid[1])

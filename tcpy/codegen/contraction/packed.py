@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..cwriter import CWriter, ScratchSlot
 from .context import Context, fence
 from .guarded import declare_tables, guard_base, tables_for
-from .kernel import micro_kernels
+from .kernel import micro_kernels, packing_kernel
 from .packing import packed_a, packed_b
 
 
@@ -15,6 +15,8 @@ def packed(ctx: Context, w: CWriter):
     packed_b(ctx, w)
     packed_a(ctx, w)
     micro_kernels(ctx, w)
+    if ctx.plan.pack_b_in_kernel:
+        packing_kernel(ctx, w)
     packed_cell(ctx, w)
 
 
@@ -53,7 +55,9 @@ def packed_cell(ctx: Context, w: CWriter):
     w(f"const int64_t kc = k1 - pc < {KC} ? k1 - pc : {KC};", 4)
     guard_b = tables_for(ctx, w, "pc", "kc", 4) if con.guarded == "b" else ""
     w(f"const {T} *bq = bpre ? bpre + pc * INT64_C({ctx.npad}) + jc * kc : bp;", 4)
-    w(f"if (!bpre) {p}_pack_b(bb, pc, kc, jc, nc, bp{guard_b});", 4)
+    in_kernel = ctx.plan.pack_b_in_kernel
+    if not in_kernel:
+        w(f"if (!bpre) {p}_pack_b(bb, pc, kc, jc, nc, bp{guard_b});", 4)
     w(f"for (int64_t ic = m0; ic < m1; ic += {MC}) {{", 4)
     w(f"const int64_t mc = m1 - ic < {MC} ? m1 - ic : {MC};", 5)
     if once:
@@ -64,13 +68,16 @@ def packed_cell(ctx: Context, w: CWriter):
         w(f"const {T} *TCPY_RESTRICT ak = ap;", 5)
     w(f"for (int64_t jr = 0; jr < nc; jr += {nr}) {{", 5)
     w(f"const int64_t nr = nc - jr < {nr} ? nc - jr : {nr};", 6)
-    w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
+    overwrite = "pc == k0" if con.init else "0"
+    last = ", pc + kc >= k1, bi, tcpy_buffers" if ctx.epilogue else ""
+    if in_kernel:
+        w("int64_t ir0 = 0;", 6)
+        pack_in_kernel(ctx, w, overwrite, last, 6)
+    w(f"for (int64_t ir = {'ir0' if in_kernel else 0}; ir < mc; ir += {mr}) {{", 6)
     w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
     if ctx.plan.grid[3] > 1:
         w(f"if (pb) {{ {p}_ukr_p(kc, ak + ir * kc, bq + jr * kc, pb + (ic - m0 + ir) * ldp + (jc - n0 + jr),"
           f" ldp, mr, nr, pc == k0); continue; }}", 7)
-    overwrite = "pc == k0" if con.init else "0"
-    last = ", pc + kc >= k1, bi, tcpy_buffers" if ctx.epilogue else ""
     args = f"(kc, ak + ir * kc, bq + jr * kc, cb, ic + ir, jc + jr, mr, nr, {overwrite}, alpha{last});"
     # direct calls: gcc specialises each for the constant arguments
     call = f"{p}_ukr{args}"
@@ -86,3 +93,22 @@ def packed_cell(ctx: Context, w: CWriter):
     w("}")
 
 
+def pack_in_kernel(ctx: Context, w: CWriter, overwrite: str, last: str, depth: int):
+    """In the first A block of a K block, each B sliver packed before its micro-tiles: a whole
+    sliver inside one run of the inner N group by the first micro-tile reading it in place
+    (``<p>_ukr_pk``, which then leaves ``ir0`` at the second), any other by ``<p>_pack_b``."""
+    p, T, NR, MR = ctx.prefix, ctx.T, ctx.plan.nr, ctx.plan.mr
+    run = ctx.con.n[-1].extent
+    w("if (!bpre && ic == m0) {", depth)
+    w("const int64_t j = jc + jr;", depth + 1)
+    w(f"if (nr == {NR} && j % {run} + {NR} <= {run}) {{", depth + 1)
+    w(f"const {T} *src = bb + {p}_off_b_n(j) + {p}_off_b_k(pc);", depth + 2)
+    # the next sliver's rows are asked for while this one computes, when they lie in the same run
+    w(f"const {T} *pf = jr + {2 * NR} <= nc && (j + {NR}) % {run} + {NR} <= {run} ? src + {NR} : src;", depth + 2)
+    w(f"{p}_ukr_pk(kc, ak, src, pf, bp + jr * kc, cb, ic, j, mc < {MR} ? mc : {MR}, nr, {overwrite}, "
+      f"alpha{last});", depth + 2)
+    w(f"ir0 = {MR};", depth + 2)
+    w("} else {", depth + 1)
+    w(f"{p}_pack_b(bb, pc, kc, j, nr, bp + jr * kc);", depth + 2)
+    w("}", depth + 1)
+    w("}", depth)

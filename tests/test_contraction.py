@@ -694,6 +694,8 @@ def test_b_beyond_l2_is_packed_by_the_kernel_where_it_reads_in_place(name):
     found, text = plan_of(CONV_1X1, (8, 256, 56, 56), (64, 256))
     assert found.path == "packed" and found.pack_b_in_kernel and found.grid == (1, 1, 2, 1)
     assert "B packed by the kernel" in text and "B packed by the first micro-tile" in text
+    con = recognized(CONV_1X1, (8, 256, 56, 56), (64, 256))
+    assert not plan(con, Target.preset(name), 2, pack_b_in_kernel=False).pack_b_in_kernel  # (a run-time engine's)
     assert not plan_of(CONV_1X1, (1, 64, 8, 8), (64, 64))[0].pack_b_in_kernel  # 16 KiB of B
     strided = "def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,2*h,2*w) * Wt(f,c) }"
     found, text = plan_of(strided, (8, 256, 56, 56), (512, 256))

@@ -166,8 +166,8 @@ def _balanced(total: int, block: int, multiple: int) -> int:
 
 
 def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False,
-         winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({}), direct_conv: bool = True
-         ) -> Plan:
+         winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({}), direct_conv: bool = True,
+         pack_b_in_kernel: bool = True) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
     ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
@@ -176,7 +176,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     plan fields instead of the cost model: ``path``, ``mr``, ``nr``, ``kc``, ``mc``, ``nc``,
     ``grid``; a value this contraction cannot run with raises :class:`TCOptionError`.
     ``direct_conv``: the direct_conv path may be chosen (a size-generic kernel holds none: the
-    winograd path is then weighed against the implicit GEMM)."""
+    winograd path is then weighed against the implicit GEMM). ``pack_b_in_kernel``: the packed
+    path's first micro-tile of each B sliver may read B in place and pack it (a size-generic
+    kernel's run-time engine packs B in a pass)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
@@ -322,7 +324,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         reasons.append(f"{path} path: set by Options.plan")
     # the packed path's B, beyond L2, read in place by the kernel where it can (cell_cost's `read`)
     b_bytes = batch * N * K * s
-    in_kernel = path == "packed" and not b_packed_once and b_bytes > target.l2 and _b_in_kernel_ok(con, nr)
+    in_kernel = (pack_b_in_kernel and path == "packed" and not b_packed_once and b_bytes > target.l2
+                 and _b_in_kernel_ok(con, nr))
     grid = _grid_of(con, path, mr, nr, kc, mc_max, nc_max, lanes, threads, overrides, target.cost, in_kernel)
     tb, tm, tn, tk = grid
     # Small path: a B sliver (kc x NR) is copied to be contiguous when enough micro-tiles reuse

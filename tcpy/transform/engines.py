@@ -127,7 +127,8 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         overrides = {"path": "packed", "mr": mr, "nr": vectors * lanes}
         form = winograd_form(con) if options.winograd else None
         tiles = tuple(sorted((rows, nv) for nv, rows in register_tiles(options.target).items())) if form else ()
-        nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides)
+        nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides,
+                       pack_b_in_kernel=False)
         # the small and stream paths' second tile: the planner's for an N of one 4-vector tile, if another
         wide_mr, wide_vectors = micro_tile(options.target, element_bytes, 4 * lanes)
         small_tile = (wide_mr, wide_vectors * lanes) if (wide_mr, wide_vectors) != (mr, vectors) else None
@@ -153,26 +154,27 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     threads = threads if options.parallel else 1
     tile, form = kernel.plan, kernel.plan.winograd
     if form is not None:
-        chosen = plan(con, options.target, threads, direct_conv=False)
+        chosen = plan(con, options.target, threads, direct_conv=False, pack_b_in_kernel=False)
         image = getattr(kernel.contraction, form.image).tensor
         if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
                 and len(con.guards) <= len(kernel.contraction.guards)
                 and (chosen.mr, chosen.nr_vectors) in tile.winograd_tiles):
             return con, chosen
     overrides = {"mr": tile.mr, "nr": tile.nr}
-    shaped = plan(con, options.target, threads, overrides=overrides)
+    shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
     if shaped.path not in paths:
         overrides["path"] = "packed"
-        shaped = plan(con, options.target, threads, overrides=overrides)
+        shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
     if shaped.path in ("small", "stream") and tile.small_tile is not None:
         # the planner's own micro-tile for this N, if it is the kernel's second one
         mr, vectors = micro_tile(options.target, con.dtype.bits // 8, con.size("n"))
         if (mr, vectors * shaped.lanes) == tile.small_tile:
             overrides.update(path=shaped.path, mr=mr, nr=vectors * shaped.lanes)
-            shaped = plan(con, options.target, threads, overrides=overrides)
+            shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
     if shaped.grid[3] > 1:
         overrides["path"] = shaped.path
-        shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)})
+        shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)},
+                      pack_b_in_kernel=False)
     return con, shaped
 
 
@@ -180,7 +182,7 @@ def shape_block(block: Contraction, target: Target, tile: Plan) -> Plan:
     """A size-generic kernel's chain product on one block at a call's shape
     (:mod:`tcpy.transform.runtime_chains`): planned for one thread of ``target`` on the packed
     path with the kernel's micro-tile (``tile``'s)."""
-    return plan(block, target, 1, overrides={"path": "packed", "mr": tile.mr, "nr": tile.nr})
+    return plan(block, target, 1, overrides={"path": "packed", "mr": tile.mr, "nr": tile.nr}, pack_b_in_kernel=False)
 
 
 def plan_block(block: Contraction, options: Options, b_packed_once: bool, generic: bool = False) -> Plan:
@@ -191,4 +193,5 @@ def plan_block(block: Contraction, options: Options, b_packed_once: bool, generi
     overrides = {k: v for k, v in options.plan.items() if k in ("mr", "nr")}
     if generic:
         overrides["path"] = "packed"
-    return plan(block, options.target, 1, b_packed_once=b_packed_once, overrides=overrides)
+    return plan(block, options.target, 1, b_packed_once=b_packed_once, overrides=overrides,
+                pack_b_in_kernel=not generic)

@@ -31,6 +31,7 @@ from tcpy.loopir import (
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.chains import block_chain, online_step
 from tcpy.codegen.cwriter import CLAIMS_PER_THREAD, CWriter, ScratchSlot, dynamic_schedule
+from tcpy.codegen.units import units
 from tcpy.codegen.expressions import (
     access, c_name, combine, convert, identity, index_c, nan_flagged, size_divisor, typed, value,
 )
@@ -660,7 +661,8 @@ class _Emitter:
         if self.helpers:  # before the kernel function (its line starts with `int <symbol>(`)
             at = next(i for i, line in enumerate(w.lines) if line.startswith(f"int {self.symbol}("))
             w.lines[at:at] = self.helpers
-        return w.text()
+        # a generic library holds every routine its shapes may need: gcc compiles them side by side
+        return units(w.text()) if self.generic is not None else w.text()
 
 
 def _iterations(loop):

@@ -13,6 +13,11 @@ bytes do not match (truncated, corrupt, half-copied, or another entry's files co
 the checksum covers the key) is rebuilt, never loaded. The sidecar also names the compiler
 binary (path, size, mtime) that built the entry: a changed compiler rebuilds it.
 
+A source in *units* (:data:`UNIT_MARK`: a size-generic kernel's, :mod:`tcpy.codegen.units`) is
+compiled as several translation units, one gcc process per core this process may run on, then
+linked into the one library of its key: the cache, its lock and its files are a single
+source's.
+
 Environment:
 
 - ``TCPY_CACHE_DIR``: cache root (default: ``platformdirs.user_cache_dir("tcpy")``); kernels
@@ -35,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -58,6 +64,13 @@ PRELOADED_SANITIZERS = {"address": "libasan", "hwaddress": "libhwasan", "thread"
 # that no entry built the old way is loaded. 2: fast-math flags no longer reach the link.
 BUILD_RECIPE = "2"
 HEADER_NAME = "tcpy_runtime.h"
+#: A line that starts a unit of a source compiled as several translation units: ``/* tcpy unit
+#: */``, or with the flags the unit needs after tcpy's defaults, ``/* tcpy unit: -O2 */``. The
+#: lines before the first mark are the declarations every translation unit starts with.
+UNIT_MARK = "/* tcpy unit"
+# gcc's time for a unit, in characters of its C: about 0.04 s a function plus 1.7 us a
+# character at -O3 (AMD Zen 5): what balances the units between the translation units
+UNIT_BASE_CHARS = 24000
 
 #: Number of times this process ran the C compiler (tests assert that cache hits do not).
 compiler_invocations = 0
@@ -123,7 +136,7 @@ def build_library(c_source: str, *, flags: Optional[Sequence[str]] = None, cc: O
             if not _entry_is_valid(so_path, key, compiler):  # another process may have built it meanwhile
                 base = DEFAULT_FLAGS + target.compiler_flags(*_compiler_name_version(cc))
                 user = tuple(user_flags) + _environment_flags(sanitize=False)
-                _compile(c_source, cc, base + extra, user, kernels, key, compiler)
+                _compile(c_source, cc, base, extra, user, kernels, key, compiler)
     _memory[key] = so_path
     return so_path
 
@@ -362,24 +375,25 @@ def _forget(so_path: Path) -> None:
         del _memory[key]
 
 
-def _compile(c_source: str, cc: str, flags: tuple[str, ...], user_flags: tuple[str, ...], kernels: Path,
-             key: str, compiler: Optional[str]) -> None:
+def _compile(c_source: str, cc: str, base: tuple[str, ...], flags: tuple[str, ...], user_flags: tuple[str, ...],
+             kernels: Path, key: str, compiler: Optional[str]) -> None:
     """Run the compiler (the caller holds the key's lock) and publish .c, .sha256, .so atomically.
 
     The compiler reads ``<key>.c`` and writes a fixed temporary name, so the same input gives
-    the same bytes (the file name ends up in the library's symbol table). If it fails and the
-    build without ``user_flags`` (a subset of ``flags``) succeeds, the user's flags are blamed.
+    the same bytes (the file name ends up in the library's symbol table). ``base``: tcpy's
+    defaults and the target's flags, ``flags`` the others. If it fails and the build without
+    ``user_flags`` (a subset of ``flags``) succeeds, the user's flags are blamed.
     """
     c_path, so_tmp = kernels / f"{key}.c", kernels / f".{key}.so.tmp"
     _write_atomic(c_path, c_source.encode())
-    result = _run_compiler(cc, flags, c_path, so_tmp)
+    result = _run_compiler(cc, base, flags, c_path, c_source, so_tmp)
     if result.returncode != 0:
         so_tmp.unlink(missing_ok=True)
         if user_flags:
             without = list(flags)
             for flag in user_flags:
                 without.remove(flag)
-            if _run_compiler(cc, tuple(without), c_path, so_tmp).returncode == 0:
+            if _run_compiler(cc, base, tuple(without), c_path, c_source, so_tmp).returncode == 0:
                 so_tmp.unlink(missing_ok=True)
                 raise TCOptionError(
                     f"{Path(cc).name} fails with your extra flags {shlex.join(user_flags)} (from "
@@ -398,21 +412,77 @@ def _compile(c_source: str, cc: str, flags: tuple[str, ...], user_flags: tuple[s
     os.replace(so_tmp, kernels / f"{key}.so")
 
 
-def _run_compiler(cc: str, flags: tuple[str, ...], c_path: Path, so_path: Path) -> subprocess.CompletedProcess:
+def _run_compiler(cc: str, base: tuple[str, ...], flags: tuple[str, ...], c_path: Path, c_source: str,
+                  so_path: Path) -> subprocess.CompletedProcess:
+    """Compile ``c_source`` (written at ``c_path``) with ``base`` and ``flags`` (a unit's flags
+    between them) into ``so_path``: in one gcc run, or, for a source in units or with fast-math
+    flags, into objects (units side by side) and a link without fast-math flags (see
+    FAST_MATH_LINK_FLAGS)."""
     global compiler_invocations
     compiler_invocations += 1
     include = ("-I", str(runtime_include_dir()))
-    if FAST_MATH_LINK_FLAGS.isdisjoint(flags):
-        return _run(cc, [cc, *flags, *include, str(c_path), "-o", str(so_path), "-lm"])
-    obj = so_path.with_suffix(".o")
+    units = translation_units(c_source, str(c_path), _build_jobs())
+    if len(units) == 1 and FAST_MATH_LINK_FLAGS.isdisjoint(base + flags):
+        return _run(cc, [cc, *base, *flags, *include, str(c_path), "-o", str(so_path), "-lm"])
+    # fixed names (from the key): the same source gives the same bytes
+    stem = so_path.parent / f".{c_path.stem}"
+    written = [] if len(units) == 1 else [Path(f"{stem}.{n}.c") for n in range(len(units))]
+    sources = written or [c_path]
+    objects = [Path(f"{stem}.{n}.o") for n in range(len(units))]
     try:
-        result = _run(cc, [cc, *flags, *include, "-c", str(c_path), "-o", str(obj)])
-        if result.returncode == 0:
-            link = [f for f in flags if f not in FAST_MATH_LINK_FLAGS]
-            result = _run(cc, [cc, *link, str(obj), "-o", str(so_path), "-lm"])
-        return result
+        for path, (_, text) in zip(written, units):
+            path.write_text(text)
+        commands = [[cc, *base, *unit_flags, *flags, *include, "-c", str(source), "-o", str(obj)]
+                    for (unit_flags, _), source, obj in zip(units, sources, objects)]
+        with ThreadPoolExecutor(max_workers=_build_jobs()) as pool:
+            results = list(pool.map(lambda command: _run(cc, command), commands))
+        failed = next((result for result in results if result.returncode != 0), None)
+        if failed is not None:
+            return failed
+        link = [f for f in base + flags if f not in FAST_MATH_LINK_FLAGS]
+        return _run(cc, [cc, *link, *map(str, objects), "-o", str(so_path), "-lm"])
     finally:
-        obj.unlink(missing_ok=True)
+        for path in objects + written:
+            path.unlink(missing_ok=True)
+
+
+def translation_units(c_source: str, file_name: str, jobs: int) -> list[tuple[tuple[str, ...], str]]:
+    """``(flags, C)`` of each translation unit to compile ``c_source`` (its path ``file_name`` in
+    diagnostics) from: itself when it holds no unit marks (:data:`UNIT_MARK`); else its
+    declarations, then its units grouped by their flags and balanced over about ``jobs``
+    translation units (a ``#line`` before each unit: gcc reports the lines of ``c_source``)."""
+    lines = c_source.split("\n")
+    starts = [n for n, line in enumerate(lines) if line.startswith(UNIT_MARK)]
+    if not starts:
+        return [((), c_source)]
+    head = "\n".join(lines[:starts[0]]) + "\n"
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for start, end in zip(starts, starts[1:] + [len(lines)]):
+        mark = lines[start][len(UNIT_MARK):].strip().removesuffix("*/").strip()
+        flags = tuple(shlex.split(mark.removeprefix(":")))
+        groups.setdefault(flags, []).append(f'#line {start + 2} "{file_name}"\n' + "\n".join(lines[start + 1:end]))
+    total = sum(UNIT_BASE_CHARS + len(text) for units in groups.values() for text in units)
+    result = []
+    for flags, units in groups.items():
+        # longest first, each into the lightest of the group's share of the jobs; in the order
+        # of the source there (callees before callers: gcc laid them out so, measured faster)
+        weights = [UNIT_BASE_CHARS + len(text) for text in units]
+        share = max(1, min(len(units), round(jobs * sum(weights) / total)))
+        loads, chosen = [0] * share, [0] * len(units)
+        for unit in sorted(range(len(units)), key=lambda unit: -weights[unit]):
+            chosen[unit] = loads.index(min(loads))
+            loads[chosen[unit]] += weights[unit]
+        result += [(flags, head + "".join(text + "\n" for unit, text in enumerate(units) if chosen[unit] == b))
+                   for b in range(share)]
+    return result
+
+
+def _build_jobs() -> int:
+    """How many gcc processes a build runs at once: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (not on Linux)
+        return os.cpu_count() or 1
 
 
 def _run(cc: str, cmd: list[str]) -> subprocess.CompletedProcess:

@@ -18,7 +18,8 @@ The planner's unit is one vector FMA on one of ``fma_pipes`` pipes (:class:`tcpy
    ``winograd_gain_min`` whose choices miss the fewest measured winners.
 
 The last table says, for each layer, what the planner chooses with the printed constants and
-which contender was faster. Timings on a busy machine are noisy: run it on a quiet one.
+which contender was faster; ``--check`` prints it for the recorded constants, measuring nothing
+else. Timings on a busy machine are noisy: run it on a quiet one.
 """
 from __future__ import annotations
 
@@ -175,34 +176,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="host", help="a preset name or host (default)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of the gain check")
+    parser.add_argument("--check", action="store_true",
+                        help="measure nothing but the gains: the planner's choices with the recorded constants")
     args = parser.parse_args()
     target = Target.resolve(args.target)
     if not target.can_run_here():
         print(f"{target.name} does not run on this machine")
         return 1
     cost = cost_model(target)
-    peak = fma_peak(target, "float")
-    cycle = 2.0 * cost.fma_pipes * target.lanes(4) / (peak * 1e9)
     print(f"target: {target.describe()}; ISA family {target.isa_family}")
-    print(f"FMA peak one core {peak:.1f} GFLOP/s: a cycle of the model is {cycle * 1e9:.3f} ns")
-    w_in, w_out, w_weights, w_call = fit_transforms(target, cycle)
-    fitted = dataclasses.replace(cost, winograd_input=round(w_in, 1), winograd_output=round(w_out, 1),
-                                 winograd_weights=round(w_weights, 1), winograd_call=round(w_call, -2))
+    if args.check:
+        fitted = cost
+    else:
+        peak = fma_peak(target, "float")
+        cycle = 2.0 * cost.fma_pipes * target.lanes(4) / (peak * 1e9)
+        print(f"FMA peak one core {peak:.1f} GFLOP/s: a cycle of the model is {cycle * 1e9:.3f} ns")
+        w_in, w_out, w_weights, w_call = fit_transforms(target, cycle)
+        fitted = dataclasses.replace(cost, winograd_input=round(w_in, 1), winograd_output=round(w_out, 1),
+                                     winograd_weights=round(w_weights, 1), winograd_call=round(w_call, -2))
     use_costs(target, dataclasses.replace(fitted, winograd_gain_min=0.0))
     rows = gains(target, tuple(args.threads))
-    gain_min = threshold([(est, measured) for _, _, est, measured, _ in rows])
+    gain_min = cost.winograd_gain_min if args.check else threshold([(est, measured) for _, _, est, measured, _ in rows])
     print(f"\n{'layer':<34} {'threads':>7} {'estimated':>9} {'measured':>9}  baseline  chosen  faster")
     for shapes, th, est, measured, path in rows:
         chosen = "wino" if est >= gain_min else path
         faster = "wino" if measured >= 1.0 else path
         print(f"{shapes:<34} {th:>7} {est:9.2f} {measured:9.2f}  {path:<8}  {chosen:<6}  {faster}"
               f"{'' if chosen == faster else '   (miss)'}")
-    print(f"\n# measured on {target.describe()}\n"
-          f"CostModel(winograd_input={fitted.winograd_input}, winograd_output={fitted.winograd_output}, "
-          f"winograd_weights={fitted.winograd_weights}, winograd_call={fitted.winograd_call}, "
-          f"winograd_gain_min={gain_min})")
+    misses = sum(1 for _, _, est, measured, _ in rows if (est >= gain_min) != (measured >= 1.0))
+    print(f"\n{misses} of {len(rows)} choices missed the measured winner")
+    if not args.check:
+        print(f"# measured on {target.describe()}\n"
+              f"CostModel(winograd_input={fitted.winograd_input}, winograd_output={fitted.winograd_output}, "
+              f"winograd_weights={fitted.winograd_weights}, winograd_call={fitted.winograd_call}, "
+              f"winograd_gain_min={gain_min})")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

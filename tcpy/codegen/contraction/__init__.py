@@ -16,6 +16,12 @@ micro-kernels, the per-cell driver) and the statement's body inside the kernel f
                 for ir in mc, step MR
                   MR x NR micro-kernel: kc rank-1 updates in registers, then one store
 
+With ``Plan.pack_b_in_kernel`` (B beyond L2, unguarded, linear along K, unit-stride along N's
+inner group: an NCHW 1x1 convolution's images, a GEMM's B) no pass packs B: in the first A
+block, the first micro-tile of each whole sliver reads B's rows where they lie, stores them into
+the packed sliver for the block's other micro-tiles and prefetches the next sliver's rows, so
+B is read from memory once (:func:`.kernel.packing_kernel`).
+
 Packing reads through the affine accesses (offset functions of the linear M, N, K and batch
 indices, with one ``/`` and ``%`` by a constant per merged group), so transposed, strided,
 offset, batched and multi-variable operands reach the micro-kernel as the same contiguous

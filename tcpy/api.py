@@ -423,13 +423,13 @@ class Kernel(Launcher):
         self._served.setdefault(key, _generic_text(self.options.specialize))
         statements = [(s.stmt, bound.statements[s.origin]) for s in generic.ir.program.statements]
         auto = self.options.specialize == "auto"
-        options = self.options_for(sizes) if auto else None  # (the calling thread's count)
         holder = []
         points = max(1, _points(ranges for _, ranges in statements))
         hot_calls = max(2, min(SPECIALIZE_AFTER_CALLS, -(-SPECIALIZE_AFTER_POINTS // points)))
 
         def hot(table_key):
-            self._specialize_in_background(table_key, holder[0], sizes, options, hot_calls)
+            # (options for the calling thread's count, found once the shape is hot: most never are)
+            self._specialize_in_background(table_key, holder[0], sizes, self.options_for(sizes), hot_calls)
 
         entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0,
                             constants=(size_block(self.ranges.size_vars, sizes), *plans),

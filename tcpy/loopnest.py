@@ -84,29 +84,29 @@ def _build_ast(schedule_map: isl.Map, context: isl.Set) -> Optional[isl.AstNode]
     return build.node_from_schedule_map(isl.UnionMap.from_map(schedule_map))
 
 
-def _phase_ast(name: str, vars_: tuple[str, ...], sched: StmtSchedule,
-               ranges: Mapping[str, tuple[int, int]]) -> Optional[isl.AstNode]:
-    """The loops of a statement split by phase (:mod:`tcpy.transform.phases`): one isl
-    statement ``<name>_<residues>`` per residue combination, over its split variables'
-    quotients ``q`` (``lo <= s*q + r < hi``), scheduled together."""
+def _phase_ast(name: str, vars_: tuple[str, ...], sched: StmtSchedule, domain: isl.Set,
+               context: isl.Set) -> Optional[isl.AstNode]:
+    """The loops of a statement split by phase (:mod:`tcpy.transform.phases`) over its
+    ``domain``: one isl statement ``<name>_<residues>`` per residue combination, over its split
+    variables' quotients ``q`` (the points ``s*q + r`` of the domain), scheduled together."""
     names = _isl_names(vars_)
+    strides = dict(sched.phases)
     pieces = [()]
     for v, stride in sched.phases:
         pieces = [piece + (r,) for piece in pieces for r in range(stride)]
-    strides = dict(sched.phases)
-    schedule = isl.UnionMap("{ }")
+    points = ", ".join(names[v] for v in vars_)
+    schedule = None
     for piece in pieces:
         residues = {v: r for (v, _), r in zip(sched.phases, piece)}
-        cons = [f"{ranges[v][0]} <= {strides[v]}*{names[v]} + {residues[v]} < {ranges[v][1]}" if v in residues
-                else f"{ranges[v][0]} <= {names[v]} < {ranges[v][1]}" for v in vars_]
         label = "_".join((name,) + tuple(map(str, piece)))
-        domain = isl.Set(f"{{ {label}[{', '.join(names[v] for v in vars_)}] : {' and '.join(cons)} }}")
-        outs = ", ".join(sched.dim_exprs(names, residues))
-        piece_map = isl.Map(f"{{ {label}[{', '.join(names[v] for v in vars_)}] -> [{outs}] }}").intersect_domain(domain)
-        schedule = schedule.union(isl.UnionMap.from_map(piece_map))
-    if schedule.is_empty():
+        values = ", ".join(f"{strides[v]}*{names[v]} + {residues[v]}" if v in residues else names[v] for v in vars_)
+        piece_domain = isl.Map(f"{{ {label}[{points}] -> {name}[{values}] }}").intersect_range(domain).domain()
+        piece_map = isl.Map(f"{{ {label}[{points}] -> [{', '.join(sched.dim_exprs(names, residues))}] }}")
+        piece_map = isl.UnionMap.from_map(piece_map.intersect_domain(piece_domain))
+        schedule = piece_map if schedule is None else schedule.union(piece_map)
+    if schedule is None or schedule.is_empty():
         return None
-    return isl.AstBuild.from_context(isl.Set("{ : }")).node_from_schedule_map(schedule)
+    return isl.AstBuild.from_context(context).node_from_schedule_map(schedule)
 
 
 class _Lowerer:
@@ -221,8 +221,6 @@ def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ra
     the context of the fused group's loops around it if any), over the ranges as functions of
     the sizes instead of ``ranges``."""
     name = f"S{index}"
-    if sched is not None and sched.phases:
-        return _Lowerer(index, stmt, sched, mode, vars_).lower(_phase_ast(name, vars_, sched, ranges))
     if generic is not None:
         sizes, origin, group_context = generic
         domain = sizes.domain(name, origin, vars_, _isl_names(vars_), fixed)
@@ -232,7 +230,10 @@ def _nest(index: int, stmt: ast.Stmt, sched: StmtSchedule, mode: Mode, vars_, ra
         # the loops around the nest range over the fixed variables' ranges: isl needs no guards
         bounds = " and ".join(f"{ranges[v][0]} <= {param} < {ranges[v][1]}" for v, param in fixed.items())
         context = isl.Set(f"[{', '.join(fixed.values())}] -> {{ : {bounds} }}" if fixed else "{ : }")
-    ast_root = _build_ast(_schedule_map(name, vars_, sched, domain), context)
+    if sched is not None and sched.phases:
+        ast_root = _phase_ast(name, vars_, sched, domain, context)
+    else:
+        ast_root = _build_ast(_schedule_map(name, vars_, sched, domain), context)
     return _Lowerer(index, stmt, sched, mode, vars_).lower(ast_root)
 
 

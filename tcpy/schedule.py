@@ -288,13 +288,14 @@ def choose_schedule(
 
 
 def phase_schedule(sched: StmtSchedule, stmt: ast.Stmt, phases: tuple[tuple[str, int], ...],
-                   extents: Mapping[str, int], options: Options) -> StmtSchedule:
+                   extents: Mapping[str, int], options: Options, generic: bool = False) -> StmtSchedule:
     """``sched`` of the element-wise ``stmt`` (whose left-hand indices are its variables) run
     in pieces by phase (:mod:`tcpy.transform.phases`): loops in the order of the target's
     dimensions (the pieces read phases laid out as it), each split variable's quotient loop
     followed by its residue, so the pieces of the innermost one store neighbouring elements in
     one loop body; the leading loops before the first residue parallel, as many as give
-    enough chunks."""
+    enough chunks (``generic``: all of them, whatever the nominal work, as
+    :func:`choose_schedule`)."""
     strides = dict(phases)
     order = tuple(index.name for index in stmt.lhs)
     quotients = {v: -(-extents.get(v, 1) // strides[v]) if v in strides else extents.get(v, 1) for v in order}
@@ -303,10 +304,10 @@ def phase_schedule(sched: StmtSchedule, stmt: ast.Stmt, phases: tuple[tuple[str,
                                 register_reduction=False, parallel_dims=0, chunks=0, threads=1, split=None,
                                 phases=phases, simd=options.vectorize, reasons=reasons)
     work = volume(extents.get(v, 1) for v in order)
-    if not (options.parallel and options.threads > 1 and work >= PARALLEL_MIN_WORK):
+    if not (options.parallel and options.threads > 1 and (generic or work >= PARALLEL_MIN_WORK)):
         return dataclasses.replace(sched, reasons=(*reasons, "serial: one thread or little work"))
-    count, chunks = _parallel_prefix(sched, quotients, 2 * CHUNKS_PER_THREAD * options.threads)
-    if chunks < 2:
+    count, chunks = _parallel_prefix(sched, quotients, None if generic else 2 * CHUNKS_PER_THREAD * options.threads)
+    if chunks < 2 and not (generic and count):
         return dataclasses.replace(sched, reasons=(*reasons, "serial: fewer than 2 chunks before the first residue"))
     return dataclasses.replace(sched, parallel_dims=count, chunks=chunks, threads=options.threads,
                                reasons=(*reasons, "leading loops before the first residue parallel"))

@@ -38,6 +38,20 @@ def test_stride_3_pieces_match_the_reference(threads, n, h3, w3):
     np.testing.assert_array_equal(got, want)
 
 
+def test_the_size_generic_kernel_runs_the_pieces_at_every_size():
+    """The pieces' loops over the quotients run over each call's sizes (one build)."""
+    kernel = tcpy.define(INTERLEAVE3, options=tcpy.Options(specialize="never", num_threads=2))
+    reference = tcpy.define(INTERLEAVE3, backend="reference")
+    plan = kernel.explain((2, 3, 4), (2, 3, 4), (2, 3, 4))
+    assert "generic kernel: X(n, h, w) = " in plan and "split by phase h mod 3, w mod 3" in plan, plan
+    rng = np.random.default_rng(5)
+    for n, h3, w3 in [(2, 3, 4), (3, 5, 1), (1, 1, 7), (1, 40, 33), (0, 2, 2), (2, 1, 1)]:
+        args = [rng.integers(-50, 50, (n, h3, w3)).astype(np.int32) for _ in range(3)]
+        got = kernel(*args)
+        assert got.dtype == np.int32 and got.shape == (n, max(3 * h3 - 1, 0), max(3 * w3 - 2, 0))
+        np.testing.assert_array_equal(got, reference(*args))
+
+
 def test_a_variable_also_read_as_itself():
     kernel = tcpy.define(MIXED, options=tcpy.Options(specialize="always"))
     rng = np.random.default_rng(4)

@@ -93,9 +93,8 @@ def _decided(test: ast.Expr) -> Optional[bool]:
 def split_phases(program: Program, options: Options) -> Program:
     """``program`` with each loop statement that :func:`phase_vars` splits scheduled by phase
     (:func:`tcpy.schedule.phase_schedule`). Statements in a fused group or an epilogue, those
-    whose loops the options set, and size-generic programs (whose ranges the pieces' loops
-    would need at run time) keep their schedule."""
-    if program.generic is not None or not options.vectorize:
+    whose loops the options set keep their schedule."""
+    if not options.vectorize:
         return program
     bound = {i for g in program.groups for i in g.statements} | {i for e in program.epilogues for i in e.members}
     statements = list(program.statements)
@@ -108,6 +107,7 @@ def split_phases(program: Program, options: Options) -> Program:
         phases = phase_vars(stmt)
         if not phases or not all(isinstance(i, ast.IndexVar) for i in stmt.lhs):
             continue
-        compute = phase_schedule(statement.loops.compute, stmt, phases, statement.extents(), options)
+        compute = phase_schedule(statement.loops.compute, stmt, phases, statement.extents(), options,
+                                 program.generic is not None)
         statements[index] = dataclasses.replace(statement, loops=dataclasses.replace(statement.loops, compute=compute))
     return dataclasses.replace(program, statements=tuple(statements))

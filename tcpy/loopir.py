@@ -917,7 +917,8 @@ def _dump_nodes(nodes, depth: int, lines: list[str]) -> None:
                 lines.append(f"{pad}view {name} = {buffer} + {offset}")
             _dump_nodes(node.body, depth, lines)
         elif isinstance(node, Point):
-            lines.append(f"{pad}S{node.stmt} {node.mode.value} ({_point_text(node.point)})")
+            piece = "".join(f" {v} = {r} mod {stride}" for v, stride, r in node.residues)
+            lines.append(f"{pad}S{node.stmt}{piece} {node.mode.value} ({_point_text(node.point)})")
         elif isinstance(node, Accumulate):
             part = f" part {node.part}" if node.part is not None else ""
             lines.append(f"{pad}accumulate S{node.stmt} into ({_point_text(node.point)}){part}")

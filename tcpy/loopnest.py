@@ -106,7 +106,11 @@ def _phase_ast(name: str, vars_: tuple[str, ...], sched: StmtSchedule, domain: i
         schedule = piece_map if schedule is None else schedule.union(piece_map)
     if schedule is None or schedule.is_empty():
         return None
-    return isl.AstBuild.from_context(context).node_from_schedule_map(schedule)
+    # the innermost (SIMD) loop's last, partial period apart: the loop body holds no guard
+    dims = sched.dims()
+    inner = max(i for i, (_, level) in enumerate(dims) if level is not Level.PHASE)
+    separate = isl.UnionMap(f"{{ [{', '.join(f'd{i}' for i in range(len(dims)))}] -> separate[{inner}] }}")
+    return isl.AstBuild.from_context(context).set_options(separate).node_from_schedule_map(schedule)
 
 
 class _Lowerer:

@@ -684,7 +684,8 @@ CONV_1X1 = "def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n,f,h,w) +=! I(n,c
 def test_b_beyond_l2_is_packed_by_the_kernel_where_it_reads_in_place(name):
     """An NCHW 1x1 convolution of a batch (B, the images, far beyond L2; 64 output channels)
     packs B in its first micro-tile of each sliver, its threads splitting the pixels; B within
-    L2, B strided along N (a stride-2 convolution) or guarded (padding) is packed by a pass."""
+    L2, in runs of few slivers (small images), strided along N (a stride-2 convolution) or
+    guarded (padding) is packed by a pass."""
     options = tcpy.Options(target=Target.preset(name), num_threads=2)
 
     def plan_of(src, *shapes):
@@ -697,6 +698,8 @@ def test_b_beyond_l2_is_packed_by_the_kernel_where_it_reads_in_place(name):
     con = recognized(CONV_1X1, (8, 256, 56, 56), (64, 256))
     assert not plan(con, Target.preset(name), 2, pack_b_in_kernel=False).pack_b_in_kernel  # (a run-time engine's)
     assert not plan_of(CONV_1X1, (1, 64, 8, 8), (64, 64))[0].pack_b_in_kernel  # 16 KiB of B
+    # 7x7 images: few slivers lie inside an image's 49 pixels
+    assert not plan_of(CONV_1X1, (8, 2048, 7, 7), (512, 2048))[0].pack_b_in_kernel
     strided = "def f(float(N,C,H,W) I, float(F,C) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,2*h,2*w) * Wt(f,c) }"
     found, text = plan_of(strided, (8, 256, 56, 56), (512, 256))
     assert found.path == "packed" and not found.pack_b_in_kernel and "B packed by the kernel" not in text

@@ -45,6 +45,9 @@ PACK_SHARE_MAX = 0.05  # packing A may cost this share of the FMA time (else the
 # GEMMs and convolutions alike; with 16 registers the bound leaves 6x2, the tallest that fits.
 MAX_TILE_ROWS = 8
 NARROW_N_GAIN = 1.05  # a tile fitting N's extent better must win by this (8x3 ran ~5% above 6x4)
+# B's runs along N must be this many slivers long for the kernel to pack B (most slivers inside a
+# run: a 7x7 image's 49 pixels hold one 48-wide sliver at 1 of 49 offsets)
+IN_KERNEL_RUN_SLIVERS = 4
 ONE_K_BLOCK_SLACK = 1.5  # K up to this many L1-sized K blocks runs as one when the output is beyond L2
 
 
@@ -634,10 +637,11 @@ def _sliver_lines_per_set(row_stride: int, rows: int, row_bytes: int, target: Ta
 
 def _b_in_kernel_ok(con: Contraction, nr: int) -> bool:
     """The packed path's kernel can read B's slivers in place (and pack them as it goes): B
-    unguarded, of the contraction's type, linear along K, its inner N group unit-stride and at
-    least a sliver long (a sliver inside one of its runs is rows at K's stride)."""
+    unguarded, of the contraction's type, linear along K, its inner N group unit-stride and
+    ``IN_KERNEL_RUN_SLIVERS`` slivers long (a sliver inside one of its runs is rows at K's
+    stride; one that crosses a run is packed alone, by a call of its own)."""
     return (con.guarded != "b" and con.b.dtype is con.dtype and bool(con.n) and con.n[-1].b == 1
-            and con.n[-1].extent >= nr and con.linear_stride("k", "b") is not None)
+            and con.n[-1].extent >= IN_KERNEL_RUN_SLIVERS * nr and con.linear_stride("k", "b") is not None)
 
 
 def _small_ok(con: Contraction, target: Target, kc: int, s: int) -> bool:

@@ -68,9 +68,10 @@ HEADER_NAME = "tcpy_runtime.h"
 #: */``, or with the flags the unit needs after tcpy's defaults, ``/* tcpy unit: -O2 */``. The
 #: lines before the first mark are the declarations every translation unit starts with.
 UNIT_MARK = "/* tcpy unit"
-# gcc's time for a unit, in characters of its C: about 0.04 s a function plus 1.7 us a
-# character at -O3 (AMD Zen 5): what balances the units between the translation units
-UNIT_BASE_CHARS = 24000
+# gcc's time for a unit, in characters of its C: about 2 us a character, 4 ms a loop and 25 ms
+# an OpenMP construct, at -O2 and -O3 alike (gcc 12, AMD Zen 5; within 20% for GEMM, convolution
+# and attention libraries). What cuts a build into pieces of about equal time.
+LOOP_CHARS, OPENMP_CHARS = 2000, 12500
 
 #: Number of times this process ran the C compiler (tests assert that cache hits do not).
 compiler_invocations = 0
@@ -434,7 +435,7 @@ def _run_compiler(cc: str, base: tuple[str, ...], flags: tuple[str, ...], c_path
             path.write_text(text)
         commands = [[cc, *base, *unit_flags, *flags, *include, "-c", str(source), "-o", str(obj)]
                     for (unit_flags, _), source, obj in zip(units, sources, objects)]
-        with ThreadPoolExecutor(max_workers=_build_jobs()) as pool:
+        with ThreadPoolExecutor(max_workers=_build_jobs()) as pool:  # (each takes the next when it is done)
             results = list(pool.map(lambda command: _run(cc, command), commands))
         failed = next((result for result in results if result.returncode != 0), None)
         if failed is not None:
@@ -448,33 +449,33 @@ def _run_compiler(cc: str, base: tuple[str, ...], flags: tuple[str, ...], c_path
 
 def translation_units(c_source: str, file_name: str, jobs: int) -> list[tuple[tuple[str, ...], str]]:
     """``(flags, C)`` of each translation unit to compile ``c_source`` (its path ``file_name`` in
-    diagnostics) from: itself when it holds no unit marks (:data:`UNIT_MARK`); else its
-    declarations, then its units grouped by their flags and balanced over about ``jobs``
-    translation units (a ``#line`` before each unit: gcc reports the lines of ``c_source``)."""
+    diagnostics) from, the longest (estimated) first: ``c_source`` itself when it holds no unit
+    marks (:data:`UNIT_MARK`); else its declarations, then a run of its units of one flags (in
+    the order of the source: callees before callers, as gcc laid them out in one file, measured
+    faster), the runs cut at about half of a job's share of the estimated time: ``jobs`` gcc
+    processes that take the next one when they finish end together (a ``#line`` before each
+    unit: gcc reports the lines of ``c_source``)."""
     lines = c_source.split("\n")
     starts = [n for n, line in enumerate(lines) if line.startswith(UNIT_MARK)]
     if not starts:
         return [((), c_source)]
     head = "\n".join(lines[:starts[0]]) + "\n"
-    groups: dict[tuple[str, ...], list[str]] = {}
+    groups: dict[tuple[str, ...], list[tuple[int, str]]] = {}
     for start, end in zip(starts, starts[1:] + [len(lines)]):
         mark = lines[start][len(UNIT_MARK):].strip().removesuffix("*/").strip()
         flags = tuple(shlex.split(mark.removeprefix(":")))
-        groups.setdefault(flags, []).append(f'#line {start + 2} "{file_name}"\n' + "\n".join(lines[start + 1:end]))
-    total = sum(UNIT_BASE_CHARS + len(text) for units in groups.values() for text in units)
-    result = []
+        text = f'#line {start + 2} "{file_name}"\n' + "\n".join(lines[start + 1:end]) + "\n"
+        weight = len(text) + LOOP_CHARS * text.count("for (") + OPENMP_CHARS * text.count("#pragma omp")
+        groups.setdefault(flags, []).append((weight, text))
+    piece = sum(weight for units in groups.values() for weight, _ in units) / (2 * jobs)
+    pieces = []  # [weight, flags, text]
     for flags, units in groups.items():
-        # longest first, each into the lightest of the group's share of the jobs; in the order
-        # of the source there (callees before callers: gcc laid them out so, measured faster)
-        weights = [UNIT_BASE_CHARS + len(text) for text in units]
-        share = max(1, min(len(units), round(jobs * sum(weights) / total)))
-        loads, chosen = [0] * share, [0] * len(units)
-        for unit in sorted(range(len(units)), key=lambda unit: -weights[unit]):
-            chosen[unit] = loads.index(min(loads))
-            loads[chosen[unit]] += weights[unit]
-        result += [(flags, head + "".join(text + "\n" for unit, text in enumerate(units) if chosen[unit] == b))
-                   for b in range(share)]
-    return result
+        for weight, text in units:
+            if not pieces or pieces[-1][1] != flags or pieces[-1][0] + weight / 2 > piece:
+                pieces.append([0, flags, head])
+            pieces[-1][0] += weight
+            pieces[-1][2] += text
+    return [(flags, text) for _, flags, text in sorted(pieces, key=lambda p: -p[0])]
 
 
 def _build_jobs() -> int:

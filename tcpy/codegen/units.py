@@ -29,8 +29,8 @@ _TYPEDEF = re.compile(r"typedef [A-Za-z0-9_]+ ([A-Za-z_][A-Za-z0-9_]*)[ ;]")  # 
 
 #: Written by a renderer directly before a routine whose vector code is written out: gcc at -O2
 #: runs it as fast as at -O3, whose vectoriser and cloning of functions only add compile time
-#: (the run-time engine's micro-kernels and packing routines: GEMM, attention and convolutions
-#: on the packed path ran within 1% at -O2, AMD Zen 5).
+#: (the run-time engine's micro-kernels, its packing of A and its loops over cells: GEMM,
+#: attention and convolutions ran within 1% at -O2, AMD Zen 5).
 HAND_VECTORISED = UNIT_MARK + ": -O2 */"
 
 

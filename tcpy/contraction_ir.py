@@ -27,7 +27,7 @@ class Path(str, enum.Enum):
     STREAM = "stream"  # A read in place, B's K block packed (narrow N)
     DIRECT = "direct"  # M = 1, a short K: each run of outputs sums its taps in registers
     BATCH_LANES = "batch_lanes"  # N = 1: vector lanes over consecutive batch indices
-    WINOGRAD = "winograd"  # a 3x3 stride-1 convolution as F(2x2, 3x3)
+    WINOGRAD = "winograd"  # a 3x3 stride-1 convolution as F(2x2, 3x3) or F(4x4, 3x3)
     # a 3x3 stride-1 convolution's weight gradient (the window's taps are outputs) as F(3x3, 2x2)
     WINOGRAD_TAPS = "winograd_taps"
     # a convolution with the image read in place: output channels in the vector lanes, a run of
@@ -50,8 +50,9 @@ class Operand(str, enum.Enum):
 
 
 TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
-TILE = 2  # outputs per tile and axis
+TILE = 2  # outputs per tile and axis of F(2x2, 3x3) (the size-generic kernels' and the weight gradient's)
 POINTS = (TILE + TAPS - 1) ** 2  # 16 transformed values (and products) per tile
+WINOGRAD_TILES = (2, 4)  # the tile sizes of the winograd path (F(2x2, 3x3), F(4x4, 3x3))
 MAX_SLIVERS = 8  # tile slivers per block of the winograd path (its block buffers grow with it)
 
 
@@ -293,7 +294,7 @@ class Plan:
     # the next group, sharing B's rows between their taps), in steps of `row_vectors` vectors
     rows: int = 1
     row_vectors: int = 0
-    winograd: Optional[WinogradForm] = None  # winograd path: the F(2x2, 3x3) form
+    winograd: Optional[WinogradForm] = None  # winograd path: the F(m x m, 3x3) form
     taps: Optional[WinogradTapsForm] = None  # winograd_taps path: the F(3x3, 2x2) form
     conv: Optional[ConvForm] = None  # direct_conv path: the convolution's variables (mr pixels x nr channels)
     # a size-generic kernel's contraction: the micro-tiles (MR, NR vectors) its winograd path is
@@ -394,14 +395,16 @@ class ImageForm:
 
 @dataclass(frozen=True)
 class WinogradForm(ImageForm):
-    """A contraction as F(2x2, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC puts it
-    on a's side), the two window axes and the remaining variables."""
+    """A contraction as F(tile x tile, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC
+    puts it on a's side), the two window axes, the remaining variables and the tile size (one of
+    :data:`WINOGRAD_TILES`)."""
 
     rows: Axis
     cols: Axis
     m: tuple[Var, ...]  # output channels (the weights' and the output's)
     n: tuple[Var, ...]  # the image's and output's variables besides the axes (images)
     k: tuple[Var, ...]  # the reduction besides the taps (input channels)
+    tile: int = TILE  # outputs per tile and axis
 
     @property
     def M(self) -> int:
@@ -412,13 +415,27 @@ class WinogradForm(ImageForm):
         return math.prod(v.extent for v in self.k)
 
     @property
+    def patch(self) -> int:
+        """The input patch's side: tile + taps - 1."""
+        return self.tile + TAPS - 1
+
+    @property
+    def points(self) -> int:
+        """Transformed values (and products) per tile."""
+        return self.patch ** 2
+
+    def axis_tiles(self, axis: Axis) -> int:
+        """Tiles along ``axis`` (the last one partial when the tile does not divide it)."""
+        return -(-axis.out.extent // self.tile)
+
+    @property
     def tiles(self) -> int:
         """Tiles per batch index (the products' columns)."""
-        return math.prod(v.extent for v in self.n) * self.rows.tiles * self.cols.tiles
+        return math.prod(v.extent for v in self.n) * self.axis_tiles(self.rows) * self.axis_tiles(self.cols)
 
     def describe(self) -> str:
-        return (f"Winograd F(2x2, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
-                f"{self.cols.out.name} + {self.cols.tap.name}): {POINTS} products of M {self.M} x "
+        return (f"Winograd F({self.tile}x{self.tile}, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
+                f"{self.cols.out.name} + {self.cols.tap.name}): {self.points} products of M {self.M} x "
                 f"K {self.K} x {self.tiles} tiles")
 
 

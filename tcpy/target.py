@@ -85,6 +85,16 @@ class CostModel:
     # the direct GEMM must cost this much more for Winograd to be chosen (the estimate ran 0-20%
     # above the measured gains: 1.23 estimated, 1.15 measured for a ResNet layer of 14x14 images)
     winograd_gain_min: float = 1.2
+    # F(4x4, 3x3)'s transforms, as the three above (per tile of 4x4 outputs); None: F(2x2)'s
+    # scaled by the transforms' operation counts (tcpy.winograd_matrices.operation_counts)
+    winograd_f4_input: Optional[float] = None
+    winograd_f4_output: Optional[float] = None
+    winograd_f4_weights: Optional[float] = None
+    # F(2x2, 3x3) must cost this much more for F(4x4, 3x3) to be chosen (its constants are
+    # scaled, not measured, and its float32 rounding is larger; on AMD Zen 5 with AVX-512, busy
+    # host, one thread: 64 channels 56x56 estimated 1.27x, ran 1.15x faster; 128 channels 28x28,
+    # N=8 1.38x, ran 1.48x; N=1 1.15x, ran 1.07x; 256 channels 14x14, N=1: same time)
+    winograd_f4_gain_min: float = 1.25
 
 
 #: The cost model of targets measured on no machine of their own (see :class:`CostModel`).

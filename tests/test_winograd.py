@@ -20,7 +20,8 @@ from strategies import DERANDOMIZE
 from test_contraction import EPS, RUNNABLE, tiny_caches
 from test_conv import GUARDED_WEIGHTS, PADDED, _engine
 
-ALWAYS_WINOGRAD = dataclasses.replace(DEFAULT_COST_MODEL, winograd_gain_min=0.0)  # (the path on any gain, any ISA)
+# the path as F(2x2, 3x3) on any gain, any ISA
+ALWAYS_WINOGRAD = dataclasses.replace(DEFAULT_COST_MODEL, winograd_gain_min=0.0, winograd_f4_gain_min=float("inf"))
 
 EXAMPLES = int(os.environ.get("TCPY_CONV_EXAMPLES", "25"))
 AVX2 = "x86-64-v3"  # the planning tests' target (which layers gain depends on the vector width)
@@ -52,7 +53,7 @@ def test_3x3_stride_1_layers_with_enough_work_take_the_winograd_path(n, c, hw):
     args = _zeros(n, c, c, hw)
     assert _paths(kernel, *args) == ["winograd"]
     text = str(kernel.explain(*args))
-    assert "Winograd F(2x2, 3x3) over (h + kh, w + kw)" in text and "why: winograd path" in text
+    assert re.search(r"Winograd F\((2x2|4x4), 3x3\) over \(h \+ kh, w \+ kw\)", text) and "why: winograd path" in text
 
 
 @pytest.mark.parametrize("source, shapes", [
@@ -150,15 +151,17 @@ def test_few_slivers_for_many_threads_keep_the_gemm(n, c, hw, threads):
 
 
 @st.composite
-def winograd_convolutions(draw):
+def winograd_convolutions(draw, min_out: int = 2):
     """A 3x3 stride-1 convolution in NCHW or NHWC, with groups or not, padded by a guard of
-    0-2 per axis or not, odd sizes, written with ``+=!`` or as ``+=`` after a bias, maybe scaled."""
+    0-2 per axis or not, odd sizes (outputs at least ``min_out`` per axis), written with ``+=!``
+    or as ``+=`` after a bias, maybe scaled."""
     dtype = draw(st.sampled_from(["float", "float", "double"]))
     layout = draw(st.sampled_from(["nchw", "nhwc"]))
     g = draw(st.sampled_from([1, 1, 2, 3]))
     n, c, f = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 5, 8, 13])), draw(st.sampled_from([2, 7, 16]))
     ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
-    h, w = draw(st.integers(max(1, 4 - 2 * ph), 13)), draw(st.integers(max(1, 4 - 2 * pw), 19))
+    h = draw(st.integers(max(1, min_out + 2 - 2 * ph), 13))
+    w = draw(st.integers(max(1, min_out + 2 - 2 * pw), 19))
     oh, ow = h + 2 * ph - 2, w + 2 * pw - 2
     y, x = f"h + kh - {ph}", f"w + kw - {pw}"
     guard = ([f"h + kh >= {ph}", f"h + kh < H + {ph}"] if ph else []) + ([f"w + kw >= {pw}", f"w + kw < W + {pw}"]

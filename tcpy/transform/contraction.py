@@ -13,12 +13,13 @@ of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` re
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from ..contraction_ir import POINTS, Contraction, ConvForm, Plan, WinogradForm, WinogradTapsForm
+from ..contraction_ir import POINTS, TILE, WINOGRAD_TILES, Contraction, ConvForm, Plan, WinogradForm, WinogradTapsForm
 from ..errors import TCOptionError
 from ..options import PLAN_PATHS
 from ..schedule import CHUNKS_PER_THREAD
@@ -170,7 +171,7 @@ def _balanced(total: int, block: int, multiple: int) -> int:
 
 def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False,
          winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({}), direct_conv: bool = True,
-         pack_b_in_kernel: bool = True) -> Plan:
+         pack_b_in_kernel: bool = True, winograd_tiles: tuple[int, ...] = WINOGRAD_TILES) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
     ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
@@ -181,7 +182,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     ``direct_conv``: the direct_conv path may be chosen (a size-generic kernel holds none: the
     winograd path is then weighed against the implicit GEMM). ``pack_b_in_kernel``: the packed
     path's first micro-tile of each B sliver may read B in place and pack it (a size-generic
-    kernel's run-time engine packs B in a pass)."""
+    kernel's run-time engine packs B in a pass). ``winograd_tiles``: the tile sizes the winograd
+    path may take (a size-generic kernel's run-time engine: F(2x2, 3x3) only)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
@@ -274,7 +276,8 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
                                                   target.cost) / dplan.grid[2]
         elif conv is not None:
             baseline = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, threads, target.cost)
-        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, baseline, dplan is not None)
+        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, baseline, dplan is not None,
+                               winograd_tiles)
         if wplan is not None:
             return wplan
     taps = winograd_taps_form(con) if winograd and not b_packed_once and not overrides else None
@@ -450,28 +453,42 @@ def _implicit_gemm_cycles(con: Contraction, conv: ConvForm, mr: int, nr: int, la
 
 
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
-                   unroll: int, baseline: Optional[float] = None, direct: bool = False) -> Optional[Plan]:
+                   unroll: int, baseline: Optional[float] = None, direct: bool = False,
+                   tiles: tuple[int, ...] = WINOGRAD_TILES) -> Optional[Plan]:
     """The winograd path's plan when its estimated time beats, by the cost model's
     ``winograd_gain_min``, ``baseline``'s (the estimated cycles per thread of the implicit GEMM,
     its packing and the window's gather included, or of the direct convolution when ``direct``,
-    which would run instead), or without a baseline the FMAs of a GEMM over all 9 taps."""
+    which would run instead), or without a baseline the FMAs of a GEMM over all 9 taps. Of the
+    tile sizes ``tiles`` that fit the output axes, F(4x4, 3x3) when F(2x2, 3x3)'s estimate is
+    ``winograd_f4_gain_min`` times its own."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     cost = target.cost
     fmas = cost.fma_pipes * lanes
     batch, M, N, _ = con.sizes
 
-    def shares(tile):  # the threads that get tile slivers
+    def shares(form, tile):  # the threads that get tile slivers
         return min(threads, batch * -(-form.tiles // (tile[1] * lanes)))
 
-    def per_thread(tile):
-        return winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost) * batch / shares(tile) + cost.winograd_call
+    def per_thread(form, tile):
+        return winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost) * batch / shares(form, tile) + cost.winograd_call
 
-    # a small image's few tiles fill one wide sliver: a narrower tile that gives more threads a
-    # sliver, if its estimate per thread is lower (ResNet's 14x14 layer at N=1, 2 threads: 8x32)
-    widest = micro_tile(target, s, form.tiles)
-    narrower = [(mr, nv) for nv, mr in register_tiles(target).items() if shares((mr, nv)) > shares(widest)]
-    mr, nv = min([widest, *narrower], key=per_thread)
+    def best_tile(form):
+        # a small image's few tiles fill one wide sliver: a narrower tile that gives more threads
+        # a sliver, if its estimate per thread is lower (ResNet's 14x14 layer at N=1, 2 threads: 8x32)
+        widest = micro_tile(target, s, form.tiles)
+        narrower = [(mr, nv) for nv, mr in register_tiles(target).items()
+                    if shares(form, (mr, nv)) > shares(form, widest)]
+        return min([widest, *narrower], key=lambda tile: per_thread(form, tile))
+
+    candidates = [dataclasses.replace(form, tile=t) for t in tiles
+                  if min(form.rows.out.extent, form.cols.out.extent) >= t]
+    estimates = [(per_thread(f, best_tile(f)), f, best_tile(f)) for f in candidates]
+    fast, form, (mr, nv) = estimates[0]
+    f2_estimate = fast
+    for estimate, f, tile in estimates[1:]:
+        if f2_estimate >= cost.winograd_f4_gain_min * estimate:
+            fast, form, (mr, nv) = estimate, f, tile
     nr = nv * lanes
     slivers = -(-form.tiles // nr)
     # per thread: the GEMM splits its micro-tiles over the threads, Winograd its tile slivers
@@ -479,7 +496,6 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     # (ResNet's 14x14 layer at N=1 ran 1.25x faster as Winograd on AMD Zen 5, estimated 0.95x)
     gemm = baseline if baseline is not None else \
         gemm_cycles(form, fmas) * batch / min(threads, batch * -(-M // mr) * -(-N // nr))
-    fast = per_thread((mr, nv))
     if gemm < cost.winograd_gain_min * fast:
         return None
     kc = _balanced(form.K, kc_max, unroll)
@@ -488,15 +504,16 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     rows = -(-form.M // mr) * mr
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
-    u_bytes = batch * POINTS * rows * form.K * s
+    u_bytes = batch * form.points * rows * form.K * s
     against = ("the direct convolution" if direct else "the implicit GEMM" if baseline is not None
                else "the GEMM over all 9 taps")
     reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {against} "
-               f"with {threads} thread(s) (16 products on {mr}x{nr} micro-tiles and the "
-               "transforms; the threads split the tile slivers)",
-               f"transformed weights once per call: {POINTS} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
+               f"with {threads} thread(s) ({form.points} products on {mr}x{nr} micro-tiles and the "
+               "transforms; the threads split the tile slivers)"
+               + (f"; F(2x2, 3x3) estimated {f2_estimate / fast:.2f}x slower" if form.tile != TILE else ""),
+               f"transformed weights once per call: {form.points} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
                f"blocks of {blocks * nr} tiles: the block's transformed input and products "
-               f"({POINTS * (form.K + rows) * blocks * nr * s // 1024} KiB) per thread",
+               f"({form.points * (form.K + rows) * blocks * nr * s // 1024} KiB) per thread",
                f"kc {kc}: a transformed input sliver kc x NR ({kc * nr * s // 1024} KiB) stays in L1",
                f"mc {mc}: a block of one point's transformed weights mc x kc ({mc * kc * s // 1024} KiB) stays "
                f"in half of L2 while the block's tile slivers pass",

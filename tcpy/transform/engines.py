@@ -23,7 +23,7 @@ from ..lang import ast
 from ..loopir import Engine, Loops, Program, Statement
 from ..options import Options
 from ..target import Target
-from ..contraction_ir import Contraction, Plan
+from ..contraction_ir import TILE, Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
 from .contraction import direct_ok, micro_tile, plan, register_tiles
 from .recognition import recognize, split_result_scale
@@ -154,7 +154,8 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     threads = threads if options.parallel else 1
     tile, form = kernel.plan, kernel.plan.winograd
     if form is not None:
-        chosen = plan(con, options.target, threads, direct_conv=False, pack_b_in_kernel=False)
+        chosen = plan(con, options.target, threads, direct_conv=False, pack_b_in_kernel=False,
+                      winograd_tiles=(TILE,))
         image = getattr(kernel.contraction, form.image).tensor
         if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
                 and len(con.guards) <= len(kernel.contraction.guards)

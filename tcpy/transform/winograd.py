@@ -1,4 +1,5 @@
-"""Winograd's minimal filtering F(2x2, 3x3) for convolutions the contraction engine recognises.
+"""Winograd's minimal filtering F(2x2, 3x3) and F(4x4, 3x3) for convolutions the contraction
+engine recognises.
 
 A 3x3 window at stride 1 slides over two output axes (``h + kh``, ``w + kw``). Over a 2x2 tile
 of outputs, the 36 products of each (output channel, input channel) pair become 16 (Lavin and
@@ -7,9 +8,9 @@ Gray, "Fast Algorithms for Convolutional Neural Networks", 2016)::
     Y = A^T [ (G g G^T) . (B^T d B) ] A        g: 3x3 weights, d: 4x4 input patch, Y: 2x2 outputs
 
     B^T = | 1  0 -1  0 |     G = | 1    0    0   |     A^T = | 1  1  1  0 |
-          | 0  1  1  0 |         | 1/2  1/2  1/2 |           | 0  1 -1 -1 |
+          | 0  1  1  0 |         | 1/2  1/2  1/2 |           | 0  1 -1  1 |
           | 0 -1  1  0 |         | 1/2 -1/2  1/2 |
-          | 0  1  0 -1 |         | 0    0    1   |
+          | 0 -1  0  1 |         | 0    0    1   |
 
 so the sum over input channels becomes 16 independent products (one per element ``xi`` of the
 4x4 transformed tile), each an ordinary GEMM: ``M[xi] = U[xi] (M x K') . V[xi] (K' x tiles)``,
@@ -28,26 +29,26 @@ Inputs with inf, NaN or huge magnitudes (where the transforms' differences would
 infinite term into NaN for a whole tile) take the point-by-point sums instead: the generated
 kernel scans both operands first.
 
-F(4x4, 3x3) is not a tile size here yet. Its 4x4 outputs per tile take 36 products (2.25 per
-output against 4), its transforms of 6x6 patches 3.4x (input), 3.9x (output) and 2.25x
-(weights, per pair of channels) the operations of F(2x2, 3x3)'s per tile (additions,
-multiplications by constants, loads, stores). With the transforms' constants measured on AMD
-Zen 5 (16- and 8-lane vectors) scaled by those counts, the model estimates F(4x4) faster than
-F(2x2) for ResNet's 64-channel 56x56 layer (1.2-1.4x, more at N=8) and its 28x28 layer at N=8
-(1.2-1.6x), equal for the 28x28 layer unpadded at N=1, and slower at N=1 for the 14x14 layer
-(0.57-0.95x: 16 tiles fill a third of one sliver, and the weights' transform per pair of
-channels grows) and the 7x7 layer (0.45x). Where it would pay, the estimate assumes transforms
-as fast per operation as F(2x2)'s vectorised ones (tiles 4 apart along a row need other
-shuffles than :func:`tcpy.codegen.contraction.winograd.load_patches`'), and float32 rounding
-grows (transform constants up to 8 and 1/24, against 1 and 1/2 here).
+F(4x4, 3x3) is the second tile size (``WinogradForm.tile``; the matrices of both are made from
+their points in :mod:`tcpy.winograd_matrices`): its 4x4 outputs per tile take 36 products (2.25
+per output against 4), its transforms of 6x6 patches 3.5x (input), 4.1x (output) and 2.1x
+(weights, per pair of channels) the operations of F(2x2, 3x3)'s per tile (loads, stores, terms),
+which scale F(2x2)'s measured constants until F(4x4)'s own are measured. The planner estimates
+both and takes F(4x4) when F(2x2) costs ``winograd_f4_gain_min`` times more: it pays on large
+images with many channels (ResNet's 56x56 and 28x28 layers), not where few tiles fill few
+slivers (14x14 and 7x7 at N=1). Its float32 rounding is larger (constants up to 8 and 1/24
+against 1 and 1/2): on random normal data, max |error| / max |result| against float64 sums of a
+64-channel layer is ~1e-6 against ~3e-7 for F(2x2) and ~2e-7 for the direct sums (the bound the
+tests hold: 5e-6). A size-generic kernel's run-time engine runs F(2x2) only.
 """
 from __future__ import annotations
 
 import math
 from typing import Optional
 
-from ..contraction_ir import MAX_SLIVERS, POINTS, TAPS, TILE, Axis, WinogradForm
+from ..contraction_ir import MAX_SLIVERS, TAPS, TILE, Axis, WinogradForm
 from ..target import CostModel
+from ..winograd_matrices import operation_counts
 
 
 def winograd_form(con) -> Optional[WinogradForm]:
@@ -89,13 +90,26 @@ def _form(con, image: str) -> Optional[WinogradForm]:
                         tuple(var(v) for v in taps if v not in used))
 
 
+def transform_costs(cost: CostModel, tile: int) -> tuple[float, float, float]:
+    """Cycles of the input transform per tile and input channel, the output transform per tile
+    and output channel and the weights' per pair of channels, for F(tile x tile, 3x3): measured
+    (``cost``), or F(2x2)'s scaled by the operation counts while F(4x4)'s are unmeasured."""
+    base = (cost.winograd_input, cost.winograd_output, cost.winograd_weights)
+    if tile == TILE:
+        return base
+    measured = (cost.winograd_f4_input, cost.winograd_f4_output, cost.winograd_f4_weights)
+    if None not in measured:
+        return measured
+    return tuple(c * ops / ops2 for c, ops, ops2 in zip(base, operation_counts(tile), operation_counts(TILE)))
+
+
 def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int, cost: CostModel) -> float:
-    """Estimated cycles of one batch index: the 16 products on whole micro-tiles (rows padded to
-    ``mr``, tiles to ``nr``) and the three transforms (``cost``'s constants)."""
+    """Estimated cycles of one batch index: the form's products on whole micro-tiles (rows padded
+    to ``mr``, tiles to ``nr``) and the three transforms (:func:`transform_costs`)."""
     rows, cols = -(-form.M // mr) * mr, -(-form.tiles // nr) * nr
-    products = POINTS * rows * form.K * cols / fmas_per_cycle
-    return (products + cost.winograd_input * form.tiles * form.K + cost.winograd_output * form.tiles * form.M
-            + cost.winograd_weights * form.M * form.K)
+    products = form.points * rows * form.K * cols / fmas_per_cycle
+    inputs, outputs, weights = transform_costs(cost, form.tile)
+    return products + inputs * form.tiles * form.K + outputs * form.tiles * form.M + weights * form.M * form.K
 
 
 def direct_cycles(form: WinogradForm, fmas_per_cycle: int) -> float:
@@ -105,10 +119,10 @@ def direct_cycles(form: WinogradForm, fmas_per_cycle: int) -> float:
 
 
 def slivers_per_block(form: WinogradForm, nr: int, element_bytes: int, l2: int, slivers: int) -> int:
-    """Tile slivers per block: the block's transformed input and products (16 x (K + M) x NR
-    each) in half of L2; at least 4 when the transformed weights do not fit L2 (each block
-    reads all of them once)."""
-    per_sliver = POINTS * (form.K + form.M) * nr * element_bytes
-    weights = POINTS * form.M * form.K * element_bytes
+    """Tile slivers per block: the block's transformed input and products (P x (K + M) x NR
+    each, P points per tile) in half of L2; at least 4 when the transformed weights do not fit
+    L2 (each block reads all of them once)."""
+    per_sliver = form.points * (form.K + form.M) * nr * element_bytes
+    weights = form.points * form.M * form.K * element_bytes
     wanted = max(l2 // 2 // per_sliver, 4 if weights > l2 else 1)
     return max(1, min(wanted, MAX_SLIVERS, slivers))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...contraction_ir import MAX_SLIVERS, POINTS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
-from ..cwriter import CWriter, ScratchSlot, c_literal
+from ..cwriter import CWriter, ScratchSlot
 from .context import Context
 from .kernel import accumulate_loop
 from .stores import whole_tile
@@ -104,7 +104,6 @@ class _RuntimeWinograd:
         """``<p>_wweights``: U = G g G^T for the MR rows from r0 (a sliver) of batch index bi;
         returns whether a weight it read is inf, NaN or huge."""
         p, T, TW, mr = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr
-        half = c_literal(0.5, self.ctx.con.dtype)
         taps = [(i, j) for i in range(3) for j in range(3)]
         align = max(self.ctx.element_bytes * self.ctx.plan.lanes, 16)
         w(f"static int {p}_wweights(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
@@ -130,7 +129,7 @@ class _RuntimeWinograd:
         w("#pragma GCC ivdep", 0)
         w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
         w(f"const {T} " + ", ".join(f"g{i}{j} = g[{3 * i + j}][r]" for i, j in taps) + ";", 3)
-        transform_weights(w, self, T, half, taps, lambda q: f"u[{q} * u_point + r]")
+        transform_weights(w, self, T, taps, lambda q: f"u[{q} * u_point + r]")
         w("}", 2)
         w("}", 1)
         w("return bad;", 1)

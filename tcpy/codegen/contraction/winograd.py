@@ -1,21 +1,24 @@
-"""C for the winograd path of a contraction (:mod:`tcpy.transform.winograd`)::
+"""C for the winograd path of a contraction (:mod:`tcpy.transform.winograd`), F(2x2, 3x3) or
+F(4x4, 3x3) (P points per tile: 16 or 36)::
 
     the threads scan the image (blocks claimed one by one) and transform the weights, checking
-      each weight they read, into U (A slivers): [batch][16][M/MR][K'][MR], rows claimed likewise
+      each weight they read, into U (A slivers): [batch][P][M/MR][K'][MR], rows claimed likewise
     inf, NaN or a huge magnitude anywhere: no thread goes on; the sums run point by point after
     each thread claims blocks of up to nc tiles (a fixed set per image) until none is left:
-      V = the input transform of the block, [16][slivers][K'][NR] (B slivers; guards read zeros)
-      for each of the 16 points, K' block, tile sliver, row sliver:
-        MR x NR micro-kernel: U[xi] x V[xi] into the block's products [16][M][nc]
+      V = the input transform of the block, [P][slivers][K'][NR] (B slivers; guards read zeros)
+      for each of the P points, K' block, tile sliver, row sliver:
+        MR x NR micro-kernel: U[xi] x V[xi] into the block's products [P][M][nc]
       the output transform of the products into the output (alpha, +=, the epilogue)
 
+The transforms' C is generated from the tile size's matrices (:mod:`tcpy.winograd_matrices`).
 The weights' transform is plain C; the input transform loads groups of a vector's width of tiles
 side by side as vectors (other tiles one by one), the output transform is vectorised by gcc along
 the tiles; the products run on the engine's micro-kernel.
 """
 from __future__ import annotations
 
-from ...contraction_ir import POINTS, TAPS, TILE, Var
+from ...contraction_ir import TAPS, TILE, Var
+from ...winograd_matrices import transforms
 from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context, header
 from .exact import exact_sums, nonfinite
@@ -55,19 +58,35 @@ def var_offset_fn(w: CWriter, name: str, variables: tuple[Var, ...], stride):
     w("}")
 
 
-def transform_weights(w: CWriter, path, T: str, half: str, taps, point_at):
+def combination(coefs, terms, literal) -> str:
+    """C of the sum of ``coefs[i] * terms[i]`` (exact fractions): zero terms left out, a
+    magnitude common to all factored out, coefficients of magnitude 1 as signs; ``literal``
+    gives a constant's C."""
+    pairs = [(c, t) for c, t in zip(coefs, terms) if c]
+    common = abs(pairs[0][0])
+    scale = common if all(abs(c) == common for c, _ in pairs) else 1
+    text = ""
+    for c, t in pairs:
+        c /= scale
+        term = t if abs(c) == 1 else f"{t} * {literal(abs(c))}"
+        text += (" - " if c < 0 else " + ") + term if text else ("-" if c < 0 else "") + term
+    return text if scale == 1 else f"({text}) * {literal(scale)}"
+
+
+def transform_weights(w: CWriter, path, T: str, taps, point_at, tile: int = TILE):
     """The body of a loop over the rows ``r`` of a sliver whose 3x3 windows are ``g<i><j>``:
     ``bad |=`` the unusual-magnitude test of the taps summed (``path.unusual``), then U = G g
-    G^T into the 16 points, point ``q`` at C text ``point_at(q)``."""
+    G^T of F(tile x tile, 3x3) into its points, point ``q`` at C text ``point_at(q)``."""
     fabs = "fabsf" if path.ctx.element_bytes == 4 else "fabs"
+    g, a = transforms(tile).g, tile + TAPS - 1
+    literal = lambda c: c_literal(float(c), path.ctx.con.dtype)  # noqa: E731
     w(f"bad |= {path.unusual(' + '.join(f'{fabs}(g{i}{j})' for i, j in taps))};", 3)
-    for j in range(TAPS):  # t = G g (the columns j of the 4 x 3 product)
-        w(f"const {T} t0{j} = g0{j}, t1{j} = (g0{j} + g1{j} + g2{j}) * {half}, "
-          f"t2{j} = (g0{j} - g1{j} + g2{j}) * {half}, t3{j} = g2{j};", 3)
-    for i in range(4):  # U = t G^T
-        at = lambda x: point_at(4 * i + x)  # noqa: E731
-        w(f"{at(0)} = t{i}0; {at(1)} = (t{i}0 + t{i}1 + t{i}2) * {half}; "
-          f"{at(2)} = (t{i}0 - t{i}1 + t{i}2) * {half}; {at(3)} = t{i}2;", 3)
+    for j in range(TAPS):  # t = G g (the columns j of the a x 3 product)
+        w(f"const {T} " + ", ".join(f"t{i}_{j} = {combination(g[i], [f'g{k}{j}' for k in range(TAPS)], literal)}"
+                                    for i in range(a)) + ";", 3)
+    for i in range(a):  # U = t G^T
+        w(" ".join(f"{point_at(a * i + x)} = {combination(g[x], [f't{i}_{k}' for k in range(TAPS)], literal)};"
+                   for x in range(a)), 3)
 
 
 def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int):
@@ -96,11 +115,15 @@ class _Winograd:
         self.ctx = ctx
         con, plan = ctx.con, ctx.plan
         self.form = plan.winograd
+        self.matrices = transforms(self.form.tile)
+        self.points, self.a, self.tile = self.form.points, self.form.patch, self.form.tile
+        # tiles along the axes
+        self.row_tiles, self.col_tiles = self.form.axis_tiles(self.form.rows), self.form.axis_tiles(self.form.cols)
         self.mt = -(-self.form.M // plan.mr)  # row slivers of U
         self.slivers = -(-self.form.tiles // plan.nr)  # tile slivers per batch index
         self.ns = plan.nc // plan.nr  # tile slivers per block
         # strides between the points in the block buffers, one sliver row more than their
-        # size: a tile's 16 values (and a product's 16 reads) fall in 16 different L1 sets, not
+        # size: a tile's P values (and a product's P reads) fall in P different L1 sets, not
         # in one set when the size is a multiple of the L1 way size
         self.v_point = self.ns * self.form.K * plan.nr + plan.nr
         self.p_point = self.mt * plan.mr * plan.nc + plan.nr
@@ -126,6 +149,10 @@ class _Winograd:
             self.var_offset_fn(w, f"g{i}_k", form.k, lambda v, i=i: v.g[i])
             self.var_offset_fn(w, f"g{i}_n", form.n, lambda v, i=i: v.g[i])
 
+    def literal(self, value) -> str:
+        """C of the transforms' constant ``value`` in the contraction's type."""
+        return c_literal(float(value), self.ctx.con.dtype)
+
     def unusual(self, value: str) -> str:
         """C: 1 when ``value`` is inf, NaN or beyond HUGE in magnitude (:func:`unusual`)."""
         return unusual(self.ctx, value)
@@ -140,13 +167,12 @@ class _Winograd:
         with rows past M tested per load ~50.)"""
         p, T, TW, mr, K = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
-        half = c_literal(0.5, self.ctx.con.dtype)
-        point = self.u_point
+        point, points = self.u_point, self.points
         taps = [(i, j) for i in range(TAPS) for j in range(TAPS)]
         align = max(self.ctx.element_bytes * self.ctx.plan.lanes, 16)
         w(f"static int {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0) {{")
         w("int bad = 0;", 1)
-        w(f"{T} *us = U + bi * INT64_C({POINTS * self.u_point}) + r0 / {mr} * INT64_C({K * mr});", 1)
+        w(f"{T} *us = U + bi * INT64_C({points * self.u_point}) + r0 / {mr} * INT64_C({K * mr});", 1)
         w(f"const int64_t live = tcpy_min_int64({mr}, {self.form.M} - r0);  /* rows past M hold zeros */", 1)
         w(f"const {TW} *wm[{mr}];", 1)
         w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
@@ -166,7 +192,7 @@ class _Winograd:
         w(f"const {T} " + ", ".join(f"g{i}{j} = g[{TAPS * i + j}][r]" for i, j in taps) + ";", 3)
         # one test of the taps' magnitudes summed (inf and NaN carry through the sum): a sum beyond
         # HUGE also takes the exact sums, where the transforms' own sums could overflow first
-        transform_weights(w, self, T, half, taps, lambda q: f"u[INT64_C({q * point}) + r]")
+        transform_weights(w, self, T, taps, lambda q: f"u[INT64_C({q * point}) + r]", self.tile)
         w("}", 2)
         w("}", 1)
         w("return bad;", 1)
@@ -182,7 +208,7 @@ class _Winograd:
         nr, nc, K = self.ctx.plan.nr, self.ctx.plan.nc, form.K
         rows, cols = form.rows, form.cols
         guards = self.ctx.con.guards
-        point = self.v_point
+        point, points, tile, a = self.v_point, self.points, self.tile, self.a
         w(f"static void {p}_inputs(const {TI} *TCPY_RESTRICT I, {T} *TCPY_RESTRICT V, int64_t bi, int64_t t0, "
           f"int64_t nt) {{")
         w(f"const {TI} *ib = I + INT64_C({self.img.offset}) + {p}_off_{form.image}_batch(bi);", 1)
@@ -190,25 +216,31 @@ class _Winograd:
         if guards:
             w(f"int64_t gt[{len(guards)}][{nc}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
-        w(f"const int64_t t = t0 + q, nn = t / {rows.tiles * cols.tiles}, y = t / {cols.tiles} % {rows.tiles} * {TILE}, "
-          f"x = t % {cols.tiles} * {TILE};", 2)
+        w(f"const int64_t t = t0 + q, nn = t / {self.row_tiles * self.col_tiles}, "
+          f"y = t / {self.col_tiles} % {self.row_tiles} * {tile}, x = t % {self.col_tiles} * {tile};", 2)
         w(f"src[q] = ib + {p}_wi_n(nn) + y * INT64_C({rows.out.image}) + x * INT64_C({cols.out.image});", 2)
         w("ty[q] = y; tx[q] = x;", 2)
-        inside = [f"y + 3 < {rows.window}", f"x + 3 < {cols.window}"]
+        inside = [f"y + {a - 1} < {rows.window}", f"x + {a - 1} < {cols.window}"]
         for i, g in enumerate(guards):
             w(f"gt[{i}][q] = INT64_C({g.const}) + {p}_off_g{i}_batch(bi) + {p}_wg{i}_n(nn) + "
               f"y * INT64_C({rows.out.g[i]}) + x * INT64_C({cols.out.g[i]});", 2)
             kmin = sum(min(0, v.g[i] * (v.extent - 1)) for v in form.k)
-            inside.append(f"gt[{i}][q] + INT64_C({kmin + min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i])}) >= 0")
+            corner = kmin + min(0, (a - 1) * rows.out.g[i]) + min(0, (a - 1) * cols.out.g[i])
+            inside.append(f"gt[{i}][q] + INT64_C({corner}) >= 0")
         w(f"inside[q] = {' && '.join(inside)};", 2)
         w("}", 1)
         w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
         L = self.ctx.plan.lanes
-        vector = cols.out.image == 1 and TI == T and L >= 2
-        if vector:  # groups of L tiles side by side in one tile row, all inside: vector loads
+        # F(2x2): groups of L tiles side by side in one tile row, all inside, by vector loads and
+        # shuffles; F(4x4) (a row holds fewer tiles: 14 at 56 pixels): groups of any L tiles all
+        # inside, each patch element's L values gathered
+        shuffled = tile == TILE
+        vector = (cols.out.image == 1 or not shuffled) and TI == T and L >= 2
+        if vector:
             w(f"int whole[{nc // L}];", 1)
             w(f"for (int64_t q = 0; q < {nc}; q += {L}) {{", 1)
-            w(f"int all = q + {L} <= nt && (t0 + q) / {cols.tiles} == (t0 + q + {L - 1}) / {cols.tiles};", 2)
+            same_row = f" && (t0 + q) / {self.col_tiles} == (t0 + q + {L - 1}) / {self.col_tiles}" if shuffled else ""
+            w(f"int all = q + {L} <= nt{same_row};", 2)
             w(f"for (int64_t l = 0; all && l < {L}; l++) all = inside[q + l];", 2)
             w(f"whole[q / {L}] = all;", 2)
             w("}", 1)
@@ -220,40 +252,55 @@ class _Winograd:
         w(f"{T} *vk = V + q / {nr} * INT64_C({K * nr}) + k * {nr} + q % {nr};", 3)
         if vector:
             w(f"if (q % {L} == 0 && whole[q / {L}]) {{", 3)
-            w(f"const {T} *s = src[q] + ik;", 4)
-            load_patches(w, p, T, L, f"INT64_C({rows.out.image})", 4)
+            if shuffled:
+                w(f"const {T} *s = src[q] + ik;", 4)
+                load_patches(w, p, T, L, f"INT64_C({rows.out.image})", 4)
+            else:
+                self.gather_patches(w, 4)
             self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *)(vk + {at})")
             w(f"q += {L - 1};", 4)
             w("continue;", 4)
             w("}", 3)
-        w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * INT64_C({point})] = 0; continue; }}", 3)
+        w(f"if (q >= nt) {{ for (int x = 0; x < {points}; x++) vk[x * INT64_C({point})] = 0; continue; }}", 3)
         w(f"const {TI} *s = src[q] + ik;", 3)
-        w(f"{T} d[4][4];", 3)
+        w(f"{T} d[{a}][{a}];", 3)
         read = f"({T})s[r * INT64_C({rows.out.image}) + c * INT64_C({cols.out.image})]"
-        w(f"if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
+        w(f"if (inside[q]) for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = {read};", 3)
         holds = [f"ty[q] + r < {rows.window}", f"tx[q] + c < {cols.window}"]
         holds += [f"gt[{i}][q] + gk{i} + r * INT64_C({rows.out.g[i]}) + c * INT64_C({cols.out.g[i]}) >= 0"
                   for i in range(len(guards))]
-        w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
+        w(f"else for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
           3)
         self.transform_input(w, 3, T, lambda at: f"vk[{at}]")
         w("}", 2)
         w("}", 1)
         w("}")
 
-    def transform_input(self, w: CWriter, depth: int, elem: str, at):
-        """B^T d B of the patch ``d[4][4]`` (scalars or vectors of tiles, type ``elem``) stored
-        through ``at(offset)`` at each point's offset."""
-        point = self.v_point
-        w(f"{elem} e[4][4];", depth)
-        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
-          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", depth)
-        w("for (int r = 0; r < 4; r++) {", depth)
-        w(f"{at(f'(4 * r) * INT64_C({point})')} = e[r][0] - e[r][2];", depth + 1)
-        w(f"{at(f'(4 * r + 1) * INT64_C({point})')} = e[r][1] + e[r][2];", depth + 1)
-        w(f"{at(f'(4 * r + 2) * INT64_C({point})')} = e[r][2] - e[r][1];", depth + 1)
-        w(f"{at(f'(4 * r + 3) * INT64_C({point})')} = e[r][1] - e[r][3];", depth + 1)
+    def gather_patches(self, w: CWriter, depth: int):
+        """``d[a][a]``: the patches of the L tiles from ``q`` (each inside), each element a vector
+        of the tiles' values gathered lane by lane (gcc's gathers)."""
+        p, T, a, L = self.ctx.prefix, self.ctx.T, self.a, self.ctx.plan.lanes
+        rows, cols = self.form.rows, self.form.cols
+        align = self.ctx.element_bytes * L
+        w(f"{T} g[{a}][{a}][{L}] __attribute__((aligned({align})));", depth)
+        w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) {{", depth)
+        w(f"const int64_t o = ik + r * INT64_C({rows.out.image}) + c * INT64_C({cols.out.image});", depth + 1)
+        w(f"for (int l = 0; l < {L}; l++) g[r][c][l] = src[q + l][o];", depth + 1)
         w("}", depth)
+        w(f"{p}_v d[{a}][{a}];", depth)
+        w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = *(const {p}_v *)g[r][c];", depth)
+
+    def transform_input(self, w: CWriter, depth: int, elem: str, at):
+        """B^T d B of the patch ``d[a][a]`` (scalars or vectors of tiles, type ``elem``) stored
+        through ``at(offset)`` at each point's offset."""
+        point, a, bt = self.v_point, self.a, self.matrices.bt
+        for i in range(a):  # e = B^T d
+            w(f"const {elem} " + ", ".join(f"e{i}_{c} = {combination(bt[i], [f'd[{k}][{c}]' for k in range(a)], self.literal)}"
+                                          for c in range(a)) + ";", depth)
+        for i in range(a):  # V = e B
+            for x in range(a):
+                value = combination(bt[x], [f"e{i}_{k}" for k in range(a)], self.literal)
+                w(f"{at(f'INT64_C({(a * i + x) * point})')} = {value};", depth)
 
     def kernel(self, w: CWriter):
         """``<p>_ukr``: one MR x NR tile of one point's product, set (first K block) or added into
@@ -267,16 +314,16 @@ class _Winograd:
         w("}")
 
     def block(self, w: CWriter):
-        """``<p>_block``: the 16 products of a transformed block, then the output transform."""
+        """``<p>_block``: the P products of a transformed block, then the output transform."""
         p, T = self.ctx.prefix, self.ctx.T
         mr, nr, nc, KC = self.ctx.plan.mr, self.ctx.plan.nr, self.ctx.plan.nc, self.ctx.plan.kc
         K, form = self.form.K, self.form
         rows, cols = form.rows, form.cols
         w(f"static void {p}_block(const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, "
           f"{T} *TCPY_RESTRICT C, int64_t bi, int64_t t0, int64_t nt, {T} alpha{self.ctx.cell_params}) {{")
-        w(f"const {T} *ub = U + bi * INT64_C({POINTS * self.u_point});", 1)
+        w(f"const {T} *ub = U + bi * INT64_C({self.points * self.u_point});", 1)
         w(f"const int64_t ns = (nt + {nr - 1}) / {nr};", 1)
-        w(f"for (int x = 0; x < {POINTS}; x++)", 1)
+        w(f"for (int x = 0; x < {self.points}; x++)", 1)
         w(f"for (int64_t pc = 0; pc < {K}; pc += {KC}) {{", 2)
         w(f"const int64_t kc = {K} - pc < {KC} ? {K} - pc : {KC};", 3)
         mc = self.ctx.plan.mc // mr
@@ -292,26 +339,29 @@ class _Winograd:
         w(f"for (int64_t m = 0; m < {form.M}; m++) {{", 1)
         w(f"{T} *cm = cb + {p}_wc_m(m);", 2)
         w(f"const {T} *pm = P + m * {nc};", 2)
-        w(f"{T} y[4][{nc}];", 2)
+        a, tile, at = self.a, self.tile, self.matrices.at
+        w(f"{T} y[{tile * tile}][{nc}];", 2)
         w(f"for (int64_t q = 0; q < {nc}; q++) {{  /* A^T M A, vectorised along the tiles */", 2)
-        w(f"{T} s[4][4];", 3)
-        w(f"for (int x = 0; x < {POINTS}; x++) s[x / 4][x % 4] = pm[x * INT64_C({self.p_point}) + q];", 3)
-        w(f"{T} r0[4], r1[4];", 3)
-        w("for (int c = 0; c < 4; c++) { r0[c] = s[0][c] + s[1][c] + s[2][c]; r1[c] = s[1][c] - s[2][c] - s[3][c]; }",
-          3)
-        w("y[0][q] = r0[0] + r0[1] + r0[2]; y[1][q] = r0[1] - r0[2] - r0[3];", 3)
-        w("y[2][q] = r1[0] + r1[1] + r1[2]; y[3][q] = r1[1] - r1[2] - r1[3];", 3)
+        for r in range(a):  # (loads written out: a loop over the points kept gcc from vectorising)
+            w(f"const {T} " + ", ".join(f"s{r}_{c} = pm[INT64_C({(a * r + c) * self.p_point}) + q]" for c in range(a))
+              + ";", 3)
+        for i in range(tile):  # r = A^T s
+            w(f"const {T} " + ", ".join(f"r{i}_{c} = {combination(at[i], [f's{k}_{c}' for k in range(a)], self.literal)}"
+                                       for c in range(a)) + ";", 3)
+        for i in range(tile):  # y = r A
+            w(" ".join(f"y[{tile * i + j}][q] = {combination(at[j], [f'r{i}_{k}' for k in range(a)], self.literal)};"
+                       for j in range(tile)), 3)
         w("}", 2)
         w("for (int64_t q = 0; q < nt; q++) {", 2)
-        w(f"const int64_t t = t0 + q, nn = t / {rows.tiles * cols.tiles}, y0 = t / {cols.tiles} % {rows.tiles} * {TILE}, "
-          f"x0 = t % {cols.tiles} * {TILE};", 3)
+        w(f"const int64_t t = t0 + q, nn = t / {self.row_tiles * self.col_tiles}, "
+          f"y0 = t / {self.col_tiles} % {self.row_tiles} * {tile}, x0 = t % {self.col_tiles} * {tile};", 3)
         w(f"{T} *o = cm + {p}_wc_n(nn) + y0 * INT64_C({rows.out.c}) + x0 * INT64_C({cols.out.c});", 3)
         if self.ctx.epilogue:
             w(f"const int64_t j0 = {p}_wl_n(nn) + y0 * INT64_C({rows.out.line}) + x0 * INT64_C({cols.out.line});", 3)
-        w(f"for (int i = 0; i < {TILE}; i++) for (int j = 0; j < {TILE}; j++) {{", 3)
+        w(f"for (int i = 0; i < {tile}; i++) for (int j = 0; j < {tile}; j++) {{", 3)
         w(f"if (y0 + i >= {rows.out.extent} || x0 + j >= {cols.out.extent}) continue;", 4)
         w(f"{T} *e = o + i * INT64_C({rows.out.c}) + j * INT64_C({cols.out.c});", 4)
-        value = f"alpha * y[{TILE} * i + j][q]"
+        value = f"alpha * y[{tile} * i + j][q]"
         w(f"*e = {value if self.ctx.con.init else '*e + ' + value};", 4)
         if self.ctx.epilogue:  # its (M, N) coordinates: (channel, pixel), or (pixel, channel) with the image as a
             pixel = f"j0 + i * INT64_C({rows.out.line}) + j * INT64_C({cols.out.line})"
@@ -337,7 +387,7 @@ class _Winograd:
         else:
             w("int bad = 0;  /* an operand holds inf, NaN or a huge value */", 1)
         w(f"{T} *U = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, "
-          f"sizeof({T}) * INT64_C({self.ctx.batch * POINTS * self.u_point}));", 1)
+          f"sizeof({T}) * INT64_C({self.ctx.batch * self.points * self.u_point}));", 1)
         elements, weight_rows = self.img.elements, self.ctx.batch * self.mt
         scans = -(-elements // SCAN_BLOCK)
         per_image = -(-self.slivers // self.ns)  # blocks of ns slivers, the items claimed
@@ -362,8 +412,10 @@ class _Winograd:
         w("#pragma omp atomic read", 0)
         w("stop_all = bad;", 2)
         w("if (!stop_all) {", 2)
-        w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * INT64_C({POINTS * self.v_point}));", 3)
-        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * INT64_C({POINTS * self.p_point}));", 3)
+        w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * INT64_C({self.points * self.v_point}));",
+          3)
+        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * INT64_C({self.points * self.p_point}));",
+          3)
         w(f"for (int64_t block; (block = tcpy_claim(&next_block, {blocks})) < {blocks}; ) {{", 3)
         w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w(f"const int64_t bi = block / {per_image}, j = block % {per_image} * {self.ns};", 4)

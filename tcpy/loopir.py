@@ -530,6 +530,9 @@ TILE_ROW0, TILE_COL0, TILE_ROW, TILE_COL = "tcpy_row0", "tcpy_col0", "tcpy_r", "
 BLOCK_START, BLOCK_ROWS, KEY_START = "tcpy_blk", "tcpy_rows", "tcpy_key"
 # ... and in a size-generic kernel's online chain, the columns of the block of columns.
 KEY_COLUMNS = "tcpy_key_cols"
+# ... and the elements between the rows of its block buffers (the call's: a short key row, a
+# short pitch and more rows per block).
+ROW_PITCH = "tcpy_pitch"
 # Index variables of a panel copy (block, lane within it). Names that passes generate for tensors
 # and index variables contain a ".", which no TC identifier does, so they never meet the user's.
 PANEL_BLOCK, PANEL_LANE = "panel.nb", "panel.cc"

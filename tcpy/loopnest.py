@@ -333,7 +333,8 @@ def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
                 blocked: Mapping[str, tuple[str, int]], steps: Mapping[int, OnlineStep],
                 context: Optional[isl.Set] = None) -> tuple[Node, ...]:
     """A fused group's statements at one point of the shared loops (a chain's: those between
-    its products, on views of the ``blocked`` buffers (tensor -> (buffer, row elements))), inside
+    its products, on views of the ``blocked`` buffers (tensor -> (buffer, row elements: a count, or
+    an expression known at run time))), inside
     a block declaring its per-iteration buffers; each statement in ``steps`` followed by its
     step (an online chain's, :class:`tcpy.loopir.OnlineStep`); ``context``: a generic
     program's sizes and shared loops (:meth:`tcpy.generic.GenericSizes.group_context`)."""
@@ -351,7 +352,7 @@ def _group_rows(program: Program, group: FusedGroup, loop_vars: Mapping[str, str
                     for tensor, local in group.locals if tensor not in blocked)
     views = tuple((local, blocked[tensor][0],
                    BinOp("*", BinOp("-", Var(loop_vars[chain.block_var]), Var(BLOCK_START)),
-                         Const(blocked[tensor][1])))
+                         Const(blocked[tensor][1]) if isinstance(blocked[tensor][1], int) else blocked[tensor][1]))
                   for tensor, local in group.locals if tensor in blocked)
     if not body:
         return ()  # (a chain of two products: nothing runs between them)

@@ -16,9 +16,10 @@ from .lang import ast
 from .lang.types import ScalarType
 from .lang.visit import map_expr
 from .loopir import (
-    BLOCK_ROWS, BLOCK_START, KEY_COLUMNS, KEY_START, OLD_MAXIMUM, BinOp, BlockChain, BlockProduct, ChainProduct,
+    BLOCK_ROWS, BLOCK_START, KEY_COLUMNS, KEY_START, OLD_MAXIMUM, ROW_PITCH, BinOp, BlockChain, BlockProduct, ChainProduct,
     Const, FusedGroup, IExpr, KeyBlocks, Node, OnlineKind, OnlineStep, Prepack, Program, Var,
 )
+from .transform.runtime_chains import most_rows
 
 # An online chain's per-thread buffers: each row's running maximum, sum and rescaling factor,
 # and its flag (computed again whole).
@@ -27,9 +28,9 @@ ONLINE_FLAGS = "online.redo"
 
 # group_rows(program, group, loop_vars, blocked, steps, context): the nodes of the statements
 # between a chain's products at one point of its loops, on views of the ``blocked`` buffers
-# (tensor -> (buffer, row elements)), each statement in ``steps`` followed by its step (a
+# (tensor -> (buffer, row elements: a count or an expression)), each statement in ``steps`` followed by its step (a
 # generic program's ``context``: its sizes and the chain's loops, else None).
-GroupRows = Callable[[Program, FusedGroup, Mapping[str, str], Mapping[str, tuple[str, int]],
+GroupRows = Callable[[Program, FusedGroup, Mapping[str, str], Mapping[str, tuple[str, int | IExpr]],
                       Mapping[int, OnlineStep], object], tuple[Node, ...]]
 
 
@@ -145,17 +146,21 @@ def _generic_chain(program: Program, group: FusedGroup, loop_vars: Mapping[str, 
     """A size-generic kernel's online chain: its loops over the call's ranges, the rows of a
     block of columns over ``KEY_COLUMNS`` columns (the block's, a run-time value: the last
     block is shorter), and its products' operands where the chain's plan buffer says
-    (:mod:`tcpy.transform.runtime_chains`: the bases are the renderer's, from that buffer)."""
+    (:mod:`tcpy.transform.runtime_chains`: the bases are the renderer's, from that buffer), its
+    block buffers' rows ``ROW_PITCH`` apart (the call's, from that buffer too)."""
     chain, plan = group.chain, group.chain.plan
     online, generic = chain.online, program.generic
     first = program.statements[group.statements[0]]
     context = generic.group_context(first.origin, group.shared, loop_vars)
     loops = tuple((loop_vars[v], *generic.bounds(first.origin, v)) for v in group.shared[:-1])
     loops += ((BLOCK_START, *generic.bounds(first.origin, chain.block_var)),)
-    blocked = {tensor: (buffer, row) for tensor, buffer, row in plan.blocked}
-    scratch = [(buffer, plan.rows * row, program.types[tensor]) for tensor, buffer, row in plan.blocked]
-    scratch += [(name, plan.rows, program.types[chain.deferred.numerator]) for name in ONLINE_RUNNING]
-    scratch += [(ONLINE_FLAGS, plan.rows, ScalarType.INT32)]
+    # the block buffers' rows are the call's pitch apart (runtime_chains: fewer columns, more rows)
+    blocked = {tensor: (buffer, Var(ROW_PITCH) if row > 1 else row) for tensor, buffer, row in plan.blocked}
+    most = most_rows(plan)
+    scratch = [(buffer, plan.rows * row if row > 1 else most, program.types[tensor])
+               for tensor, buffer, row in plan.blocked]
+    scratch += [(name, most, program.types[chain.deferred.numerator]) for name in ONLINE_RUNNING]
+    scratch += [(ONLINE_FLAGS, most, ScalarType.INT32)]
     scratch += [(buffer, row, program.types[tensor]) for tensor, buffer, row in plan.whole]  # (row: nominal)
 
     def products(planned):

@@ -203,3 +203,27 @@ def test_shapes_that_share_planned_parts_keep_the_reference_results(builds):
     again = tcpy.define(ATTENTION, options=options)(*first)
     np.testing.assert_array_equal(again, at_first)
     assert builds == ["tcpy_attention_generic"] * 2  # (the second kernel finds the library built)
+
+
+@pytest.mark.parametrize("name", ["attention", "causal"])
+def test_a_generic_chains_rows_per_block_follow_each_calls_key_width(builds, name):
+    """The block buffers of a generic chain hold the rows of a block of keys: a call with a
+    short key row lays its rows closer and takes more of them per block (its packed keys serve
+    more queries). One kernel, calls alternating short and long keys (several blocks of keys,
+    the last one shorter), queries leaving a partial last block of rows, gives the reference
+    evaluator's results; with a chain, short keys take more rows per block than long ones."""
+    kernel, reference = _kernel(name, "x86-64-v3", 2)
+    rng = np.random.default_rng(6)
+    rows_at = {}
+    for length, keys in ((129, 127), (301, 5), (97, 2723), (700, 17), (45, 1361), (301, 5), (250, 250)):
+        if name == "causal":
+            keys = length
+        args = _arguments(rng, 1, 2, length, keys, 16)
+        np.testing.assert_allclose(kernel(*args), reference(*args), rtol=1e-4, atol=1e-5)
+        blocks = [line.split("on blocks of ")[1].split(" rows")[0]
+                  for line in str(kernel.explain(*args)).splitlines() if "in the chain, on blocks of" in line]
+        if blocks:
+            rows_at[keys] = int(blocks[0])
+    if name == "attention":  # (the others' scores are no online chain in a generic kernel)
+        assert rows_at[17] > rows_at[127] > rows_at[2723], rows_at
+    assert len(builds) <= 1

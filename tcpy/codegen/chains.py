@@ -8,7 +8,7 @@ from tcpy.codegen.contraction.runtime import F
 from tcpy.codegen.cwriter import CLAIMS_PER_THREAD, ScratchSlot, c_literal, dynamic_schedule
 from tcpy.codegen.expressions import c_name, convert, index_c, value
 from tcpy.generic import engine_statements
-from tcpy.loopir import BLOCK_ROWS, BLOCK_START, KEY_COLUMNS, OLD_MAXIMUM, Prepack
+from tcpy.loopir import BLOCK_ROWS, BLOCK_START, KEY_COLUMNS, OLD_MAXIMUM, ROW_PITCH, Prepack
 from tcpy.transform.runtime_chains import FIELD
 
 _N = F["n"]  # the run-time engine's plan buffer field of N
@@ -255,7 +255,7 @@ def carve(em, base, slot, buffers, depth):
 
 def generic_chain(em, node, depth):
     """A size-generic kernel's online chain (:mod:`tcpy.transform.runtime_chains`): its loops
-    over the call's ranges; the rows per block, and each product's plan buffers and operands'
+    over the call's ranges; the rows per block, the block buffers' row pitch, and each product's plan buffers and operands'
     bases, read from its statement's plan buffer (variant 0 on a whole block of columns, 1 on
     the last one, 2 on one whole row); the products run the run-time engine's cell, their b
     packed by each thread once per batch for every block of columns."""
@@ -281,6 +281,8 @@ def generic_chain(em, node, depth):
         em.emit(f"const int64_t *TCPY_RESTRICT {plans[product.stmt]} = (const int64_t *)tcpy_buffers[{slot}];", d)
     em.emit(f"const int64_t tcpy_step = {plans[node.head.stmt]}[{FIELD['rows']}];  /* rows per block at this call */",
             d)
+    em.emit(f"const int64_t {ROW_PITCH} = {plans[node.head.stmt]}[{FIELD['pitch']}];  /* the block buffers' rows "
+            f"apart */ (void){ROW_PITCH};", d)
     em.emit(f"const int64_t tcpy_width = ({key_hi}) - ({key_lo}), tcpy_key_blocks = (tcpy_width + "
             f"{keys.columns - 1}) / {keys.columns};", d)
     chunks, batch = f"(({hi}) - ({lo}) + tcpy_step - 1) / tcpy_step", "0"

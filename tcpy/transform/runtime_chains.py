@@ -8,16 +8,18 @@ sizes fixed from the Target by :mod:`tcpy.transform.chains`). What depends on th
 planned here for each call shape, into one int64 buffer per product (the plan buffer slot of
 its statement, after the size block):
 
-``[full, last, whole, rows, panel]`` then three *variants*, each at the offset the first three give:
+``[full, last, whole, rows, panel, pitch]`` then three *variants*, each at the offset the first three give:
 a product on a whole block of columns, on the last (shorter) one, and on one whole row (the
 rows the online form cannot give exactly, computed again as the statements say); where the
 last block is the only one, the first offset is the last block's (no whole block runs). A variant
 is its operands' bases, ``3 x (1 + loops)`` values (per operand a, b, c: a constant, then its
 stride along each loop of the chain: the batch loops, the block's first row, the block's first
 column), followed by the run-time engine's plan buffer of that block contraction
-(:func:`tcpy.transform.runtime_plan.contraction_buffer`). ``rows`` is the call's rows per block:
-at most the plan's (what the block buffers hold), fewer when the blocks would not occupy every
-thread; ``panel`` the elements of the product's b on a whole block of columns (on the only
+(:func:`tcpy.transform.runtime_plan.contraction_buffer`). ``pitch`` is the elements between the rows of
+the block buffers at this call: the call's key row rounded up to whole micro-tile columns, at
+most the plan's columns; ``rows`` the call's rows per block: what the block buffers hold at
+that pitch (a short key row, more rows: each packed b serves more of them), fewer when the
+blocks would not occupy every thread; ``panel`` the elements of the product's b on a whole block of columns (on the only
 block where there is one), packed (each thread packs b of every block of columns once per
 batch, ``panel`` elements apart).
 """
@@ -41,14 +43,31 @@ from . import runtime_plan
 from .runtime_plan import contraction_buffer
 
 # a product's plan buffer starts with: the offsets of its variants (a whole block of columns, the
-# last block, a whole row), the rows per block, the elements of b's packed panel
-HEADER = ("full", "last", "whole", "rows", "panel")
+# last block, a whole row), the rows per block, the elements of b's packed panel, the block
+# buffers' row pitch
+HEADER = ("full", "last", "whole", "rows", "panel", "pitch")
 FIELD = {name: index for index, name in enumerate(HEADER)}
 
 
 def bases_length(group: FusedGroup) -> int:
     """Values of a variant's bases: per operand, a constant and a stride per chain loop."""
     return 3 * (1 + len(group.shared) + 1)
+
+
+def _pitch_step(chain_plan) -> int:
+    """The block buffers' row pitch is a multiple of the first product's micro-tile columns."""
+    return chain_plan.products[0].plan.nr
+
+
+def most_rows(chain_plan) -> int:
+    """The most rows per block at any call (at the shortest pitch): the rows that the per-row
+    buffers (running maximum, sum, flags) hold."""
+    return chain_plan.rows * chain_plan.columns // _pitch_step(chain_plan)
+
+
+def _row_bytes(program: Program, blocked, pitch: int) -> int:
+    """Bytes of one row of the ``blocked`` buffers whose rows are ``pitch`` elements apart."""
+    return sum((pitch if row > 1 else 1) * program.types[tensor].bits // 8 for tensor, _, row in blocked)
 
 
 def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, sizes: Mapping[str, int],
@@ -69,14 +88,19 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
         shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
     first = ranges[members[0].origin]
     extent = first[chain.block_var][1] - first[chain.block_var][0]
+    lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]
+    columns = chain_plan.columns
+    step = _pitch_step(chain_plan)
+    pitch = min(columns, max(step, -(-(hi - lo) // step) * step))
     mr = math.lcm(*(p.plan.mr for p in chain_plan.products))
-    rows = min(chain_plan.rows, -(-extent // mr) * mr)
+    # the rows that the block buffers' capacity (the plan's rows at its columns) holds at this pitch
+    capacity = chain_plan.rows * _row_bytes(program, chain_plan.blocked, columns)
+    rows = max(chain_plan.rows, capacity // _row_bytes(program, chain_plan.blocked, pitch) // mr * mr)
+    rows = min(rows, -(-extent // mr) * mr)
     outer = volume(first[v][1] - first[v][0] for v in group.shared[:-1])
     team = threads if group.parallel else 1
     while rows > mr and outer * -(-extent // rows) < team:
         rows -= mr  # fewer rows per block so that every thread has one
-    lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]
-    columns = chain_plan.columns
     rest = (hi - lo) % columns or columns
     one_block = hi - lo < columns  # (the last block is the only one: no whole block runs)
     in_program = SimpleNamespace(shapes=shapes, sizes=sizes)
@@ -97,7 +121,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             if count == columns and one_block or count == rest == columns and variants:
                 variants.append(None)  # (no whole block, or the columns divide the range: no shorter one)
                 continue
-            keys = (online.column_var, count, columns) if count else None
+            keys = (online.column_var, count, pitch) if count else None
             found = block_contraction(con, statement.stmt, own, group.shared[:-1], chain.block_var,
                                       rows if count else 1, buffers_, in_program, keys, accesses)
             if found is None:
@@ -123,7 +147,7 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             at.append(at[-1] + (len(variant) if variant is not None else 0))
         if variants[1] is None:
             at[1] = at[0]
-        buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel], np.int64),
+        buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel, pitch], np.int64),
                                                 *(v for v in variants if v is not None)])
     return buffers
 
@@ -159,7 +183,8 @@ def describe(buffer: np.ndarray, group: FusedGroup, stmt: int) -> str:
     chain, chain_plan = group.chain, group.chain.plan
     product = next(p for p in chain_plan.products if p.stmt == stmt)
     block = buffer[int(buffer[0]) + bases_length(group):]
-    return (f"in the chain, on blocks of {int(buffer[FIELD['rows']])} rows of {chain.block_var} (at most "
-            f"{chain_plan.rows}) and {chain_plan.columns} columns of {chain.online.column_var}, b packed once per "
+    return (f"in the chain, on blocks of {int(buffer[FIELD['rows']])} rows of {chain.block_var} and "
+            f"{chain_plan.columns} columns of {chain.online.column_var} (the block buffers' rows "
+            f"{int(buffer[FIELD['pitch']])} apart: at most {chain_plan.rows} rows of {chain_plan.columns}), b packed once per "
             f"batch for every block of columns, A's rows read in place where they run along K: "
             f"{runtime_plan.describe(block, product.plan)}")

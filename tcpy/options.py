@@ -39,7 +39,7 @@ class Options:
     fuse: run consecutive statements that share outer output loops under them (see
         :mod:`tcpy.transform.fusion`).
     winograd: let the contraction engine run a 3x3 stride-1 convolution as Winograd's
-        F(2x2, 3x3) when it estimates a gain (:mod:`tcpy.transform.winograd`: 2.25x fewer
+        F(2x2, 3x3) or, on large images, F(4x4, 3x3) when it estimates a gain (:mod:`tcpy.transform.winograd`: 2.25x fewer
         multiplications, results that differ from the direct sums by rounding only), and such a
         convolution's weight gradient as F(3x3, 2x2) (:mod:`tcpy.transform.winograd_taps`); off
         keeps the direct sums.

@@ -92,8 +92,9 @@ class CostModel:
     winograd_f4_weights: Optional[float] = None
     # F(2x2, 3x3) must cost this much more for F(4x4, 3x3) to be chosen (its constants are
     # scaled, not measured, and its float32 rounding is larger; on AMD Zen 5 with AVX-512, busy
-    # host, one thread: 64 channels 56x56 estimated 1.27x, ran 1.15x faster; 128 channels 28x28,
-    # N=8 1.38x, ran 1.48x; N=1 1.15x, ran 1.07x; 256 channels 14x14, N=1: same time)
+    # host, one thread: 64 channels 56x56 estimated 1.27x, ran 1.1-1.15x faster (1.17x at N=8);
+    # 128 channels 28x28, N=8 1.38x, ran 1.3-1.5x; N=1 1.15x, ran 1.07x; 256 channels 14x14:
+    # the same time at N=1, estimated 1.18x at N=8, unmeasured)
     winograd_f4_gain_min: float = 1.25
 
 

@@ -5,7 +5,7 @@ register file), the cache blocks ``kc``, ``mc``, ``nc`` (a footprint model of L1
 after Low et al., "Analytical modeling is enough for high-performance BLIS"), the path
 (``packed``: both operands packed into slivers, BLIS's five loops; ``small``: operands read in
 place by a register-blocked kernel when everything already fits in L2 and one K block;
-``winograd``: a 3x3 stride-1 convolution as Winograd's F(2x2, 3x3), :mod:`.winograd`, when its
+``winograd``: a 3x3 stride-1 convolution as Winograd's F(2x2, 3x3) or F(4x4, 3x3), :mod:`.winograd`, when its
 estimated time beats the GEMM's; ``winograd_taps``: its weight gradient as F(3x3, 2x2),
 :mod:`.winograd_taps`, likewise) and the thread grid (batch x M x N x K cells, from a cost model
 of compute, packing and split-K combination). :mod:`tcpy.codegen.contraction` renders the C
@@ -471,7 +471,8 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
         return min(threads, batch * -(-form.tiles // (tile[1] * lanes)))
 
     def per_thread(form, tile):
-        return winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost) * batch / shares(form, tile) + cost.winograd_call
+        estimate = winograd_cycles(form, tile[0], tile[1] * lanes, fmas, cost)
+        return estimate * batch / shares(form, tile) + cost.winograd_call
 
     def best_tile(form):
         # a small image's few tiles fill one wide sliver: a narrower tile that gives more threads

@@ -11,9 +11,10 @@ F(4x4, 3x3) (P points per tile: 16 or 36)::
       the output transform of the products into the output (alpha, +=, the epilogue)
 
 The transforms' C is generated from the tile size's matrices (:mod:`tcpy.winograd_matrices`).
-The weights' transform is plain C; the input transform loads groups of a vector's width of tiles
-side by side as vectors (other tiles one by one), the output transform is vectorised by gcc along
-the tiles; the products run on the engine's micro-kernel.
+The weights' transform is plain C; the input transform takes groups of a vector's width of tiles
+as vectors (F(2x2): side by side in a tile row, by loads and shuffles; F(4x4): any tiles, each
+element gathered; other tiles one by one), the output transform is vectorised by gcc along the
+tiles; the products run on the engine's micro-kernel.
 """
 from __future__ import annotations
 
@@ -269,8 +270,8 @@ class _Winograd:
         holds = [f"ty[q] + r < {rows.window}", f"tx[q] + c < {cols.window}"]
         holds += [f"gt[{i}][q] + gk{i} + r * INT64_C({rows.out.g[i]}) + c * INT64_C({cols.out.g[i]}) >= 0"
                   for i in range(len(guards))]
-        w(f"else for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = {' && '.join(holds)} ? {read} : 0;",
-          3)
+        w(f"else for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) "
+          f"d[r][c] = {' && '.join(holds)} ? {read} : 0;", 3)
         self.transform_input(w, 3, T, lambda at: f"vk[{at}]")
         w("}", 2)
         w("}", 1)
@@ -295,8 +296,8 @@ class _Winograd:
         through ``at(offset)`` at each point's offset."""
         point, a, bt = self.v_point, self.a, self.matrices.bt
         for i in range(a):  # e = B^T d
-            w(f"const {elem} " + ", ".join(f"e{i}_{c} = {combination(bt[i], [f'd[{k}][{c}]' for k in range(a)], self.literal)}"
-                                          for c in range(a)) + ";", depth)
+            sums = (combination(bt[i], [f"d[{k}][{c}]" for k in range(a)], self.literal) for c in range(a))
+            w(f"const {elem} " + ", ".join(f"e{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", depth)
         for i in range(a):  # V = e B
             for x in range(a):
                 value = combination(bt[x], [f"e{i}_{k}" for k in range(a)], self.literal)
@@ -346,8 +347,8 @@ class _Winograd:
             w(f"const {T} " + ", ".join(f"s{r}_{c} = pm[INT64_C({(a * r + c) * self.p_point}) + q]" for c in range(a))
               + ";", 3)
         for i in range(tile):  # r = A^T s
-            w(f"const {T} " + ", ".join(f"r{i}_{c} = {combination(at[i], [f's{k}_{c}' for k in range(a)], self.literal)}"
-                                       for c in range(a)) + ";", 3)
+            sums = (combination(at[i], [f"s{k}_{c}" for k in range(a)], self.literal) for c in range(a))
+            w(f"const {T} " + ", ".join(f"r{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", 3)
         for i in range(tile):  # y = r A
             w(" ".join(f"y[{tile * i + j}][q] = {combination(at[j], [f'r{i}_{k}' for k in range(a)], self.literal)};"
                        for j in range(tile)), 3)

@@ -64,16 +64,25 @@ CHILD = textwrap.dedent(
     import tcpy.target
     measured_costs = tcpy.target.cost_model  # (every ISA family's constants, any gain taken)
     tcpy.target.cost_model = lambda target: dataclasses.replace(measured_costs(target), winograd_gain_min=0.0)
-    same('''def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
+    conv_nchw = '''def conv(float(N,C,H,W) I, float(F,C,3,3) Wt) -> (O) {
              O(n, f, h, w) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
                                ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0
                  where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
-         }''', rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2)
-    same('''def conv(float(N,H,W,C) I, float(3,3,C,F) Wt) -> (O) {
+         }'''
+    conv_nhwc = '''def conv(float(N,H,W,C) I, float(3,3,C,F) Wt) -> (O) {
              O(n, h, w, f) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
                                ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c, f) : 0.0
                  where h in 0:H, w in 0:W, kh in 0:3, kw in 0:3
-         }''', rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2)
+         }'''
+    same(conv_nchw, rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2)
+    same(conv_nhwc, rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2)
+    # F(4x4, 3x3) forced likewise on kernels specialised to these shapes (a size-generic kernel
+    # runs F(2x2) only): gathered groups of tiles, partial tiles at the border, NCHW and NHWC
+    tcpy.target.cost_model = lambda target: dataclasses.replace(measured_costs(target), winograd_gain_min=0.0,
+                                                                winograd_f4_gain_min=0.0)
+    same(conv_nchw, rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2, specialize="always")
+    same(conv_nhwc, rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2, specialize="always")
+    tcpy.target.cost_model = lambda target: dataclasses.replace(measured_costs(target), winograd_gain_min=0.0)
     # and the weight gradient's F(3x3, 2x2): odd sizes (partial tiles at the image's border)
     same('''def wgrad(float(N,C,H,W) I, float(N,F,H,W) dO) -> (dW) {
              dW(f, c, kh, kw) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)

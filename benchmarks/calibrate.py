@@ -11,7 +11,8 @@ The planner's unit is one vector FMA on one of ``fma_pipes`` pipes (:class:`tcpy
    products at peak is fitted (least squares on relative error, no negative constant) as
    ``winograd_input * tiles * K + winograd_output * tiles * M + winograd_weights * M * K +
    winograd_call`` (tiny layers give the last: the scan's and the weights' phase before the
-   blocks, whatever the sizes);
+   blocks, whatever the sizes); then likewise F(4x4, 3x3)'s (forced: ``winograd_f4_gain_min``
+   0; its 36 products taken off) as the ``winograd_f4_*`` constants;
 3. the gain threshold: ResNet's 3x3 layers (padded and unpadded, N=1 and 8) planned with the
    fitted constants, at 1 and 2 threads, each timed on the Winograd path and on the plan the
    engine takes without it (alternating, the median of the ratios of calls side by side): the
@@ -39,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import tcpy  # noqa: E402
 import tcpy.target  # noqa: E402
 from tcpy import demo  # noqa: E402
-from tcpy.contraction_ir import POINTS  # noqa: E402
+from tcpy.contraction_ir import TAPS, TILE  # noqa: E402
 from tcpy.target import Target, cost_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,11 +90,14 @@ def use_costs(target: Target, cost) -> None:
     tcpy.target.COST_MODELS[target.isa_family] = cost
 
 
-def fit_transforms(target: Target, cycle: float) -> tuple[float, float, float, float]:
+def fit_transforms(target: Target, cycle: float, tile: int = TILE) -> tuple[float, float, float, float]:
     """(input, output, weights, call) cycles per tile and input channel, per tile and output
-    channel, per pair of channels and per call (step 2 of the module's docstring)."""
+    channel, per pair of channels and per call of F(tile x tile, 3x3) (step 2 of the module's
+    docstring)."""
     cost = cost_model(target)
-    use_costs(target, dataclasses.replace(cost, winograd_gain_min=0.0))
+    use_costs(target, dataclasses.replace(cost, winograd_gain_min=0.0,
+                                          winograd_f4_gain_min=math.inf if tile == TILE else 0.0))
+    points = (tile + TAPS - 1) ** 2
     lanes, rows, rest = target.lanes(4), [], []
     # a call's own cost (the launcher's checks, the team's wake), which every path pays: taken off
     copy = tcpy.define("def copy(float(N) A) -> (B) { B(i) = A(i) }", options=options(target, 1))
@@ -103,14 +107,15 @@ def fit_transforms(target: Target, cycle: float) -> tuple[float, float, float, f
     for n, c, f, hw, padded in TRANSFORM_LAYERS:
         case, args = layer(n, c, f, hw, padded)
         kernel = tcpy.define(case.source, options=options(target, 1))
-        found = MICRO_TILE.search(kernel.explain(*args))
-        if found is None:
+        text = str(kernel.explain(*args))
+        found = MICRO_TILE.search(text)
+        if found is None or f"F({tile}x{tile}, 3x3)" not in text:
             print(f"{case.shapes:<26} not on the winograd path; skipped")
             continue
         mr, nr = map(int, found.groups())
         side = (hw if padded else hw - 2)
-        tiles = n * (-(-side // 2)) ** 2
-        products = POINTS * -(-f // mr) * mr * c * -(-tiles // nr) * nr / (cost.fma_pipes * lanes)
+        tiles = n * (-(-side // tile)) ** 2
+        products = points * -(-f // mr) * mr * c * -(-tiles // nr) * nr / (cost.fma_pipes * lanes)
         seconds = min(samples([kernel], args, repeats_for(case.flops))[0]) - launch  # others only add to it
         print(f"{case.shapes:<34} {seconds * 1e3:8.3f} {products * cycle * 1e3:12.3f} "
               f"{seconds * 1e3 - products * cycle * 1e3:14.3f}")
@@ -192,8 +197,11 @@ def main() -> int:
         cycle = 2.0 * cost.fma_pipes * target.lanes(4) / (peak * 1e9)
         print(f"FMA peak one core {peak:.1f} GFLOP/s: a cycle of the model is {cycle * 1e9:.3f} ns")
         w_in, w_out, w_weights, w_call = fit_transforms(target, cycle)
+        f4_in, f4_out, f4_weights, _ = fit_transforms(target, cycle, 4)
         fitted = dataclasses.replace(cost, winograd_input=round(w_in, 1), winograd_output=round(w_out, 1),
-                                     winograd_weights=round(w_weights, 1), winograd_call=round(w_call, -2))
+                                     winograd_weights=round(w_weights, 1), winograd_call=round(w_call, -2),
+                                     winograd_f4_input=round(f4_in, 1), winograd_f4_output=round(f4_out, 1),
+                                     winograd_f4_weights=round(f4_weights, 1))
     use_costs(target, dataclasses.replace(fitted, winograd_gain_min=0.0))
     rows = gains(target, tuple(args.threads))
     gain_min = cost.winograd_gain_min if args.check else threshold([(est, measured) for _, _, est, measured, _ in rows])
@@ -209,7 +217,8 @@ def main() -> int:
         print(f"# measured on {target.describe()}\n"
               f"CostModel(winograd_input={fitted.winograd_input}, winograd_output={fitted.winograd_output}, "
               f"winograd_weights={fitted.winograd_weights}, winograd_call={fitted.winograd_call}, "
-              f"winograd_gain_min={gain_min})")
+              f"winograd_gain_min={gain_min}, winograd_f4_input={fitted.winograd_f4_input}, "
+              f"winograd_f4_output={fitted.winograd_f4_output}, winograd_f4_weights={fitted.winograd_f4_weights})")
     return 0
 
 if __name__ == "__main__":

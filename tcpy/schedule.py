@@ -325,7 +325,9 @@ def _parallel_prefix(sched: StmtSchedule, extents: Mapping[str, int],
     dims = sched.dims()
     tiles = dict(sched.tiles)
     count, chunks = 0, 1
-    for v, level in dims[: max(1, len(dims) - 1)]:
+    # the innermost loop is the last dimension that is a loop (a phase's residue is not)
+    innermost = max((at for at, (_, level) in enumerate(dims) if level is not Level.PHASE), default=0)
+    for v, level in dims[: max(1, innermost)]:
         if enough is not None and chunks >= enough:
             break
         if (v in sched.reductions or level in (Level.BLOCK, Level.PHASE)

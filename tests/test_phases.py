@@ -64,3 +64,23 @@ def test_explain_names_the_split():
     kernel = tcpy.define(INTERLEAVE3, options=tcpy.Options(specialize="always"))
     plan = kernel.explain((2, 3, 4), (2, 3, 4), (2, 3, 4))
     assert "split by phase h mod 3, w mod 3 (one piece per residue, its selects resolved)" in plan
+
+
+# one split variable, the innermost, of a literal extent (a reshape's read as tinyir lowers it)
+RESHAPED = """
+def reshaped(float(M, 2) A, float(N, 4) B) -> (X) {
+    X(i, j) = A(2 * i + j / 2, j % 2) + B(i, j)
+}"""
+
+
+@pytest.mark.parametrize("specialize", ["never", "always"])
+def test_the_innermost_variable_split_leaves_its_quotient_loop_to_simd(specialize):
+    """When the only split variable is the innermost, its quotient loop is the SIMD loop, never
+    part of the parallel collapse (a generic kernel parallelises its leading loops whatever the
+    work: gcc rejected the collapse into the SIMD loop)."""
+    kernel = tcpy.define(RESHAPED, options=tcpy.Options(specialize=specialize, num_threads=2))
+    reference = tcpy.define(RESHAPED, backend="reference")
+    rng = np.random.default_rng(6)
+    for m, n in [(4, 2), (9, 3), (40, 17)]:
+        A, B = rng.standard_normal((m, 2)).astype(np.float32), rng.standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_array_equal(kernel(A, B), reference(A, B))

@@ -230,18 +230,26 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(target, threads):
         patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_WINOGRAD)
         kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(target=target, num_threads=threads))
         assert _paths(kernel, I, Wt, bias) == ["winograd"]
-    for tensor, at, value in ((I, (0, 3, 5, 6), np.inf), (Wt, (7, 2, 0, 0), np.nan), (I, (0, 9, 0, 0), -np.inf),
-                              (I, (0, 1, 4, 4), 3e30), (Wt, (63, 63, 2, 2), -np.inf), (Wt, (0, 5, 1, 1), 3e30)):
-        original = tensor[at]
-        tensor[at] = value
-        got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
+    check_planted_values(kernel, reference, (I, Wt, bias),
+                         ((0, (0, 3, 5, 6), np.inf), (1, (7, 2, 0, 0), np.nan), (0, (0, 9, 0, 0), -np.inf),
+                          (0, (0, 1, 4, 4), 3e30), (1, (63, 63, 2, 2), -np.inf), (1, (0, 5, 1, 1), 3e30)))
+
+
+def check_planted_values(kernel, reference, args, planted):
+    """``kernel`` matches ``reference`` with each (argument index, element, value) of ``planted``
+    (inf, NaN, huge) planted in turn: the same NaN and inf positions, the finite values close;
+    then, every value restored, on the clean arguments."""
+    for index, at, value in planted:
+        original = args[index][at]
+        args[index][at] = value
+        got, want = kernel(*args), reference(*args)
         for g, r in zip(got, want):
             np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
             np.testing.assert_array_equal(np.isinf(g), np.isinf(r))
             finite = np.isfinite(r)
             np.testing.assert_allclose(g[finite], r[finite], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(r[finite]).max()))
-        tensor[at] = original
-    got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
+        args[index][at] = original
+    got, want = kernel(*args), reference(*args)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
 
 

@@ -18,7 +18,7 @@ from tcpy.winograd_matrices import transforms
 from strategies import DERANDOMIZE
 from test_contraction import EPS
 from test_conv import GUARDED_WEIGHTS, PADDED
-from test_winograd import ALWAYS_WINOGRAD, _conv_source, _paths, _zeros, winograd_convolutions
+from test_winograd import ALWAYS_WINOGRAD, _conv_source, _paths, _zeros, check_planted_values, winograd_convolutions
 
 # the path as F(4x4, 3x3) wherever both output axes hold a tile, on any gain and ISA
 ALWAYS_F4 = dataclasses.replace(DEFAULT_COST_MODEL, winograd_gain_min=0.0, winograd_f4_gain_min=0.0)
@@ -104,19 +104,9 @@ def test_inf_nan_and_huge_values_give_the_direct_sums(threads):
         patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_F4)
         kernel = tcpy.define(GUARDED_WEIGHTS, options=tcpy.Options(num_threads=threads))
         assert F4_TEXT in _explain(kernel, I, Wt, bias)
-    for tensor, at, value in ((I, (0, 3, 5, 6), np.inf), (Wt, (7, 2, 0, 0), np.nan), (I, (0, 1, 4, 4), 3e30),
-                              (Wt, (31, 31, 2, 2), -np.inf)):
-        original = tensor[at]
-        tensor[at] = value
-        got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
-        for g, r in zip(got, want):
-            np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
-            np.testing.assert_array_equal(np.isinf(g), np.isinf(r))
-            finite = np.isfinite(r)
-            np.testing.assert_allclose(g[finite], r[finite], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(r[finite]).max()))
-        tensor[at] = original
-    got, want = kernel(I, Wt, bias), reference(I, Wt, bias)
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-4)
+    check_planted_values(kernel, reference, (I, Wt, bias),
+                         ((0, (0, 3, 5, 6), np.inf), (1, (7, 2, 0, 0), np.nan), (0, (0, 1, 4, 4), 3e30),
+                          (1, (31, 31, 2, 2), -np.inf)))
 
 
 def test_float32_rounding_is_bounded():

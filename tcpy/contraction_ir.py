@@ -50,7 +50,7 @@ class Operand(str, enum.Enum):
 
 
 TAPS = 3  # F(2x2, 3x3): a 3-tap window per axis
-TILE = 2  # outputs per tile and axis of F(2x2, 3x3) (the size-generic kernels' and the weight gradient's)
+TILE = 2  # outputs per tile and axis of F(2x2, 3x3) (the default; the weight gradient's)
 POINTS = (TILE + TAPS - 1) ** 2  # 16 transformed values (and products) per tile
 WINOGRAD_TILES = (2, 4)  # the tile sizes of the winograd path (F(2x2, 3x3), F(4x4, 3x3))
 MAX_SLIVERS = 8  # tile slivers per block of the winograd path (its block buffers grow with it)
@@ -297,9 +297,10 @@ class Plan:
     winograd: Optional[WinogradForm] = None  # winograd path: the F(m x m, 3x3) form
     taps: Optional[WinogradTapsForm] = None  # winograd_taps path: the F(3x3, 2x2) form
     conv: Optional[ConvForm] = None  # direct_conv path: the convolution's variables (mr pixels x nr channels)
-    # a size-generic kernel's contraction: the micro-tiles (MR, NR vectors) its winograd path is
-    # rendered with, one routine each, for the calls the planner runs as F(2x2, 3x3) (``winograd``: the form)
-    winograd_tiles: tuple[tuple[int, int], ...] = ()
+    # a size-generic kernel's contraction: the tile sizes and micro-tiles (tile, MR, NR vectors)
+    # its winograd path is rendered with, one routine each, for the calls the planner runs as
+    # F(2x2, 3x3) or F(4x4, 3x3) (``winograd``: the form)
+    winograd_tiles: tuple[tuple[int, int, int], ...] = ()
     # a size-generic kernel's second micro-tile (MR, NR) for the small and stream paths, whose
     # kernels read A in place: the planner's for an N of whole tiles of it (N = 64, 48-wide tiles)
     small_tile: Optional[tuple[int, int]] = None
@@ -526,8 +527,9 @@ class ConvForm(ImageForm):
 #: a convolution inside one image row). ``b_segments``: per column of N, the columns from it
 #: on that are one run of B offsets with a step of 1 or 2 (a window's row, at stride 1 or 2)
 #: as ``length * 4 + step``, which a sliver that is no one run copies run by run. ``winograd``: 0 on the packed path, else where the
-#: winograd path's section (:data:`RUNTIME_WINOGRAD_FIELDS`) starts: the call runs as F(2x2,
-#: 3x3) (the sizes and tables above then serve the point-by-point sums alone). ``path``: otherwise,
+#: winograd path's section (:data:`RUNTIME_WINOGRAD_FIELDS`) starts: the call runs as
+#: Winograd, F(2x2, 3x3) or F(4x4, 3x3) (the sizes and tables above then serve the
+#: point-by-point sums alone). ``path``: otherwise,
 #: an index in :data:`RUNTIME_PATHS`; the small and stream paths read A in place along
 #: ``a_m_stride`` and ``a_k_stride`` (the small path also B, its rows ``b_k_stride`` apart, each
 #: sliver copied when ``copy_b``); ``mr``, ``nr``: the micro-tile (the kernel's, or on the small
@@ -542,8 +544,8 @@ RUNTIME_FIELDS = (
 )
 
 #: The winograd section of a plan buffer (see :class:`WinogradForm`; its ``*_table`` fields
-#: index the whole buffer): the micro-tile (rows, vectors: which of the kernel's routines
-#: runs), the batch, M (output channels), K (input channels), the tiles per
+#: index the whole buffer): the micro-tile (rows, vectors) and the tile size (which of the
+#: kernel's routines runs), the batch, M (output channels), K (input channels), the tiles per
 #: batch index and per axis, each axis' output extent, window, and strides of its output
 #: variable in the image and the output and of its tap in the weights; the blocks (kc, mc and
 #: nc: tiles per block); the tensors' element offsets and the image's elements (scanned for
@@ -551,9 +553,9 @@ RUNTIME_FIELDS = (
 #: patch is tested once for every input channel). Tables: offsets per linear index of the batch, K, the images (the form's
 #: ``n``) and M in the tensors each indexes; per guard, its value's parts along the batch (with
 #: its constant), K and the images, its coefficients along the two axes' output variables and
-#: its least part over K and a tile's 4x4 patch (a tile inside it everywhere needs no test).
+#: its least part over K and a tile's input patch (a tile inside it everywhere needs no test).
 RUNTIME_WINOGRAD_FIELDS = (
-    "mr", "vectors", "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent",
+    "mr", "vectors", "tile", "batch", "m", "k", "tiles", "row_tiles", "col_tiles", "row_extent", "col_extent",
     "row_window", "col_window",
     "row_image", "col_image", "row_c", "col_c", "row_weights", "col_weights", "kc", "mc", "nc",
     "image_base", "weights_base", "c_base", "image_elements", "guards_k",

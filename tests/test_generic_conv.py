@@ -2,6 +2,7 @@
 winograd path, and each call shape takes the one the cost model chooses for its sizes (NCHW and
 NHWC, padding by guards, edge tiles, 1x1 images, windows that are no 3x3, stride 2), with the
 reference evaluator's results and one build."""
+import dataclasses
 import re
 
 import numpy as np
@@ -10,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcpy
+import tcpy.target
 from tcpy.demo import CONV2D, padded_conv2d_source
-from tcpy.target import Target
+from tcpy.target import DEFAULT_COST_MODEL, Target
 
 # "same" padding by a guard around the whole product (a failing term adds nothing)
 PADDED = """
@@ -185,3 +187,28 @@ def test_winograd_rows_of_tiles_that_are_no_multiple_of_a_vector(source, preset)
             args = _conv_args(rng, source, *shape)
             _check(kernel, reference, args)
             assert _variant(kernel, *args) == "winograd", (shape, kernel.explain(*args))
+
+
+# the winograd path as F(4x4, 3x3) wherever both output axes hold a tile of 4, else F(2x2, 3x3)
+ALWAYS_F4 = dataclasses.replace(DEFAULT_COST_MODEL, winograd_gain_min=0.0, winograd_f4_gain_min=0.0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_generic_kernel_runs_f4_and_f2_at_different_shapes(builds, threads):
+    """The kernel holds F(4x4, 3x3) and F(2x2, 3x3) and each call runs the tile size its planner
+    gives it (an output axis shorter than 4 keeps F(2x2)): padded images whose sizes are no
+    multiple of 4 (partial edge tiles), with the reference evaluator's results and one build."""
+    rng = np.random.default_rng(7)
+    reference = tcpy.define(PADDED, backend="reference")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_F4)
+        kernel = tcpy.define(PADDED, options=tcpy.Options(specialize="never", target="x86-64-v3",
+                                                          num_threads=threads))
+        for shape, tile in (((1, 16, 16, 21, 18, 3, 3), 4), ((2, 16, 24, 3, 13, 3, 3), 2),
+                            ((2, 5, 33, 13, 7, 3, 3), 4), ((1, 16, 16, 9, 2, 3, 3), 2),
+                            ((3, 8, 16, 6, 10, 3, 3), 4)):
+            args = _conv_args(rng, PADDED, *shape)
+            line = next(line for line in kernel.explain(*args).splitlines() if "generic kernel:" in line)
+            assert f"run-time engine (winograd path F({tile}x{tile}, 3x3)" in line, (shape, line)
+            _check(kernel, reference, args)
+    assert len(builds) == 1 and "generic" in builds[0]

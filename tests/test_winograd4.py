@@ -128,18 +128,3 @@ def test_float32_rounding_is_bounded():
     torch = pytest.importorskip("torch")
     got = torch.nn.functional.conv2d(torch.from_numpy(I), torch.from_numpy(Wt), padding=1).numpy()
     print("relative errors:", errors, "torch:", np.abs(got - exact).max() / np.abs(exact).max())
-
-
-def test_a_size_generic_kernel_keeps_f2():
-    """Its run-time engine renders F(2x2) only: a call the specialised planner runs as F(4x4)
-    runs as F(2x2) there, with the same results."""
-    rng = np.random.default_rng(3)
-    I = rng.standard_normal((1, 16, 21, 18), dtype=np.float32)
-    Wt = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tcpy.target, "cost_model", lambda target: ALWAYS_F4)
-        generic = tcpy.define(PADDED, options=tcpy.Options(specialize="never"))
-        text = _explain(generic, I, Wt)
-        got = generic(I, Wt)
-        assert "run-time engine (winograd path F(2x2, 3x3)" in text and "F(4x4" not in text.split("schedule:")[0]
-    np.testing.assert_allclose(got, tcpy.define(PADDED, backend="reference")(I, Wt), rtol=1e-4, atol=1e-4)

@@ -183,7 +183,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     winograd path is then weighed against the implicit GEMM). ``pack_b_in_kernel``: the packed
     path's first micro-tile of each B sliver may read B in place and pack it (a size-generic
     kernel's run-time engine packs B in a pass). ``winograd_tiles``: the tile sizes the winograd
-    path may take (a size-generic kernel's run-time engine: F(2x2, 3x3) only)."""
+    path may take (a size-generic kernel's: those it holds routines of)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes

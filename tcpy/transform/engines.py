@@ -23,7 +23,7 @@ from ..lang import ast
 from ..loopir import Engine, Loops, Program, Statement
 from ..options import Options
 from ..target import Target
-from ..contraction_ir import TILE, Contraction, Plan
+from ..contraction_ir import WINOGRAD_TILES, Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
 from .contraction import direct_ok, micro_tile, plan, register_tiles
 from .recognition import recognize, split_result_scale
@@ -118,15 +118,17 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
     if program.generic is not None:
         # the run-time engine (tcpy.codegen.contraction.runtime): the packed path's loops with a
         # micro-tile for every N; its blocks and grid are planned per call (shape_engine). A 3x3
-        # convolution also gets the winograd path's loops, for each micro-tile the planner may
-        # give it, taken by the calls whose sizes the cost model runs as F(2x2, 3x3): the plan
-        # holds its form and those tiles.
+        # convolution also gets the winograd path's loops, F(2x2, 3x3) and F(4x4, 3x3) for each
+        # micro-tile the planner may give them (the widest for the call's tiles, or a narrower
+        # one that gives more threads a sliver), taken by the calls whose sizes the cost model
+        # runs as Winograd: the plan holds its form and those tiles.
         element_bytes = con.dtype.bits // 8
         lanes = options.target.lanes(element_bytes)
         mr, vectors = micro_tile(options.target, element_bytes)
         overrides = {"path": "packed", "mr": mr, "nr": vectors * lanes}
         form = winograd_form(con) if options.winograd else None
-        tiles = tuple(sorted((rows, nv) for nv, rows in register_tiles(options.target).items())) if form else ()
+        tiles = tuple(sorted((size, rows, nv) for size in WINOGRAD_TILES
+                             for nv, rows in register_tiles(options.target).items())) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides,
                        pack_b_in_kernel=False)
         # the small and stream paths' second tile: the planner's for an N of one 4-vector tile, if another
@@ -154,12 +156,12 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     threads = threads if options.parallel else 1
     tile, form = kernel.plan, kernel.plan.winograd
     if form is not None:
-        chosen = plan(con, options.target, threads, direct_conv=False, pack_b_in_kernel=False,
-                      winograd_tiles=(TILE,))
+        sizes = tuple(sorted({size for size, _, _ in tile.winograd_tiles}))
+        chosen = plan(con, options.target, threads, direct_conv=False, pack_b_in_kernel=False, winograd_tiles=sizes)
         image = getattr(kernel.contraction, form.image).tensor
         if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
                 and len(con.guards) <= len(kernel.contraction.guards)
-                and (chosen.mr, chosen.nr_vectors) in tile.winograd_tiles):
+                and (chosen.winograd.tile, chosen.mr, chosen.nr_vectors) in tile.winograd_tiles):
             return con, chosen
     overrides = {"mr": tile.mr, "nr": tile.nr}
     shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)

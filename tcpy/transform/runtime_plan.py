@@ -152,8 +152,9 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
     form = plan.winograd
     image, weights = getattr(con, form.image), getattr(con, form.weights)
     rows, cols = form.rows, form.cols
-    fields = {"mr": plan.mr, "vectors": plan.nr_vectors, "batch": con.size("batch"), "m": form.M, "k": form.K, "tiles": form.tiles,
-              "row_tiles": rows.tiles, "col_tiles": cols.tiles, "row_extent": rows.out.extent,
+    fields = {"mr": plan.mr, "vectors": plan.nr_vectors, "tile": form.tile, "batch": con.size("batch"), "m": form.M,
+              "k": form.K, "tiles": form.tiles, "row_tiles": form.axis_tiles(rows), "col_tiles": form.axis_tiles(cols),
+              "row_extent": rows.out.extent,
               "col_extent": cols.out.extent, "row_window": rows.window, "col_window": cols.window,
               "row_image": rows.out.image, "col_image": cols.out.image, "row_c": rows.out.c, "col_c": cols.out.c,
               "row_weights": rows.tap.weights, "col_weights": cols.tap.weights,
@@ -172,9 +173,10 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
             g_n.append(_var_offsets(form.n, "g", i))
             g_row.append(rows.out.g[i])
             g_col.append(cols.out.g[i])
-            # its least value over the input channels and a tile's 4x4 patch, from a tile's corner
+            # its least value over the input channels and a tile's input patch, from a tile's corner
+            reach = form.patch - 1
             g_k_min.append(sum(min(0, v.g[i] * (v.extent - 1)) for v in form.k)
-                           + min(0, 3 * rows.out.g[i]) + min(0, 3 * cols.out.g[i]))
+                           + min(0, reach * rows.out.g[i]) + min(0, reach * cols.out.g[i]))
         else:
             g_batch.append(np.zeros_like(tables["c_batch"]))
             g_k.append(np.zeros_like(tables["image_k"]))
@@ -263,11 +265,11 @@ def describe(buffer: np.ndarray, tile: Plan) -> str:
     if field["winograd"]:
         at = field["winograd"]
         w = {name: int(buffer[at + index]) for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
-        return (f"run-time engine (winograd path F(2x2, 3x3), one routine per micro-tile for every size; the cost "
-                f"model's choice "
-                f"at these sizes over the implicit GEMM): micro-tile {w['mr']}x{w['vectors'] * tile.lanes}; at these "
-                f"sizes batch "
-                f"{w['batch']} x 16 products of M {w['m']} x K {w['k']} x {w['tiles']} tiles "
+        size = w["tile"]
+        return (f"run-time engine (winograd path F({size}x{size}, 3x3), one routine per tile size and micro-tile "
+                f"for every size; the cost model's choice at these sizes over the implicit GEMM): micro-tile "
+                f"{w['mr']}x{w['vectors'] * tile.lanes}; at these sizes batch "
+                f"{w['batch']} x {(size + 2) ** 2} products of M {w['m']} x K {w['k']} x {w['tiles']} tiles "
                 f"({w['row_tiles']} x {w['col_tiles']} per image), blocks of {w['nc']} tiles, kc {w['kc']}, "
                 f"mc {w['mc']}")
     held = (f"; its winograd path not taken at these sizes (the cost model's choice, or no 3x3 window at "

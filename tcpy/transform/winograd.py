@@ -40,7 +40,7 @@ slivers (14x14 and 7x7 at N=1). Its float32 rounding is larger (constants up to 
 against 1 and 1/2): on random normal data, max |error| / max |result| against float64 sums is
 5e-6 for a padded 64-channel 22x22 layer (F(2x2): 3.3e-7, PyTorch's float32 convolution:
 2.8e-7) and 6e-6 to 1.3e-5 on ResNet's 3x3 layers (F(2x2): 3e-7 to 6e-7); the tests hold it
-below 5e-5. A size-generic kernel's run-time engine runs F(2x2) only.
+below 5e-5. A size-generic kernel's run-time engine holds both and plans the tile size per call.
 """
 from __future__ import annotations
 

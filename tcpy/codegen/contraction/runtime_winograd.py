@@ -1,10 +1,11 @@
 """The run-time engine's winograd path: a 3x3 convolution of a size-generic kernel as F(2x2, 3x3)
-(:mod:`tcpy.transform.winograd`), rendered once for every size (once per micro-tile the planner
-may give it: the plan buffer names the call's).
+or F(4x4, 3x3) (:mod:`tcpy.transform.winograd`), rendered once for every size (once per tile size
+and micro-tile the planner may give it, :attr:`tcpy.contraction_ir.Plan.winograd_tiles`: the plan
+buffer names the call's).
 
 The loops are the specialised winograd path's (:mod:`.winograd`): the weights' transform U once
 per call (scanning them, and the image, for inf, NaN and huge magnitudes), then blocks of tiles
-claimed by the threads: the block's input transform into slivers, its 16 products on the
+claimed by the threads: the block's input transform into slivers, its P products on the
 kernel's micro-kernel, the output transform into the output. What depends on sizes is read from
 the winograd section of the plan buffer (:data:`tcpy.contraction_ir.RUNTIME_WINOGRAD_FIELDS`,
 made per call shape by :mod:`tcpy.transform.runtime_plan`): the channels, tiles and windows,
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...contraction_ir import MAX_SLIVERS, POINTS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
-from ..cwriter import CWriter, ScratchSlot
+from ...contraction_ir import MAX_SLIVERS, RUNTIME_FIELDS, RUNTIME_WINOGRAD_FIELDS, TILE
+from ...winograd_matrices import transforms
+from ..cwriter import CWriter, ScratchSlot, c_literal
 from .context import Context
 from .kernel import accumulate_loop
 from .stores import whole_tile
-from .winograd import SCAN_BLOCK, load_patches, transform_weights, unusual
+from .winograd import (SCAN_BLOCK, gather_patches, input_transform, load_patches, output_transform,
+                       transform_weights, unusual)
 
 W = {name: index for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
 
@@ -50,39 +53,43 @@ def render(ctx: Context) -> str:
     sizes, whose plan holds the form and the micro-tiles to render it with: its image and
     weights operands, types, scale and guards are the same at every size);
     ``<p>_winograd(pl, image, weights, C, alpha, threads, stop)`` runs it with the plan buffer
-    ``pl`` (on the routine of the micro-tile it names) and returns 1 when an operand holds inf,
+    ``pl`` (on the routine of the tile size and micro-tile it names) and returns 1 when an operand holds inf,
     NaN or a huge value (nothing is written then: the caller sums point by point)."""
     w = CWriter()
     T, s = ctx.T, ctx.element_bytes
     vb = ctx.plan.lanes * s
     variants = []
-    for mr, vectors in ctx.plan.winograd_tiles:
+    for size, mr, vectors in ctx.plan.winograd_tiles:
         tile = ctx.with_plan(dataclasses.replace(ctx.plan, mr=mr, nr=vectors * ctx.plan.lanes))
-        variant = dataclasses.replace(tile, prefix=f"{ctx.prefix}_w{vectors}")
+        variant = dataclasses.replace(tile, prefix=f"{ctx.prefix}_w{size}_{vectors}")
         p = variant.prefix
         w(f"typedef {T} {p}_v __attribute__((vector_size({vb}), aligned({vb}), __may_alias__));")
         w(f"typedef {T} {p}_vu __attribute__((vector_size({vb}), aligned({s}), __may_alias__));")
         w(f"typedef int{s * 8}_t {p}_m __attribute__((vector_size({vb})));  /* shuffle masks */")
-        w(_RuntimeWinograd(variant).render())
-        variants.append((vectors, p))
+        w(_RuntimeWinograd(variant, size).render())
+        variants.append((size, vectors, p))
     form = ctx.plan.winograd
     TI, TW = (getattr(ctx.con, role).dtype.c_type for role in (form.image, form.weights))
     w(f"static int {ctx.prefix}_winograd(const int64_t *TCPY_RESTRICT pl, const {TI} *image, const {TW} *weights, "
       f"{T} *C, {T} alpha, int tcpy_num_threads, const volatile int *tcpy_stop) {{")
-    w(f"const int64_t vectors = (pl + pl[{RUNTIME_FIELDS.index('winograd')}])[{W['vectors']}];", 1)
+    w(f"const int64_t *wp = pl + pl[{RUNTIME_FIELDS.index('winograd')}];", 1)
+    w(f"const int64_t size = {_f('tile')}, vectors = {_f('vectors')};", 1)
     args = "(pl, image, weights, C, alpha, tcpy_num_threads, tcpy_stop)"
-    for vectors, p in variants[:-1]:
-        w(f"if (vectors == {vectors}) return {p}_winograd{args};", 1)
-    w(f"return {variants[-1][1]}_winograd{args};", 1)
+    for size, vectors, p in variants[:-1]:
+        w(f"if (size == {size} && vectors == {vectors}) return {p}_winograd{args};", 1)
+    w(f"return {variants[-1][2]}_winograd{args};", 1)
     w("}")
     return w.text()
 
 
 class _RuntimeWinograd:
-    """The routines of the winograd path with one micro-tile (``ctx.plan``'s)."""
+    """The routines of the winograd path with one tile size (``tile``) and micro-tile (``ctx.plan``'s)."""
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, tile: int):
         self.ctx = ctx
+        self.tile, self.matrices = tile, transforms(tile)
+        self.a = self.matrices.size  # the input patch's side
+        self.points = self.a * self.a
         form = ctx.plan.winograd
         self.form = form
         self.TI = getattr(ctx.con, form.image).dtype.c_type
@@ -112,7 +119,7 @@ class _RuntimeWinograd:
         w("int bad = 0;", 1)
         w(f"const int64_t *wk_t = {_t('weights_k')}, *wm_t = {_t('weights_m')};", 1)
         w(f"const int64_t rw = {_f('row_weights')}, cw = {_f('col_weights')};", 1)
-        w(f"{T} *us = U + bi * {POINTS} * u_point + r0 / {mr} * K * {mr};", 1)
+        w(f"{T} *us = U + bi * {self.points} * u_point + r0 / {mr} * K * {mr};", 1)
         w(f"const int64_t live = tcpy_min_int64({mr}, M - r0);  /* rows past M hold zeros */", 1)
         w(f"const {TW} *wm[{mr}];", 1)
         w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
@@ -129,7 +136,7 @@ class _RuntimeWinograd:
         w("#pragma GCC ivdep", 0)
         w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
         w(f"const {T} " + ", ".join(f"g{i}{j} = g[{3 * i + j}][r]" for i, j in taps) + ";", 3)
-        transform_weights(w, self, T, taps, lambda q: f"u[{q} * u_point + r]")
+        transform_weights(w, self, T, taps, lambda q: f"u[{q} * u_point + r]", self.tile)
         w("}", 2)
         w("}", 1)
         w("return bad;", 1)
@@ -137,10 +144,12 @@ class _RuntimeWinograd:
 
     def inputs(self, w: CWriter):
         """``<p>_winputs``: V = B^T d B for tiles t0..t0+nt of batch index bi; lanes past nt (to
-        the end of their sliver) hold 0. A tile whose 4x4 patches are inside the image and the
+        the end of their sliver) hold 0. A tile whose a x a patches are inside the image and the
         guards for every input channel is read without tests; groups of a vector's width of
-        such tiles in one tile row, along a unit-stride image row, load as vectors."""
+        such tiles load as vectors (F(2x2): in one tile row, along a unit-stride image row, by
+        loads and shuffles; F(4x4): any such tiles, gathered)."""
         p, T, TI, G = self.ctx.prefix, self.ctx.T, self.TI, self.G
+        tile, a = self.tile, self.a
         nr, L = self.ctx.plan.nr, self.ctx.plan.lanes
         NC = MAX_SLIVERS * nr  # (fixed-size arrays: at known places in the frame, fewer registers taken)
         w(f"static void {p}_winputs(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
@@ -150,33 +159,41 @@ class _RuntimeWinograd:
           f"ci = {_f('col_image')}, rwin = {_f('row_window')}, cwin = {_f('col_window')};", 1)
         w(f"const int64_t *ik_t = {_t('image_k')}, *in_t = {_t('image_n')};", 1)
         w(f"const {TI} *ib = I + {_f('image_base')} + {_t('image_batch')}[bi];", 1)
-        w(f"const {TI} *src[{NC}]; int inside[{NC}], patch[{NC}]; int64_t ty[{NC}], tx[{NC}];", 1)
+        w(f"const {TI} *src[{NC}]; int inside[{NC}]; int64_t patch[{NC}], ty[{NC}], tx[{NC}];", 1)
         if G:
             w(f"const int64_t *gb_t = {_t('g_batch')}, *gk_t = {_t('g_k')}, *gn_t = {_t('g_n')}, "
               f"*grow = {_t('g_row')}, *gcol = {_t('g_col')}, *gmin = {_t('g_k_min')};", 1)
             w(f"const int64_t nb = {_f('batch')}, images = {_f('tiles')} / (rt * ct), guards_k = {_f('guards_k')};", 1)
             w(f"int64_t gt[{G}][{NC}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
-        w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y = t / ct % rt * {TILE}, x = t % ct * {TILE};", 2)
+        w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y = t / ct % rt * {tile}, x = t % ct * {tile};", 2)
         w("src[q] = ib + in_t[nn] + y * ri + x * ci;", 2)
         w("ty[q] = y; tx[q] = x;", 2)
-        w("int in = y + 3 < rwin && x + 3 < cwin;", 2)
+        w(f"int in = y + {a - 1} < rwin && x + {a - 1} < cwin;", 2)
         for i in range(G):
             w(f"gt[{i}][q] = gb_t[{i} * nb + bi] + gn_t[{i} * images + nn] + y * grow[{i}] + x * gcol[{i}];", 2)
             w(f"in = in && gt[{i}][q] + gmin[{i}] >= 0;", 2)
         w("inside[q] = in;", 2)
-        # an edge tile's patch: which of its 16 elements are read, when that is the same for
+        # an edge tile's patch: which of its a x a elements are read, when that is the same for
         # every input channel (its guards' tests once per block, not once per channel)
         checks = ["y + r < rwin", "x + c < cwin"] + [f"gt[{i}][q] + r * grow[{i}] + c * gcol[{i}] >= 0"
                                                      for i in range(G)]
-        w("int bits = 0;", 2)
-        w(f"if (!in{' && !guards_k' if G else ''}) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) "
-          f"bits |= ({' && '.join(checks)}) << (4 * r + c);", 2)
+        w("int64_t bits = 0;", 2)
+        w(f"if (!in{' && !guards_k' if G else ''}) for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) "
+          f"bits |= (int64_t)({' && '.join(checks)}) << ({a} * r + c);", 2)
         w("patch[q] = bits;", 2)
         w("}", 1)
         w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
         vector = TI == T and L >= 2
-        if vector:
+        shuffled = tile == TILE
+        if vector and not shuffled:  # groups of L tiles from a multiple of L, all inside
+            w(f"int whole[{NC // L}];", 1)
+            w(f"for (int64_t q = 0; q + {L} <= nt; q += {L}) {{", 1)
+            w("int all = 1;", 2)
+            w(f"for (int64_t l = 0; l < {L}; l++) all &= inside[q + l];", 2)
+            w(f"whole[q / {L}] = all;", 2)
+            w("}", 1)
+        if vector and shuffled:
             # groups of L tiles side by side in one tile row of a unit-stride image row, all
             # inside, within one sliver: vector loads. A group starts at any tile (``run``: the
             # tiles inside from each one to the end of its tile row), not only at multiples of
@@ -203,7 +220,15 @@ class _RuntimeWinograd:
             w(f"const int64_t gk{i} = gk_t[{i} * K + k];", 2)
         w("for (int64_t q = 0; q < lanes; q++) {", 2)
         w(f"{T} *vk = V + q / {nr} * K * {nr} + k * {nr} + q % {nr};", 3)
-        if vector:
+        if vector and not shuffled:
+            w(f"if (q % {L} == 0 && q + {L} <= nt && whole[q / {L}]) {{", 3)
+            gather_patches(w, p, T, a, L, self.ctx.element_bytes, "ri", "ci", 4)
+            w(f"{T} *vo = vk;", 4)
+            self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *){at}")
+            w(f"q += {L - 1};", 4)
+            w("continue;", 4)
+            w("}", 3)
+        if vector and shuffled:
             w("if (q < nt && group[q] >= 0) {", 3)
             w("const int64_t g = group[q];", 4)
             w(f"const {T} *s = src[g] + ik;", 4)
@@ -213,39 +238,32 @@ class _RuntimeWinograd:
             w(f"q = g + {L - 1};", 4)
             w("continue;", 4)
             w("}", 3)
-        w(f"if (q >= nt) {{ for (int x = 0; x < {POINTS}; x++) vk[x * v_point] = 0; continue; }}", 3)
+        w(f"if (q >= nt) {{ for (int x = 0; x < {self.points}; x++) vk[x * v_point] = 0; continue; }}", 3)
         w(f"const {TI} *s = src[q] + ik;", 3)
-        w(f"{T} d[4][4];", 3)
+        w(f"{T} d[{a}][{a}];", 3)
         read = f"({T})s[r * ri + c * ci]"
-        w(f"if (inside[q] && ci == 1) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = ({T})s[r * ri + c];",
-          3)
-        w(f"else if (inside[q]) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {read};", 3)
-        patch = f"else{' if (!guards_k)' if G else ''} for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) "
-        w(f"{patch}d[r][c] = patch[q] >> (4 * r + c) & 1 ? {read} : 0;", 3)
+        patch = f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) "
+        w(f"if (inside[q] && ci == 1) {patch}d[r][c] = ({T})s[r * ri + c];", 3)
+        w(f"else if (inside[q]) {patch}d[r][c] = {read};", 3)
+        w(f"else{' if (!guards_k)' if G else ''} {patch}d[r][c] = patch[q] >> ({a} * r + c) & 1 ? {read} : 0;", 3)
         if G:
             holds = ["ty[q] + r < rwin", "tx[q] + c < cwin"]
             holds += [f"gt[{i}][q] + gk{i} + r * grow[{i}] + c * gcol[{i}] >= 0" for i in range(G)]
-            w(f"else for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) d[r][c] = {' && '.join(holds)} ? "
-              f"{read} : 0;", 3)
+            w(f"else {patch}d[r][c] = {' && '.join(holds)} ? {read} : 0;", 3)
         w(f"{T} *vo = vk;", 3)
         self.transform_input(w, 3, T, lambda at: f"*{at}")
         w("}", 2)
         w("}", 1)
         w("}")
 
-    @staticmethod
-    def transform_input(w: CWriter, depth: int, elem: str, at):
-        """B^T d B of the patch ``d[4][4]`` (scalars or vectors of tiles, type ``elem``) stored
+    def transform_input(self, w: CWriter, depth: int, elem: str, at):
+        """B^T d B of the patch ``d[a][a]`` (scalars or vectors of tiles, type ``elem``) stored
         through ``at(pointer)`` at each point, ``v_point`` apart: one pointer stepped from point
-        to point (16 offsets of a run-time stride were spilled and reloaded around the stores: the
-        input transform of a 64-channel 56x56 image took ~1.7x the specialised one's, now ~1.4x)."""
-        w(f"{elem} e[4][4];", depth)
-        w("for (int c = 0; c < 4; c++) { e[0][c] = d[0][c] - d[2][c]; e[1][c] = d[1][c] + d[2][c]; "
-          "e[2][c] = d[2][c] - d[1][c]; e[3][c] = d[1][c] - d[3][c]; }", depth)
-        w("for (int r = 0; r < 4; r++) {", depth)
-        for value in ("e[r][0] - e[r][2]", "e[r][1] + e[r][2]", "e[r][2] - e[r][1]", "e[r][1] - e[r][3]"):
-            w(f"{at('vo')} = {value}; vo += v_point;", depth + 1)
-        w("}", depth)
+        to point (offsets of a run-time stride were spilled and reloaded around the stores: the
+        input transform of a 64-channel 56x56 image took ~1.7x the specialised one's, then ~1.4x)."""
+        literal = lambda c: c_literal(float(c), self.ctx.con.dtype)  # noqa: E731
+        input_transform(w, depth, elem, self.matrices, literal,
+                        lambda x, value: f"{at('vo')} = {value}; vo += v_point;")
 
     def kernel(self, w: CWriter):
         """``<p>_wukr``: one MR x NR tile of one point's product, set (first K block) or added
@@ -259,17 +277,18 @@ class _RuntimeWinograd:
         w("}")
 
     def block(self, w: CWriter):
-        """``<p>_wblock``: the 16 products of a transformed block, then the output transform."""
+        """``<p>_wblock``: the P products of a transformed block, then the output transform."""
         p, T, mr, nr = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr
+        tile, points = self.tile, self.points
         NC = MAX_SLIVERS * nr  # (fixed-size arrays: at known places in the frame, fewer registers taken)
         w(f"static void {p}_wblock(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
           f"const {T} *TCPY_RESTRICT U, const {T} *TCPY_RESTRICT V, {T} *TCPY_RESTRICT P, {T} *TCPY_RESTRICT C, "
           f"int64_t bi, int64_t t0, int64_t nt, {T} alpha) {{")
         self.extents(w, 1)
         w(f"const int64_t KC = {_f('kc')}, MCS = {_f('mc')} / {mr};", 1)
-        w(f"const {T} *ub = U + bi * {POINTS} * u_point;", 1)
+        w(f"const {T} *ub = U + bi * {points} * u_point;", 1)
         w(f"const int64_t nsb = (nt + {nr - 1}) / {nr};", 1)
-        w(f"for (int x = 0; x < {POINTS}; x++)", 1)
+        w(f"for (int x = 0; x < {points}; x++)", 1)
         w("for (int64_t pc = 0; pc < K; pc += KC) {", 2)
         w("const int64_t kc = K - pc < KC ? K - pc : KC;", 3)
         w("for (int64_t ic = 0; ic < mt; ic += MCS)", 3)
@@ -287,34 +306,29 @@ class _RuntimeWinograd:
         # (run-time divisions: not once per output channel)
         w(f"int64_t co[{NC}]; int rows[{NC}], cols[{NC}];", 1)
         w("for (int64_t q = 0; q < nt; q++) {", 1)
-        w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y0 = t / ct % rt * {TILE}, x0 = t % ct * {TILE};", 2)
+        w(f"const int64_t t = t0 + q, nn = t / (rt * ct), y0 = t / ct % rt * {tile}, x0 = t % ct * {tile};", 2)
         w("co[q] = cn_t[nn] + y0 * rc + x0 * cc;", 2)
-        w(f"rows[q] = re - y0 < {TILE} ? (int)(re - y0) : {TILE}; cols[q] = ce - x0 < {TILE} ? (int)(ce - x0) : {TILE};",
-          2)
+        w(f"rows[q] = re - y0 < {tile} ? (int)(re - y0) : {tile}; "
+          f"cols[q] = ce - x0 < {tile} ? (int)(ce - x0) : {tile};", 2)
         w("}", 1)
         w("for (int64_t m = 0; m < M; m++) {", 1)
         w(f"{T} *cm = cb + cm_t[m];", 2)
         w(f"const {T} *pm = P + m * nc;", 2)
-        w(f"{T} y[4][{NC}];", 2)
+        w(f"{T} y[{tile * tile}][{NC}];", 2)
         w("for (int64_t q = 0; q < width; q++) {  /* A^T M A, vectorised along the tiles */", 2)
-        w(f"{T} s[4][4];", 3)
-        w(f"for (int x = 0; x < {POINTS}; x++) s[x / 4][x % 4] = pm[x * p_point + q];", 3)
-        w(f"{T} r0[4], r1[4];", 3)
-        w("for (int c = 0; c < 4; c++) { r0[c] = s[0][c] + s[1][c] + s[2][c]; r1[c] = s[1][c] - s[2][c] - s[3][c]; }",
-          3)
-        w("y[0][q] = r0[0] + r0[1] + r0[2]; y[1][q] = r0[1] - r0[2] - r0[3];", 3)
-        w("y[2][q] = r1[0] + r1[1] + r1[2]; y[3][q] = r1[1] - r1[2] - r1[3];", 3)
+        literal = lambda c: c_literal(float(c), self.ctx.con.dtype)  # noqa: E731
+        output_transform(w, 3, T, self.matrices, literal, lambda x: f"pm[{x} * p_point + q]", lambda x: f"y[{x}][q]")
         w("}", 2)
         w("for (int64_t q = 0; q < nt; q++) {", 2)
         w(f"{T} *o = cm + co[q];", 3)
         init = self.ctx.con.init
         store = lambda at, x: f"{at} = {'' if init else at + ' + '}alpha * y[{x}][q];"  # noqa: E731
-        w(f"if (rows[q] == {TILE} && cols[q] == {TILE}) {{  /* a whole tile */", 3)
-        w(" ".join(store(f"o[{i} * rc + {j} * cc]", TILE * i + j) for i in range(TILE) for j in range(TILE)), 4)
+        w(f"if (rows[q] == {tile} && cols[q] == {tile}) {{  /* a whole tile */", 3)
+        w(" ".join(store(f"o[{i} * rc + {j} * cc]", tile * i + j) for i in range(tile) for j in range(tile)), 4)
         w("continue;", 4)
         w("}", 3)
         w("for (int i = 0; i < rows[q]; i++) for (int j = 0; j < cols[q]; j++) {", 3)
-        w(store("o[i * rc + j * cc]", f"{TILE} * i + j"), 4)
+        w(store("o[i * rc + j * cc]", f"{tile} * i + j"), 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
@@ -333,7 +347,7 @@ class _RuntimeWinograd:
           "blocks = nb * per_image;", 1)
         w(f"const int64_t scans = (elements + {SCAN_BLOCK - 1}) / {SCAN_BLOCK}, weight_rows = nb * mt;", 1)
         w("int bad = 0;", 1)
-        w(f"{T} *U = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, sizeof({T}) * nb * {POINTS} * u_point);", 1)
+        w(f"{T} *U = ({T} *)tcpy_scratch({ScratchSlot.PACKED_A}, sizeof({T}) * nb * {self.points} * u_point);", 1)
         w("int64_t next_scan = 0, next_weights = 0, next_block = 0;  /* items claimed (tcpy_claim) */", 1)
         w("const int team = tcpy_num_threads < blocks ? tcpy_num_threads : (int)blocks;", 1)
         w("#pragma omp parallel num_threads(team) if(team > 1)", 1)
@@ -354,8 +368,8 @@ class _RuntimeWinograd:
         w("#pragma omp atomic read", 0)
         w("stop_all = bad;", 2)
         w("if (!stop_all) {", 2)
-        w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * {POINTS} * v_point);", 3)
-        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * {POINTS} * p_point);", 3)
+        w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * {self.points} * v_point);", 3)
+        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * {self.points} * p_point);", 3)
         w("for (int64_t block; (block = tcpy_claim(&next_block, blocks)) < blocks; ) {", 3)
         w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w("const int64_t bi = block / per_image, j = block % per_image * ns;", 4)

@@ -90,6 +90,35 @@ def transform_weights(w: CWriter, path, T: str, taps, point_at, tile: int = TILE
                    for x in range(a)), 3)
 
 
+def input_transform(w: CWriter, depth: int, elem: str, matrices, literal, store):
+    """B^T d B of the patch ``d[a][a]`` (scalars or vectors of tiles, type ``elem``) of
+    ``matrices`` (:class:`tcpy.winograd_matrices.Transforms`): ``store(x, value)`` gives the C
+    statement that stores point ``x``'s value, called in the points' order; ``literal`` gives a
+    constant's C."""
+    a, bt = matrices.size, matrices.bt
+    for i in range(a):  # e = B^T d
+        sums = (combination(bt[i], [f"d[{k}][{c}]" for k in range(a)], literal) for c in range(a))
+        w(f"const {elem} " + ", ".join(f"e{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", depth)
+    for i in range(a):  # V = e B
+        for x in range(a):
+            w(store(a * i + x, combination(bt[x], [f"e{i}_{k}" for k in range(a)], literal)), depth)
+
+
+def output_transform(w: CWriter, depth: int, T: str, matrices, literal, load, store):
+    """A^T s A of one tile's products of ``matrices``: ``load(x)`` is the C of point ``x``'s
+    product, ``store(x)`` the lvalue of output ``x`` (row-major in the tile); ``literal`` gives a
+    constant's C."""
+    a, tile, at = matrices.size, matrices.tile, matrices.at
+    for r in range(a):  # (loads written out: a loop over the points kept gcc from vectorising)
+        w(f"const {T} " + ", ".join(f"s{r}_{c} = {load(a * r + c)}" for c in range(a)) + ";", depth)
+    for i in range(tile):  # r = A^T s
+        sums = (combination(at[i], [f"s{k}_{c}" for k in range(a)], literal) for c in range(a))
+        w(f"const {T} " + ", ".join(f"r{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", depth)
+    for i in range(tile):  # y = r A
+        w(" ".join(f"{store(tile * i + j)} = {combination(at[j], [f'r{i}_{k}' for k in range(a)], literal)};"
+                   for j in range(tile)), depth)
+
+
 def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int):
     """``d[4][4]``: the 4x4 patches of ``L`` tiles side by side (tiles 2 elements apart along a
     row) starting at ``s``, each element a vector of the tiles' values, from two pairs of
@@ -106,6 +135,20 @@ def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int
     w(f"d[r][2] = __builtin_shuffle(b0, b1, ({p}_m){{{evens}}}); "
       f"d[r][3] = __builtin_shuffle(b0, b1, ({p}_m){{{odds}}});", depth + 1)
     w("}", depth)
+
+
+def gather_patches(w: CWriter, p: str, T: str, a: int, L: int, element_bytes: int, row_stride: str,
+                   col_stride: str, depth: int):
+    """``d[a][a]``: the patches of the L tiles from ``q`` (each inside; ``src[q]``: a tile's
+    corner, ``ik``: the input channel's offset), each element a vector of the tiles' values
+    gathered lane by lane (gcc's gathers); the strides: C text."""
+    w(f"{T} g[{a}][{a}][{L}] __attribute__((aligned({element_bytes * L})));", depth)
+    w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) {{", depth)
+    w(f"const int64_t o = ik + r * {row_stride} + c * {col_stride};", depth + 1)
+    w(f"for (int l = 0; l < {L}; l++) g[r][c][l] = src[q + l][o];", depth + 1)
+    w("}", depth)
+    w(f"{p}_v d[{a}][{a}];", depth)
+    w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = *(const {p}_v *)g[r][c];", depth)
 
 
 class _Winograd:
@@ -257,7 +300,8 @@ class _Winograd:
                 w(f"const {T} *s = src[q] + ik;", 4)
                 load_patches(w, p, T, L, f"INT64_C({rows.out.image})", 4)
             else:
-                self.gather_patches(w, 4)
+                gather_patches(w, p, T, a, L, self.ctx.element_bytes,
+                               f"INT64_C({rows.out.image})", f"INT64_C({cols.out.image})", 4)
             self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *)(vk + {at})")
             w(f"q += {L - 1};", 4)
             w("continue;", 4)
@@ -277,31 +321,12 @@ class _Winograd:
         w("}", 1)
         w("}")
 
-    def gather_patches(self, w: CWriter, depth: int):
-        """``d[a][a]``: the patches of the L tiles from ``q`` (each inside), each element a vector
-        of the tiles' values gathered lane by lane (gcc's gathers)."""
-        p, T, a, L = self.ctx.prefix, self.ctx.T, self.a, self.ctx.plan.lanes
-        rows, cols = self.form.rows, self.form.cols
-        align = self.ctx.element_bytes * L
-        w(f"{T} g[{a}][{a}][{L}] __attribute__((aligned({align})));", depth)
-        w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) {{", depth)
-        w(f"const int64_t o = ik + r * INT64_C({rows.out.image}) + c * INT64_C({cols.out.image});", depth + 1)
-        w(f"for (int l = 0; l < {L}; l++) g[r][c][l] = src[q + l][o];", depth + 1)
-        w("}", depth)
-        w(f"{p}_v d[{a}][{a}];", depth)
-        w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = *(const {p}_v *)g[r][c];", depth)
-
     def transform_input(self, w: CWriter, depth: int, elem: str, at):
         """B^T d B of the patch ``d[a][a]`` (scalars or vectors of tiles, type ``elem``) stored
         through ``at(offset)`` at each point's offset."""
-        point, a, bt = self.v_point, self.a, self.matrices.bt
-        for i in range(a):  # e = B^T d
-            sums = (combination(bt[i], [f"d[{k}][{c}]" for k in range(a)], self.literal) for c in range(a))
-            w(f"const {elem} " + ", ".join(f"e{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", depth)
-        for i in range(a):  # V = e B
-            for x in range(a):
-                value = combination(bt[x], [f"e{i}_{k}" for k in range(a)], self.literal)
-                w(f"{at(f'INT64_C({(a * i + x) * point})')} = {value};", depth)
+        point = self.v_point
+        input_transform(w, depth, elem, self.matrices, self.literal,
+                        lambda x, value: f"{at(f'INT64_C({x * point})')} = {value};")
 
     def kernel(self, w: CWriter):
         """``<p>_ukr``: one MR x NR tile of one point's product, set (first K block) or added into
@@ -340,18 +365,11 @@ class _Winograd:
         w(f"for (int64_t m = 0; m < {form.M}; m++) {{", 1)
         w(f"{T} *cm = cb + {p}_wc_m(m);", 2)
         w(f"const {T} *pm = P + m * {nc};", 2)
-        a, tile, at = self.a, self.tile, self.matrices.at
+        tile = self.tile
         w(f"{T} y[{tile * tile}][{nc}];", 2)
         w(f"for (int64_t q = 0; q < {nc}; q++) {{  /* A^T M A, vectorised along the tiles */", 2)
-        for r in range(a):  # (loads written out: a loop over the points kept gcc from vectorising)
-            w(f"const {T} " + ", ".join(f"s{r}_{c} = pm[INT64_C({(a * r + c) * self.p_point}) + q]" for c in range(a))
-              + ";", 3)
-        for i in range(tile):  # r = A^T s
-            sums = (combination(at[i], [f"s{k}_{c}" for k in range(a)], self.literal) for c in range(a))
-            w(f"const {T} " + ", ".join(f"r{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", 3)
-        for i in range(tile):  # y = r A
-            w(" ".join(f"y[{tile * i + j}][q] = {combination(at[j], [f'r{i}_{k}' for k in range(a)], self.literal)};"
-                       for j in range(tile)), 3)
+        output_transform(w, 3, T, self.matrices, self.literal, lambda x: f"pm[INT64_C({x * self.p_point}) + q]",
+                         lambda x: f"y[{x}][q]")
         w("}", 2)
         w("for (int64_t q = 0; q < nt; q++) {", 2)
         w(f"const int64_t t = t0 + q, nn = t / {self.row_tiles * self.col_tiles}, "

@@ -76,12 +76,13 @@ CHILD = textwrap.dedent(
          }'''
     same(conv_nchw, rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2)
     same(conv_nhwc, rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2)
-    # F(4x4, 3x3) forced likewise on kernels specialised to these shapes (a size-generic kernel
-    # runs F(2x2) only): gathered groups of tiles, partial tiles at the border, NCHW and NHWC
+    # F(4x4, 3x3) forced likewise, on kernels specialised to these shapes and on size-generic
+    # ones: gathered groups of tiles, partial tiles at the border, NCHW and NHWC
     tcpy.target.cost_model = lambda target: dataclasses.replace(measured_costs(target), winograd_gain_min=0.0,
                                                                 winograd_f4_gain_min=0.0)
-    same(conv_nchw, rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2, specialize="always")
-    same(conv_nhwc, rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2, specialize="always")
+    for specialize in ("always", "never"):
+        same(conv_nchw, rand(2, 3, 9, 37), rand(7, 3, 3, 3), threads=2, specialize=specialize)
+        same(conv_nhwc, rand(1, 11, 7, 5), rand(3, 3, 5, 16), threads=2, specialize=specialize)
     tcpy.target.cost_model = lambda target: dataclasses.replace(measured_costs(target), winograd_gain_min=0.0)
     # and the weight gradient's F(3x3, 2x2): odd sizes (partial tiles at the image's border)
     same('''def wgrad(float(N,C,H,W) I, float(N,F,H,W) dO) -> (dW) {

@@ -26,7 +26,7 @@ from .context import Context
 from .kernel import accumulate_loop
 from .stores import whole_tile
 from .winograd import (SCAN_BLOCK, gather_patches, input_transform, load_patches, output_transform,
-                       transform_weights, unusual)
+                       transform_weight_rows, unusual)
 
 W = {name: index for index, name in enumerate(RUNTIME_WINOGRAD_FIELDS)}
 
@@ -111,7 +111,6 @@ class _RuntimeWinograd:
         """``<p>_wweights``: U = G g G^T for the MR rows from r0 (a sliver) of batch index bi;
         returns whether a weight it read is inf, NaN or huge."""
         p, T, TW, mr = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr
-        taps = [(i, j) for i in range(3) for j in range(3)]
         align = max(self.ctx.element_bytes * self.ctx.plan.lanes, 16)
         w(f"static int {p}_wweights(const int64_t *TCPY_RESTRICT pl, const int64_t *TCPY_RESTRICT wp, "
           f"const {TW} *TCPY_RESTRICT Wt, {self.ctx.T} *TCPY_RESTRICT U, int64_t bi, int64_t r0) {{")
@@ -124,21 +123,8 @@ class _RuntimeWinograd:
         w(f"const {TW} *wm[{mr}];", 1)
         w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
         w(f"wm[r] = Wt + {_f('weights_base')} + {_t('weights_batch')}[bi] + (r < live ? wm_t[r0 + r] : 0);", 2)
-        w(f"{T} g[{len(taps)}][{mr}] __attribute__((aligned({align})));", 1)
-        w("for (int64_t k = 0; k < K; k++) {", 1)
-        w("const int64_t wk = wk_t[k];", 2)
-        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
-        w(f"const {TW} *q = wm[r] + wk;", 3)
-        for n, (i, j) in enumerate(taps):
-            w(f"g[{n}][r] = r < live ? ({T})q[{i} * rw + {j} * cw] : ({T})0;", 3)
-        w("}", 2)
-        w(f"{T} *TCPY_RESTRICT u = us + k * {mr};", 2)
-        w("#pragma GCC ivdep", 0)
-        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
-        w(f"const {T} " + ", ".join(f"g{i}{j} = g[{3 * i + j}][r]" for i, j in taps) + ";", 3)
-        transform_weights(w, self, T, taps, lambda q: f"u[{q} * u_point + r]", self.tile)
-        w("}", 2)
-        w("}", 1)
+        transform_weight_rows(w, self, TW, align, "K", "wk_t[k]", lambda i, j: f"{i} * rw + {j} * cw",
+                              lambda q: f"u[{q} * u_point + r]")
         w("return bad;", 1)
         w("}")
 

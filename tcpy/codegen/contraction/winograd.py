@@ -74,6 +74,32 @@ def combination(coefs, terms, literal) -> str:
     return text if scale == 1 else f"({text}) * {literal(scale)}"
 
 
+def transform_weight_rows(w: CWriter, path, TW: str, align: int, K, weight_k: str, tap_offset, point_at):
+    """The loop over the K input channels of a sliver's weights' transform: per channel, the 3x3
+    windows of the MR rows ``wm[r]`` (at C offset ``weight_k`` of ``k``, tap (i, j) at
+    ``tap_offset(i, j)``; rows from ``live`` read zeros) loaded side by side into ``g``, then
+    transformed (:func:`transform_weights`) in a loop over the rows that gcc vectorises, point
+    ``q`` into ``u`` at C text ``point_at(q)``. The specialised and size-generic renderers differ
+    only in those offsets."""
+    T, mr = path.ctx.T, path.ctx.plan.mr
+    taps = [(i, j) for i in range(TAPS) for j in range(TAPS)]
+    w(f"{T} g[{len(taps)}][{mr}] __attribute__((aligned({align})));", 1)
+    w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
+    w(f"const int64_t wk = {weight_k};", 2)
+    w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
+    w(f"const {TW} *q = wm[r] + wk;", 3)
+    for n, (i, j) in enumerate(taps):
+        w(f"g[{n}][r] = r < live ? ({T})q[{tap_offset(i, j)}] : ({T})0;", 3)
+    w("}", 2)
+    w(f"{T} *TCPY_RESTRICT u = us + k * {mr};", 2)
+    w("#pragma GCC ivdep", 0)
+    w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
+    w(f"const {T} " + ", ".join(f"g{i}{j} = g[{TAPS * i + j}][r]" for i, j in taps) + ";", 3)
+    transform_weights(w, path, T, taps, point_at, path.tile)
+    w("}", 2)
+    w("}", 1)
+
+
 def transform_weights(w: CWriter, path, T: str, taps, point_at, tile: int = TILE):
     """The body of a loop over the rows ``r`` of a sliver whose 3x3 windows are ``g<i><j>``:
     ``bad |=`` the unusual-magnitude test of the taps summed (``path.unusual``), then U = G g
@@ -212,7 +238,6 @@ class _Winograd:
         p, T, TW, mr, K = self.ctx.prefix, self.ctx.T, self.TW, self.ctx.plan.mr, self.form.K
         rows, cols = self.form.rows.tap, self.form.cols.tap
         point, points = self.u_point, self.points
-        taps = [(i, j) for i in range(TAPS) for j in range(TAPS)]
         align = max(self.ctx.element_bytes * self.ctx.plan.lanes, 16)
         w(f"static int {p}_weights(const {TW} *TCPY_RESTRICT Wt, {T} *TCPY_RESTRICT U, int64_t bi, int64_t r0) {{")
         w("int bad = 0;", 1)
@@ -222,23 +247,8 @@ class _Winograd:
         w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
         w(f"wm[r] = Wt + INT64_C({self.wts.offset}) + {p}_off_{self.form.weights}_batch(bi) + "
           f"(r < live ? {p}_ww_m(r0 + r) : 0);", 2)
-        w(f"{T} g[{len(taps)}][{mr}] __attribute__((aligned({align})));", 1)
-        w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
-        w(f"const int64_t wk = {p}_ww_k(k);", 2)
-        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
-        w(f"const {TW} *q = wm[r] + wk;", 3)
-        for n, (i, j) in enumerate(taps):
-            w(f"g[{n}][r] = r < live ? ({T})q[{i * rows.weights + j * cols.weights}] : ({T})0;", 3)
-        w("}", 2)
-        w(f"{T} *TCPY_RESTRICT u = us + k * {mr};", 2)
-        w("#pragma GCC ivdep", 0)
-        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
-        w(f"const {T} " + ", ".join(f"g{i}{j} = g[{TAPS * i + j}][r]" for i, j in taps) + ";", 3)
-        # one test of the taps' magnitudes summed (inf and NaN carry through the sum): a sum beyond
-        # HUGE also takes the exact sums, where the transforms' own sums could overflow first
-        transform_weights(w, self, T, taps, lambda q: f"u[INT64_C({q * point}) + r]", self.tile)
-        w("}", 2)
-        w("}", 1)
+        transform_weight_rows(w, self, TW, align, K, f"{p}_ww_k(k)", lambda i, j: i * rows.weights + j * cols.weights,
+                              lambda q: f"u[INT64_C({q * point}) + r]")
         w("return bad;", 1)
         w("}")
 

@@ -196,10 +196,7 @@ class Target:
 
     def can_run_here(self) -> bool:
         """Whether this machine executes code built for this target."""
-        host = _host()
-        if host.arch != self.arch:
-            return False
-        return archspec.cpu.TARGETS[host.archspec_name] >= archspec.cpu.TARGETS[self.archspec_name]
+        return _runs_on_host(self)
 
     def compiler_flags(self, compiler: str = "gcc", version: Optional[str] = None) -> tuple[str, ...]:
         """Flags that make ``compiler`` (of ``version``) build for this target."""
@@ -284,6 +281,14 @@ def _preset(name: str) -> Target:
     arch, micro, features, vbytes, vregs, fma, l1d, l2, l3 = _PRESETS[name]
     return Target(name, arch, frozenset(features), micro, vbytes, vregs, fma, l1d, l2, l3, 1,
                   available_cpus())
+
+
+@functools.lru_cache(maxsize=64)  # (asked at every new call shape: archspec's comparison is slow)
+def _runs_on_host(target: Target) -> bool:
+    host = _host()
+    if host.arch != target.arch:
+        return False
+    return archspec.cpu.TARGETS[host.archspec_name] >= archspec.cpu.TARGETS[target.archspec_name]
 
 
 @functools.lru_cache(maxsize=None)

@@ -84,6 +84,7 @@ def _nonzeros(matrix: Matrix) -> int:
     return sum(1 for row in matrix for c in row if c)
 
 
+@functools.cache
 def operation_counts(tile: int) -> tuple[int, int, int]:
     """Operations (loads, stores, one per term of each transform's sums) of the input transform
     per tile and input channel, the output transform per tile and output channel, and the

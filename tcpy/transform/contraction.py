@@ -19,6 +19,8 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+import numpy as np
+
 from ..contraction_ir import POINTS, TILE, WINOGRAD_TILES, Contraction, ConvForm, Plan, WinogradForm, WinogradTapsForm
 from ..errors import TCOptionError
 from ..options import PLAN_PATHS
@@ -67,6 +69,7 @@ def register_tiles(target: Target) -> Mapping[int, int]:
     return MappingProxyType(tallest)
 
 
+@functools.lru_cache(maxsize=4096)  # (a size-generic kernel plans each new call shape: N's extents repeat)
 def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> tuple[int, int]:
     """``(MR, NR vectors)``: accumulators ``MR x NRv`` + ``NRv`` vectors of B + one broadcast of
     A fit the vector registers, with no more loads (MR broadcasts + NRv vectors) than FMAs and
@@ -484,7 +487,7 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
 
     candidates = [dataclasses.replace(form, tile=t) for t in tiles
                   if min(form.rows.out.extent, form.cols.out.extent) >= t]
-    estimates = [(per_thread(f, best_tile(f)), f, best_tile(f)) for f in candidates]
+    estimates = [(per_thread(f, tile), f, tile) for f in candidates for tile in (best_tile(f),)]
     fast, form, (mr, nv) = estimates[0]
     f2_estimate = fast
     for estimate, f, tile in estimates[1:]:
@@ -640,17 +643,19 @@ def _stream_kc(target: Target, N: int, s: int, unroll: int) -> int:
     return max(4 * unroll, _round_down(target.l2 // 2 // max(1, N * s), unroll))
 
 
+@functools.lru_cache(maxsize=1024)
 def _sliver_lines_per_set(row_stride: int, rows: int, row_bytes: int, target: Target) -> int:
     """The most cache lines that ``rows`` rows of ``row_bytes`` at ``row_stride`` bytes from
     each other put in one L1 set (each row over one more line: its start need not be aligned)."""
     line = target.cache_line
     sets = max(1, target.l1d // (target.l1d_ways * line))
-    lines = {index for row in range(rows)
-             for index in range(row * row_stride // line, row * row_stride // line + -(-row_bytes // line) + 1)}
-    per_set = [0] * sets
-    for index in lines:
-        per_set[index % sets] += 1
-    return max(per_set)
+    span = -(-row_bytes // line) + 1  # the lines of one row
+    starts = np.sort(np.arange(rows, dtype=np.int64) * row_stride // line)
+    lines = starts[:, None] + np.arange(span)
+    # in rows sorted by their first line, a line of one row is another's only if it is the
+    # previous row's (their spans are equal): each row counts those past the previous row's
+    fresh = lines[lines >= np.append(starts[0], starts[:-1] + span)[:, None]]
+    return int(np.bincount(fresh % sets, minlength=sets).max())
 
 
 def _b_in_kernel_ok(con: Contraction, nr: int) -> bool:

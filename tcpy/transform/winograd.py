@@ -44,6 +44,7 @@ below 5e-5. A size-generic kernel's run-time engine holds both and plans the til
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -91,6 +92,7 @@ def _form(con, image: str) -> Optional[WinogradForm]:
                         tuple(var(v) for v in taps if v not in used))
 
 
+@functools.lru_cache(maxsize=64)  # (the winograd planner weighs every tile size per call shape)
 def transform_costs(cost: CostModel, tile: int) -> tuple[float, float, float]:
     """Cycles of the input transform per tile and input channel, the output transform per tile
     and output channel and the weights' per pair of channels, for F(tile x tile, 3x3): measured

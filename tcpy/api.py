@@ -549,6 +549,7 @@ def _check_memory(def_name: str, sizes: Mapping[str, int], outputs: Mapping[str,
                                    f"{_bytes_text(n)}" for n, kind, name, shape, dtype in largest))
 
 
+@functools.cache  # (asked at every new call shape; the machine's memory stays)
 def _memory_bytes() -> int:
     """This machine's physical memory (when unknown: the most bytes an array may have)."""
     try:

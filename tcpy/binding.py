@@ -8,6 +8,7 @@ and NumPy scalars of the exact dtype; they are returned as 0-d arrays.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -20,6 +21,7 @@ from .lang.types import ScalarType
 MAX_SIZE = 2**31 - 1
 
 
+@functools.cache  # (a new call shape's entry asks for every array)
 def numpy_dtype(scalar: ScalarType) -> np.dtype:
     """The NumPy dtype of a TC scalar type."""
     return np.dtype(scalar.numpy_name)

@@ -63,6 +63,15 @@ DTYPES = (ScalarType.FLOAT32, ScalarType.FLOAT64)
 # ----------------------------------------------------------------------------- data
 
 
+def _lookup(pairs: tuple[tuple[str, int], ...], var: str) -> int:
+    """The value ``var`` has in ``pairs`` (the last, as in a dict of them), else 0: without
+    building the dict (planning a call shape asks many times, of a few pairs)."""
+    for name, value in reversed(pairs):
+        if name == var:
+            return value
+    return 0
+
+
 @dataclass(frozen=True)
 class AffineAccess:
     """Element ``offset + sum(stride[v] * (v - lo[v]))`` of ``tensor`` (row-major, elements).
@@ -79,7 +88,7 @@ class AffineAccess:
     elements: int = 0  # the tensor's element count (0: not known, as for a block's buffer)
 
     def stride(self, var: str) -> int:
-        return dict(self.strides).get(var, 0)
+        return _lookup(self.strides, var)
 
     def describe(self) -> str:
         strides = ", ".join(f"{v}:{s}" for v, s in self.strides if s)
@@ -95,7 +104,7 @@ class Guard:
     coefs: tuple[tuple[str, int], ...]
 
     def stride(self, var: str) -> int:  # named like AffineAccess.stride: groups merge on both
-        return dict(self.coefs).get(var, 0)
+        return _lookup(self.coefs, var)
 
     def describe(self) -> str:
         text = ""

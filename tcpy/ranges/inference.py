@@ -52,7 +52,7 @@ from ..lang.visit import index_value_uses, index_vars, inline_lets
 from .affine import NotAffine
 from .convert import Converter, guarded_accesses
 from .index_values import check_index_results
-from .isl_helpers import CTX, PARAM, keep_dim, param_space, simplest, try_bound, value_at
+from .isl_helpers import CTX, PARAM, affine_evaluator, keep_dim, param_space, simplest, try_bound, value_at
 from .report import violation_message
 from .symbolic import format_expr, pw_to_sympy, requires_text
 
@@ -145,10 +145,14 @@ class DefRanges:
         the sizes when some access would read out of bounds for these sizes, or naming the
         statement when an int32 index result would overflow.
         """
-        point = self.size_point(sizes)
-        broken = self.violated(point)
-        if broken:
-            raise TCPreconditionError(violation_message(self, broken[0], sizes, point))
+        point = None  # (isl's point of the sizes, only where isl evaluates something)
+        if self.preconditions or self._isl_bounds():
+            point = self.size_point(sizes)
+            broken = self.violated(point)
+            if broken:
+                raise TCPreconditionError(violation_message(self, broken[0], sizes, point))
+        else:
+            self._check_sizes(sizes)
         bound = self.evaluate(sizes, point)
         check_index_results(self.def_, self.statements, bound.statements, sizes, bound.shapes)
         return bound
@@ -158,10 +162,11 @@ class DefRanges:
         here = isl.Set.from_point(point)
         return [pre for pre in self.preconditions if not pre.violated.intersect(here).is_empty()]
 
-    def evaluate(self, sizes: dict, point: isl.Point) -> BoundRanges:
-        """Ranges and shapes at ``point`` (``sizes`` as an isl point), preconditions unchecked."""
+    def evaluate(self, sizes: dict, point: Optional[isl.Point]) -> BoundRanges:
+        """Ranges and shapes at ``point`` (``sizes`` as an isl point; None when every bound
+        evaluates without isl, :meth:`_isl_bounds`), preconditions unchecked."""
         distinct, positions = self._distinct_bounds()
-        values = [value_at(pa, point) for pa in distinct]
+        values = [value_at(pa, point) if evaluator is None else evaluator(sizes) for pa, evaluator in distinct]
         at = iter(positions)
         statements = []
         for st in self.statements:
@@ -174,37 +179,50 @@ class DefRanges:
         return BoundRanges(dict(sizes), tuple(statements), shapes)
 
     def _distinct_bounds(self) -> tuple[list, list[int]]:
-        """Each bound of the ranges and shapes once (statements share most: ``0 <= b < B``),
-        and per bound, in :meth:`evaluate`'s order, its position among them: a new call shape
-        evaluates each once."""
+        """Each bound of the ranges and shapes once (statements share most: ``0 <= b < B``)
+        with its Python evaluator if it has one (:func:`affine_evaluator`), and per bound, in
+        :meth:`evaluate`'s order, its position among them: a new call shape evaluates each once."""
         found = self.memo.get("bounds")
         if found is None:
             every = [pa for st in self.statements for vr in st.ranges.values() for pa in (vr.lo_isl, vr.hi_isl)]
             every += [pa for dims in self.shapes_isl.values() for pa in dims]
             index: dict = {}
             positions = [index.setdefault(None if pa is None else pa.to_str(), len(index)) for pa in every]
-            distinct = [None] * len(index)
+            distinct = [(None, None)] * len(index)
             for pa, position in zip(every, positions):
-                distinct[position] = pa
+                distinct[position] = (pa, None if pa is None else affine_evaluator(pa))
             found = self.memo.setdefault("bounds", (distinct, positions))
         return found
 
-    def size_point(self, sizes: dict) -> isl.Point:
-        """``sizes`` as an isl point over the size variables; each must be an int >= 0."""
+    def _isl_bounds(self) -> bool:
+        """Whether some bound has no Python evaluator (:func:`affine_evaluator`): isl evaluates it."""
+        found = self.memo.get("isl bounds")
+        if found is None:
+            found = self.memo.setdefault("isl bounds", any(pa is not None and evaluator is None
+                                                           for pa, evaluator in self._distinct_bounds()[0]))
+        return found
+
+    def _check_sizes(self, sizes: dict) -> None:
+        """Raise :class:`~tcpy.errors.TCShapeError` unless every size is given, an int >= 0."""
         missing = [s for s in self.size_vars if s not in sizes]
         if missing:
             raise TCShapeError(f"in def '{self.def_.name}': no value for size {', '.join(missing)}")
-        space = self.memo.get("space")
-        if space is None:
-            space = self.memo.setdefault("space", param_space(self.size_vars))
-        point = isl.Point.zero(space)
-        for pos, name in enumerate(self.size_vars):
+        for name in self.size_vars:
             value = sizes[name]
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
                 raise TCShapeError(
                     f"in def '{self.def_.name}': size {name} must be an integer >= 0, got {value!r}"
                 )
-            point = point.set_coordinate_val(PARAM, pos, int(value))
+
+    def size_point(self, sizes: dict) -> isl.Point:
+        """``sizes`` as an isl point over the size variables; each must be an int >= 0."""
+        self._check_sizes(sizes)
+        space = self.memo.get("space")
+        if space is None:
+            space = self.memo.setdefault("space", param_space(self.size_vars))
+        point = isl.Point.zero(space)
+        for pos, name in enumerate(self.size_vars):
+            point = point.set_coordinate_val(PARAM, pos, int(sizes[name]))
         return point
 
 

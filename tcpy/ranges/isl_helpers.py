@@ -5,7 +5,7 @@ projections, and the bounds and simplest forms of piecewise quasi-affine functio
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Mapping, Optional
 
 import islpy as isl
 
@@ -25,6 +25,39 @@ def value_at(pa: Optional[isl.PwAff], point: isl.Point) -> Optional[int]:
         return None
     value = pa.eval(point)
     return None if value.is_nan() else value.to_python()
+
+
+def affine_evaluator(pa: isl.PwAff) -> Optional[Callable[[Mapping[str, int]], Optional[int]]]:
+    """``pa`` (a bound over the sizes) as a Python function of the sizes (name -> int) that
+    gives :func:`value_at`'s value without isl, when every piece and every constraint of its
+    domain is affine with integer coefficients (no floor divisions: then None, and isl
+    evaluates it). A new call shape of a size-generic kernel evaluates every bound: the
+    function is compiled from text, a few integer operations."""
+    names = [pa.get_dim_name(PARAM, i) for i in range(pa.dim(PARAM))]
+    used = set()
+
+    def linear(obj) -> str:  # (size i is the local p<i>)
+        present = [i for i in range(len(names)) if not obj.get_coefficient_val(PARAM, i).is_zero()]
+        used.update(present)
+        terms = [f"{obj.get_coefficient_val(PARAM, i).to_python()} * p{i}" for i in present]
+        return " + ".join([str(obj.get_constant_val().to_python()), *terms])
+
+    pieces = []
+    for domain, aff in pa.get_pieces():
+        if aff.dim(isl.dim_type.div) or aff.dim(isl.dim_type.in_) or not aff.get_denominator_val().is_one():
+            return None
+        cases = []  # the domain's basic sets, each a conjunction of its constraints
+        for basic in domain.get_basic_sets():
+            if basic.dim(isl.dim_type.div) or basic.dim(SET):
+                return None
+            cases.append(" and ".join(f"{linear(c)} {'==' if c.is_equality() else '>='} 0"
+                                      for c in basic.get_constraints()) or "True")
+        pieces.append(f"({linear(aff)}) if ({' or '.join(f'({case})' for case in cases) or 'False'}) else ")
+    unpack = "".join(f"p{i} = int(sizes[{names[i]!r}])\n    " for i in sorted(used))
+    text = f"def evaluate(sizes):\n    {unpack}return {''.join(pieces)}None\n"  # (None: outside, isl's NaN)
+    scope: dict = {}
+    exec(compile(text, "<bound>", "exec"), scope)
+    return scope["evaluate"]
 
 
 def lift_params(pa: isl.PwAff, n: int) -> isl.PwAff:

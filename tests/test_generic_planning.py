@@ -1,0 +1,77 @@
+"""Planning a new call shape of a size-generic kernel: its shortcuts (bounds evaluated without
+isl, the L1 sets a B sliver crowds counted with NumPy and kept per sizes) give what the direct
+computations give, and shapes that share a kept result run as the reference evaluator does."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tcpy
+from tcpy.demo import ATTENTION, CONV2D, GEMM, padded_conv2d_source
+from tcpy.ranges.isl_helpers import value_at
+from tcpy.target import Target
+from tcpy.transform.contraction import _sliver_lines_per_set
+
+# a guarded read, a range of floor bounds (stride 2: isl evaluates those) and a depthwise window
+DEFS = (GEMM, CONV2D, ATTENTION, padded_conv2d_source(3, 2, 1), padded_conv2d_source(5, 1, 2, depthwise=True))
+
+
+@pytest.mark.parametrize("source", DEFS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_bound_ranges_and_shapes_are_isl_s_values(source, data):
+    ranges = tcpy.define(source).ranges
+    values = st.one_of(st.sampled_from((0, 1, 2, 3, 7)), st.integers(0, 5000))
+    sizes = {name: data.draw(values, label=name) for name in ranges.size_vars}
+    try:
+        bound = ranges.bind(sizes)
+    except tcpy.TCError:
+        return  # (sizes its preconditions reject)
+    point = ranges.size_point(sizes)
+    for stmt, got in zip(ranges.statements, bound.statements):
+        for var, vr in stmt.ranges.items():
+            lo, hi = value_at(vr.lo_isl, point), value_at(vr.hi_isl, point)
+            assert got[var] == ((0, 0) if lo is None or hi is None or hi <= lo else (lo, hi))
+    for name, dims in ranges.shapes_isl.items():
+        assert bound.shapes[name] == tuple(value_at(d, point) or 0 for d in dims)
+
+
+def test_sizes_are_checked_as_before():
+    ranges = tcpy.define(GEMM).ranges
+    with pytest.raises(tcpy.TCShapeError, match="no value for size K"):
+        ranges.bind({"M": 2, "N": 3})
+    with pytest.raises(tcpy.TCShapeError, match="size N must be an integer >= 0, got -1"):
+        ranges.bind({"M": 2, "N": -1, "K": 3})
+
+
+@pytest.mark.parametrize("preset", ["x86-64-v3", "x86-64-v4"])
+@settings(max_examples=60, deadline=None)
+@given(stride=st.integers(-5000, 5000), rows=st.integers(1, 300), row_bytes=st.sampled_from((4, 64, 100, 192, 256)))
+def test_a_sliver_s_lines_per_l1_set_count_each_line_once(preset, stride, rows, row_bytes):
+    target = Target.preset(preset)
+    line = target.cache_line
+    sets = target.l1d // (target.l1d_ways * line)
+    lines = {index for row in range(rows)
+             for index in range(row * stride // line, row * stride // line + -(-row_bytes // line) + 1)}
+    per_set = [0] * sets
+    for index in lines:
+        per_set[index % sets] += 1
+    assert _sliver_lines_per_set(stride, rows, row_bytes, target) == max(per_set)
+
+
+@pytest.mark.skipif(not Target.preset("x86-64-v3").can_run_here(), reason="needs AVX2")
+def test_shapes_that_share_the_small_path_s_planning_run_as_the_reference(builds):
+    """Shapes of one N and K (the same count of crowded L1 sets and micro-tile, kept once
+    computed) and of other rows, with B's slivers copied and read in place."""
+    kernel = tcpy.define(GEMM, options=tcpy.Options(specialize="never", target="x86-64-v3", num_threads=1))
+    reference = tcpy.define(GEMM, backend="reference")
+    rng = np.random.default_rng(3)
+    for n, how in ((512, "read in place, each B sliver copied;"), (16, "read in place;")):
+        for m in (25, 70, 25):
+            a = rng.standard_normal((m, 64)).astype(np.float32)
+            b = rng.standard_normal((64, n)).astype(np.float32)
+            got = kernel(a, b)
+            assert got.shape == (m, n) and got.dtype == np.float32
+            np.testing.assert_allclose(got, reference(a, b), rtol=1e-4, atol=1e-4)
+            assert f"run-time engine (small path: A and B {how}" in kernel.explain(a, b)
+    assert len(builds) == 1

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import tcpy
 from tcpy.demo import ATTENTION, CONV2D, GEMM, padded_conv2d_source
+from tcpy.ranges.index_values import check_index_results
 from tcpy.ranges.isl_helpers import value_at
 from tcpy.target import Target
 from tcpy.transform.contraction import _sliver_lines_per_set
@@ -75,3 +76,33 @@ def test_shapes_that_share_the_small_path_s_planning_run_as_the_reference(builds
             np.testing.assert_allclose(got, reference(a, b), rtol=1e-4, atol=1e-4)
             assert f"run-time engine (small path: A and B {how}" in kernel.explain(a, b)
     assert len(builds) == 1
+
+
+# int32 index values: a product of sizes and variables, a sum, a quotient and a remainder
+INDEX_VALUES = """
+def f(int32(N,M) X) -> (Y) {
+    Y(i, j) = X(i, j) + i * M + j - N / (j + 1) + (i + 7) % M
+}
+"""
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 2**31 - 1), m=st.integers(1, 2**31 - 1))
+def test_a_bind_raises_exactly_where_an_index_value_leaves_int32(n, m):
+    """Binding skips the index values' check at sizes too small for any to overflow: it raises
+    where the check does, with its message."""
+    ranges = tcpy.define(INDEX_VALUES).ranges
+    sizes = {"N": n, "M": m}
+    point = ranges.size_point(sizes)
+    bound = ranges.evaluate(sizes, point)
+    try:
+        check_index_results(ranges.def_, ranges.statements, bound.statements, sizes, bound.shapes)
+        expected = None
+    except tcpy.TCPreconditionError as error:
+        expected = str(error)
+    if expected is None:
+        assert ranges.bind(sizes) == bound
+    else:
+        with pytest.raises(tcpy.TCPreconditionError) as raised:
+            ranges.bind(sizes)
+        assert str(raised.value) == expected

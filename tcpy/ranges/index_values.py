@@ -61,6 +61,51 @@ def check_index_results(def_: ast.Def, statements, bound_statements, sizes: Mapp
                                                    INT32_RANGE))
 
 
+def unchecked_magnitude(statements) -> int:
+    """The largest magnitude of the sizes and the ranges' bounds up to which no index value of
+    ``statements`` (:class:`~tcpy.ranges.StmtRanges`) can leave int32 at any step, its
+    operands' magnitudes bounding its own (``|a * b| <= |a| |b|``, ``|a / b| <= |a|``,
+    ``|a % b| < |b|``): calls within it need no :func:`check_index_results` (a new call
+    shape of a generic kernel binds its ranges). 0 where an index value reads a dimension's
+    extent."""
+    uses = [value for st in statements for value, _ in st.index_uses]
+    low, high = 0, INT32_RANGE[1]  # (the magnitude is monotone in the bound: bisect it)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if all(_magnitude(value, middle) is not None for value in uses):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _magnitude(e: ast.Expr, bound: int) -> Optional[int]:
+    """A bound of ``|e|`` at every step when its variables and sizes are at most ``bound`` in
+    magnitude; None beyond int32 (or for a dimension's extent: no such bound)."""
+    if isinstance(e, ast.IntLit):
+        found = abs(int(e.value))
+    elif isinstance(e, (ast.IndexVar, ast.SizeVar)):
+        found = bound
+    elif isinstance(e, ast.Unary) and e.op == "-":
+        found = _magnitude(e.operand, bound)
+    elif isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/", "%"):
+        a, b = _magnitude(e.lhs, bound), _magnitude(e.rhs, bound)
+        if a is None or b is None:
+            return None
+        found = {"+": a + b, "-": a + b, "*": a * b, "/": a, "%": b}[e.op]
+    else:
+        return None
+    return None if found is None or found > INT32_RANGE[1] else found
+
+
+def magnitude(sizes: Mapping[str, int], bound_statements) -> int:
+    """The largest magnitude of ``sizes`` and of the bounds of the ranges ``bound_statements``
+    (var -> (lo, hi)): what :func:`unchecked_magnitude` compares."""
+    values = [abs(int(v)) for v in sizes.values()]
+    values += [max(abs(lo), abs(hi)) for box in bound_statements for lo, hi in box.values()]
+    return max(values, default=0)
+
+
 def _message(def_, stmt, number, sizes, node, bounds, kind, limits) -> str:
     shown = ", ".join(f"{k}={sizes[k]}" for k in def_.size_vars)
     line = f" (line {stmt.span.line})" if stmt.span and stmt.span.line else ""

@@ -42,10 +42,13 @@ def _t(name: str) -> str:
 
 
 # the derived extents every routine reads, from the section's fields
+# (the block's products: a sliver's [M][P][NR] after another's, so that a point's products are
+# at offsets known when compiling and the output transform reads each tile sliver's P x NR values
+# of an output channel in one run; ``p_sliver`` apart)
 _EXTENTS = ("const int64_t M = {m}, K = {k}, mt = (M + {mr1}) / {mr}, nc = {nc}, ns = nc / {nr};\n"
             "const int64_t u_point = mt * K * {mr} + {nr}, v_point = ns * K * {nr} + {nr}, "
-            "p_point = mt * {mr} * nc + {nr};\n"
-            "(void)u_point; (void)v_point; (void)p_point;")
+            "p_sliver = mt * {mr} * {points} * {nr};\n"
+            "(void)u_point; (void)v_point; (void)p_sliver;")
 
 
 def render(ctx: Context) -> str:
@@ -98,7 +101,8 @@ class _RuntimeWinograd:
 
     def extents(self, w: CWriter, depth: int):
         plan = self.ctx.plan
-        text = _EXTENTS.format(m=_f("m"), k=_f("k"), nc=_f("nc"), mr=plan.mr, mr1=plan.mr - 1, nr=plan.nr)
+        text = _EXTENTS.format(m=_f("m"), k=_f("k"), nc=_f("nc"), mr=plan.mr, mr1=plan.mr - 1, nr=plan.nr,
+                               points=self.points)
         for line in text.splitlines():
             w(line, depth)
 
@@ -124,7 +128,7 @@ class _RuntimeWinograd:
         w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
         w(f"wm[r] = Wt + {_f('weights_base')} + {_t('weights_batch')}[bi] + (r < live ? wm_t[r0 + r] : 0);", 2)
         transform_weight_rows(w, self, TW, align, "K", "wk_t[k]", lambda i, j: f"{i} * rw + {j} * cw",
-                              lambda q: f"u[{q} * u_point + r]")
+                              lambda q: f"u[{q} * u_point + r]", unit_columns="cw == 1")
         w("return bad;", 1)
         w("}")
 
@@ -208,7 +212,7 @@ class _RuntimeWinograd:
         w(f"{T} *vk = V + q / {nr} * K * {nr} + k * {nr} + q % {nr};", 3)
         if vector and not shuffled:
             w(f"if (q % {L} == 0 && q + {L} <= nt && whole[q / {L}]) {{", 3)
-            gather_patches(w, p, T, a, L, self.ctx.element_bytes, "ri", "ci", 4)
+            gather_patches(w, p, T, a, L, self.ctx.element_bytes, "ri", "ci", 4, unit_columns="ci == 1")
             w(f"{T} *vo = vk;", 4)
             self.transform_input(w, 4, f"{p}_v", lambda at: f"*({p}_vu *){at}")
             w(f"q += {L - 1};", 4)
@@ -253,13 +257,13 @@ class _RuntimeWinograd:
 
     def kernel(self, w: CWriter):
         """``<p>_wukr``: one MR x NR tile of one point's product, set (first K block) or added
-        into the block's products (row stride ``ldp``)."""
+        into the block's products (rows P x NR apart)."""
         p, T, mr, nr = self.ctx.prefix, self.ctx.T, self.ctx.plan.mr, self.ctx.plan.nr
         w(f"static __attribute__((noinline)) void {p}_wukr(int64_t kc, const {T} *TCPY_RESTRICT a, "
-          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT mw, int64_t ldp, int first) {{")
+          f"const {T} *TCPY_RESTRICT b, {T} *TCPY_RESTRICT mw, int first) {{")
         accumulate_loop(self.ctx, w, "kc", lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * self.ctx.plan.lanes})",
                         lambda r: f"a[k * {mr} + {r}]", 1)
-        whole_tile(self.ctx, w, 1, lambda r: f"mw + {r} * ldp", "first", "")
+        whole_tile(self.ctx, w, 1, lambda r: f"mw + {r * self.points * nr}", "first", "")
         w("}")
 
     def block(self, w: CWriter):
@@ -281,13 +285,12 @@ class _RuntimeWinograd:
         w("for (int64_t jr = 0; jr < nsb; jr++)", 4)
         w("for (int64_t ir = ic; ir < ic + MCS && ir < mt; ir++)", 5)
         w(f"{p}_wukr(kc, ub + x * u_point + (ir * K + pc) * {mr}, V + x * v_point + (jr * K + pc) * {nr}, "
-          f"P + x * p_point + ir * {mr} * nc + jr * {nr}, nc, pc == 0);", 6)
+          f"P + jr * p_sliver + ir * {mr * points * nr} + x * {nr}, pc == 0);", 6)
         w("}", 2)
         w(f"const int64_t rt = {_f('row_tiles')}, ct = {_f('col_tiles')}, rc = {_f('row_c')}, cc = {_f('col_c')}, "
           f"re = {_f('row_extent')}, ce = {_f('col_extent')};", 1)
         w(f"const int64_t *cm_t = {_t('c_m')}, *cn_t = {_t('c_n')};", 1)
         w(f"{T} *cb = C + {_f('c_base')} + {_t('c_batch')}[bi];", 1)
-        w(f"const int64_t width = nsb * {nr};", 1)
         # each tile's offset in the output and its rows and columns inside it, once per block
         # (run-time divisions: not once per output channel)
         w(f"int64_t co[{NC}]; int rows[{NC}], cols[{NC}];", 1)
@@ -299,22 +302,36 @@ class _RuntimeWinograd:
         w("}", 1)
         w("for (int64_t m = 0; m < M; m++) {", 1)
         w(f"{T} *cm = cb + cm_t[m];", 2)
-        w(f"const {T} *pm = P + m * nc;", 2)
-        w(f"{T} y[{tile * tile}][{NC}];", 2)
-        w("for (int64_t q = 0; q < width; q++) {  /* A^T M A, vectorised along the tiles */", 2)
+        w("for (int64_t jr = 0; jr < nsb; jr++) {", 2)
+        w(f"const {T} *pm = P + jr * p_sliver + m * {points * nr};", 3)
+        # A^T M A on vectors of the sliver's tiles (written as scalars, gcc kept each point's
+        # address in a register of its own and spilled them)
+        L, vb = self.ctx.plan.lanes, self.ctx.plan.lanes * self.ctx.element_bytes
+        w(f"{T} y[{tile * tile}][{nr}] __attribute__((aligned({vb})));", 3)
+        w(f"for (int l = 0; l < {nr}; l += {L}) {{", 3)
         literal = lambda c: c_literal(float(c), self.ctx.con.dtype)  # noqa: E731
-        output_transform(w, 3, T, self.matrices, literal, lambda x: f"pm[{x} * p_point + q]", lambda x: f"y[{x}][q]")
-        w("}", 2)
-        w("for (int64_t q = 0; q < nt; q++) {", 2)
-        w(f"{T} *o = cm + co[q];", 3)
-        init = self.ctx.con.init
-        store = lambda at, x: f"{at} = {'' if init else at + ' + '}alpha * y[{x}][q];"  # noqa: E731
-        w(f"if (rows[q] == {tile} && cols[q] == {tile}) {{  /* a whole tile */", 3)
-        w(" ".join(store(f"o[{i} * rc + {j} * cc]", tile * i + j) for i in range(tile) for j in range(tile)), 4)
-        w("continue;", 4)
+        output_transform(w, 4, f"{p}_v", self.matrices, literal, lambda x: f"*(const {p}_vu *)(pm + {x * nr} + l)",
+                         lambda x: f"*({p}_v *)(y[{x}] + l)")
         w("}", 3)
-        w("for (int i = 0; i < rows[q]; i++) for (int j = 0; j < cols[q]; j++) {", 3)
-        w(store("o[i * rc + j * cc]", f"{tile} * i + j"), 4)
+        w(f"for (int64_t l = 0, q = jr * {nr}; l < {nr} && q < nt; l++, q++) {{", 3)
+        w(f"{T} *o = cm + co[q];", 4)
+        init = self.ctx.con.init
+        store = lambda at, x: f"{at} = {'' if init else at + ' + '}alpha * y[{x}][l];"  # noqa: E731
+        # a whole tile: with unit-stride output rows, each row's values are one store (gcc
+        # combines them; with a run-time column stride, its 16 scalar stores and their address
+        # arithmetic took ~1.5x the specialised output stores)
+        w(f"if (rows[q] == {tile} && cols[q] == {tile} && cc == 1) {{", 4)
+        for i in range(tile):
+            w(f"{T} *o{i} = o + {i} * rc; " + " ".join(store(f"o{i}[{j}]", tile * i + j) for j in range(tile)), 5)
+        w("continue;", 5)
+        w("}", 4)
+        w(f"if (rows[q] == {tile} && cols[q] == {tile}) {{", 4)
+        w(" ".join(store(f"o[{i} * rc + {j} * cc]", tile * i + j) for i in range(tile) for j in range(tile)), 5)
+        w("continue;", 5)
+        w("}", 4)
+        w("for (int i = 0; i < rows[q]; i++) for (int j = 0; j < cols[q]; j++) {", 4)
+        w(store("o[i * rc + j * cc]", f"{tile} * i + j"), 5)
+        w("}", 4)
         w("}", 3)
         w("}", 2)
         w("}", 1)
@@ -355,7 +372,7 @@ class _RuntimeWinograd:
         w("stop_all = bad;", 2)
         w("if (!stop_all) {", 2)
         w(f"{T} *V = ({T} *)tcpy_scratch({ScratchSlot.PACKED_B}, sizeof({T}) * {self.points} * v_point);", 3)
-        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * {self.points} * p_point);", 3)
+        w(f"{T} *P = ({T} *)tcpy_scratch({ScratchSlot.PARTIALS}, sizeof({T}) * ns * p_sliver);", 3)
         w("for (int64_t block; (block = tcpy_claim(&next_block, blocks)) < blocks; ) {", 3)
         w("if (TCPY_UNLIKELY(*tcpy_stop)) break;  /* Ctrl-C: the kernel reports it after the nest */", 4)
         w("const int64_t bi = block / per_image, j = block % per_image * ns;", 4)

@@ -74,23 +74,30 @@ def combination(coefs, terms, literal) -> str:
     return text if scale == 1 else f"({text}) * {literal(scale)}"
 
 
-def transform_weight_rows(w: CWriter, path, TW: str, align: int, K, weight_k: str, tap_offset, point_at):
+def transform_weight_rows(w: CWriter, path, TW: str, align: int, K, weight_k: str, tap_offset, point_at,
+                          unit_columns: str | None = None):
     """The loop over the K input channels of a sliver's weights' transform: per channel, the 3x3
     windows of the MR rows ``wm[r]`` (at C offset ``weight_k`` of ``k``, tap (i, j) at
     ``tap_offset(i, j)``; rows from ``live`` read zeros) loaded side by side into ``g``, then
     transformed (:func:`transform_weights`) in a loop over the rows that gcc vectorises, point
     ``q`` into ``u`` at C text ``point_at(q)``. The specialised and size-generic renderers differ
-    only in those offsets."""
+    only in those offsets. ``unit_columns``: a C condition under which a window row's taps are
+    adjacent (read at ``tap_offset(i, 0) + j``: with a run-time column stride, the loads' nine
+    offsets took more registers than gcc has and were spilled; ~1.5x the specialised loads)."""
     T, mr = path.ctx.T, path.ctx.plan.mr
     taps = [(i, j) for i in range(TAPS) for j in range(TAPS)]
     w(f"{T} g[{len(taps)}][{mr}] __attribute__((aligned({align})));", 1)
     w(f"for (int64_t k = 0; k < {K}; k++) {{", 1)
     w(f"const int64_t wk = {weight_k};", 2)
-    w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
-    w(f"const {TW} *q = wm[r] + wk;", 3)
-    for n, (i, j) in enumerate(taps):
-        w(f"g[{n}][r] = r < live ? ({T})q[{tap_offset(i, j)}] : ({T})0;", 3)
-    w("}", 2)
+    loads = [lambda i, j: f"({tap_offset(i, 0)}) + {j}", tap_offset] if unit_columns else [tap_offset]
+    for variant, offset in enumerate(loads):
+        if unit_columns:
+            w(f"{'if (' + unit_columns + ')' if variant == 0 else 'else'}", 2)
+        w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
+        w(f"const {TW} *q = wm[r] + wk;", 3)
+        for n, (i, j) in enumerate(taps):
+            w(f"g[{n}][r] = r < live ? ({T})q[{offset(i, j)}] : ({T})0;", 3)
+        w("}", 2)
     w(f"{T} *TCPY_RESTRICT u = us + k * {mr};", 2)
     w("#pragma GCC ivdep", 0)
     w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
@@ -164,15 +171,20 @@ def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int
 
 
 def gather_patches(w: CWriter, p: str, T: str, a: int, L: int, element_bytes: int, row_stride: str,
-                   col_stride: str, depth: int):
+                   col_stride: str, depth: int, unit_columns: str | None = None):
     """``d[a][a]``: the patches of the L tiles from ``q`` (each inside; ``src[q]``: a tile's
     corner, ``ik``: the input channel's offset), each element a vector of the tiles' values
-    gathered lane by lane (gcc's gathers); the strides: C text."""
+    gathered lane by lane (gcc's gathers); the strides: C text. ``unit_columns``: a C condition
+    under which the column stride is 1 (the reads then at constant offsets along a row, as
+    with a stride known when compiling)."""
     w(f"{T} g[{a}][{a}][{L}] __attribute__((aligned({element_bytes * L})));", depth)
-    w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) {{", depth)
-    w(f"const int64_t o = ik + r * {row_stride} + c * {col_stride};", depth + 1)
-    w(f"for (int l = 0; l < {L}; l++) g[r][c][l] = src[q + l][o];", depth + 1)
-    w("}", depth)
+    for variant, stride in enumerate(["1", col_stride] if unit_columns else [col_stride]):
+        if unit_columns:
+            w(f"{'if (' + unit_columns + ')' if variant == 0 else 'else'}", depth)
+        w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) {{", depth)
+        w(f"const int64_t o = ik + r * {row_stride} + c * {stride};", depth + 1)
+        w(f"for (int l = 0; l < {L}; l++) g[r][c][l] = src[q + l][o];", depth + 1)
+        w("}", depth)
     w(f"{p}_v d[{a}][{a}];", depth)
     w(f"for (int r = 0; r < {a}; r++) for (int c = 0; c < {a}; c++) d[r][c] = *(const {p}_v *)g[r][c];", depth)
 

@@ -231,15 +231,20 @@ def _segments(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
     offsets from it on with a step of 1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
     offsets = _table(dims)
     n = len(offsets)
+    index = np.arange(n)
     step = np.zeros(n, np.int64)  # the step to the next offset, where it is 1 or 2, else 0
-    step[:-1] = np.diff(offsets)
+    np.subtract(offsets[1:], offsets[:-1], out=step[:-1])
     step[(step != 1) & (step != 2)] = 0
-    # a run from i ends at the first index after it whose step to the next is another
-    ends = np.where(np.append(True, step[1:] != step[:-1]), np.arange(n), n)
+    # a run from i ends at the first index after it whose step to the next is another (n after
+    # the last; the arrays filled in place: a new call shape's plan makes several)
+    changes = np.empty(n, bool)
+    changes[0] = True
+    np.not_equal(step[1:], step[:-1], out=changes[1:])
+    ends = np.full(n + 1, n)
+    ends[:n][changes] = index[changes]
     ends = np.minimum.accumulate(ends[::-1])[::-1]
-    later = np.append(ends[1:], n)
-    length = np.where(step > 0, later - np.arange(n) + 1, 1)
-    segments = np.minimum(length, n - np.arange(n)) * 4 + np.maximum(step, 1)
+    length = np.where(step > 0, ends[1:] - index + 1, 1)
+    segments = np.minimum(length, n - index) * 4 + np.maximum(step, 1)
     segments.flags.writeable = False
     return segments
 
@@ -252,7 +257,7 @@ def _runs(dims: tuple[tuple[int, int], ...], width: int) -> np.ndarray:
     offsets = _table(dims)
     width = width or len(offsets)
     runs = np.ones(-(-len(offsets) // width), np.int64)
-    breaks = np.flatnonzero(np.diff(offsets) != 1)  # the steps from an index to the next that are not 1
+    breaks = (offsets[1:] - offsets[:-1] != 1).nonzero()[0]  # the steps from an index to the next that are not 1
     runs[breaks[breaks % width != width - 1] // width] = 0  # (a step into the next block breaks none)
     runs.flags.writeable = False
     return runs

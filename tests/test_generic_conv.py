@@ -212,3 +212,43 @@ def test_one_generic_kernel_runs_f4_and_f2_at_different_shapes(builds, threads):
             assert f"run-time engine (winograd path F({tile}x{tile}, 3x3)" in line, (shape, line)
             _check(kernel, reference, args)
     assert len(builds) == 1 and "generic" in builds[0]
+
+
+# the winograd path wherever it applies, with each tile size in turn
+FORCED_TILE = {4: ALWAYS_F4, 2: dataclasses.replace(DEFAULT_COST_MODEL, winograd_gain_min=0.0,
+                                                    winograd_f4_gain_min=float("inf"))}
+SIDES = (3, 4, 5, 7, 8, 9, 15, 16, 17)  # around multiples of both tiles
+LARGE_SIDES = (29, 31, 32, 33)  # an image of more tiles than a sliver holds
+# unit column strides (NCHW: rows of whole tiles stored at once, gathers and weights' windows
+# read at constant offsets) and others (NHWC), each tile size, the host and AVX2 presets
+FORCED_CONFIGS = [(source, tile, preset, threads) for source, tile, preset, threads in (
+    (CONV2D, 4, None, 2), (CONV2D, 2, "x86-64-v3", 7), (PADDED, 4, "x86-64-v3", 1),
+    (NHWC, 4, None, 7), (NHWC, 2, "x86-64-v3", 2)) if preset is None or _runnable(preset)]
+_forced = {}
+
+
+@pytest.mark.parametrize("source, tile, preset, threads", FORCED_CONFIGS)
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_winograd_tile_sizes_at_shapes_around_tile_multiples(source, tile, preset, threads, data):
+    """One generic kernel per configuration on F(4x4, 3x3) or F(2x2, 3x3) at output sides around
+    multiples of both tiles (partial edge tiles, blocks of several tile slivers and a partial
+    last one), NCHW and NHWC: the reference evaluator's results."""
+    key = (source, tile, preset, threads)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tcpy.target, "cost_model", lambda target: FORCED_TILE[tile])
+        if key not in _forced:
+            options = tcpy.Options(specialize="never", target=preset, num_threads=threads)
+            _forced[key] = tcpy.define(source, options=options), tcpy.define(source, backend="reference")
+        kernel, reference = _forced[key]
+        rng = np.random.default_rng(8)
+        for sides in (SIDES, LARGE_SIDES):
+            # (one input channel or one output channel: no GEMM to transform, the packed path)
+            n, c, f = data.draw(st.sampled_from((1, 2, 3))), data.draw(st.sampled_from((2, 3, 8, 17))), \
+                data.draw(st.sampled_from((2, 5, 8, 19)))
+            h, w = data.draw(st.sampled_from(sides)), data.draw(st.sampled_from(sides))
+            args = _conv_args(rng, source, n, c, f, h, w, 3, 3)
+            size = tile if min(h, w) >= tile else 2  # an output axis shorter than 4 keeps F(2x2)
+            line = next(line for line in kernel.explain(*args).splitlines() if "generic kernel:" in line)
+            assert f"run-time engine (winograd path F({size}x{size}, 3x3)" in line, (h, w, line)
+            _check(kernel, reference, args)

@@ -311,7 +311,8 @@ class Plan:
     # F(2x2, 3x3) or F(4x4, 3x3) (``winograd``: the form)
     winograd_tiles: tuple[tuple[int, int, int], ...] = ()
     # a size-generic kernel's second micro-tile (MR, NR) for the small and stream paths, whose
-    # kernels read A in place: the planner's for an N of whole tiles of it (N = 64, 48-wide tiles)
+    # kernels read A in place, or for a chain product's block routines: the planner's for an N of
+    # whole tiles of it (N = 64, 48-wide tiles), taken by the calls whose N it tiles better
     small_tile: Optional[tuple[int, int]] = None
     # the Target's cache line in bytes: the renderer prefetches B by lines and aligns spilled tiles to one
     cache_line: int = field(kw_only=True)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import tcpy
 from tcpy.demo import ATTENTION
+from tcpy.target import Target
 
 # a causal mask: key s is seen from query l only when s <= l (masked scores are -1e30)
 CAUSAL = """
@@ -227,3 +228,45 @@ def test_a_generic_chains_rows_per_block_follow_each_calls_key_width(builds, nam
     if name == "attention":  # (the others' scores are no online chain in a generic kernel)
         assert rows_at[17] > rows_at[127] > rows_at[2723], rows_at
     assert len(builds) <= 1
+
+
+# key lengths and head sizes around the micro-tiles' widths (48 and 64 columns with AVX-512: a
+# call takes the one that fits its N) and a block of keys (2016 on x86-64-v4)
+TILE_LENGTHS = (47, 48, 49, 63, 64, 65, 95, 96, 97, 191, 192, 193, 255, 256, 257, 287, 288, 289, 2015, 2016, 2017)
+TILE_HEADS = (16, 47, 48, 63, 64, 96, 97)
+TILE_CONFIGS = [(preset, threads) for preset, threads in (("x86-64-v4", 1), ("x86-64-v4", 7), ("x86-64-v3", 7))
+                if Target.preset(preset).can_run_here()] + [(None, 2)]
+
+
+@pytest.mark.parametrize("preset, threads", TILE_CONFIGS)
+@settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.generate), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_each_call_takes_the_micro_tile_that_fits_its_keys_and_head_size(builds, preset, threads, data):
+    """A generic attention kernel's chain products hold two micro-tiles where the target has
+    them (8x48 and 6x64 with AVX-512) and each call runs the one whose columns its N fills
+    best: the reference evaluator's results at key lengths and head sizes around both widths,
+    from one compile."""
+    kernel, reference = _kernel("attention", preset, threads)
+    rng = np.random.default_rng(6)
+    shapes = data.draw(st.lists(st.tuples(st.sampled_from((1, 2)), st.integers(1, 40), st.sampled_from(TILE_LENGTHS),
+                                          st.sampled_from(TILE_HEADS)), min_size=2, max_size=4))
+    for batch, length, keys, depth in [(1, 50, 256, 64)] + shapes:
+        args = _arguments(rng, batch, 2, length, keys, depth)
+        got, want = kernel(*args), reference(*args)
+        assert got.shape == want.shape == (batch, 2, length, depth) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # one generic build at most (none when an earlier test built the same kernel)
+    assert len(builds) <= 1 and all("generic" in symbol for symbol in builds)
+
+
+@pytest.mark.skipif(not Target.preset("x86-64-v4").can_run_here(), reason="needs AVX-512")
+def test_attention_products_take_the_micro_tile_of_each_calls_widths():
+    """With AVX-512, 256 keys run Q K^T on 6x64 tiles (8x48 would compute 288 columns) and the
+    head size 64 the product with V too; 288 keys and a head size of 96 take 8x48 for both."""
+    kernel = tcpy.define(ATTENTION, options=tcpy.Options(specialize="never", target="x86-64-v4", num_threads=2))
+    rng = np.random.default_rng(7)
+    for keys, depth, tiles in ((256, 64, ["6x64", "6x64"]), (288, 96, ["8x48", "8x48"]), (288, 64, ["8x48", "6x64"])):
+        args = _arguments(rng, 1, 2, 40, keys, depth)
+        kernel(*args)
+        lines = [line for line in str(kernel.explain(*args)).splitlines() if "in the chain, on blocks of" in line]
+        assert [line.split("micro-tile ")[1].split(";")[0] for line in lines] == tiles

@@ -3,6 +3,8 @@ buffers carved from scratch, the parallel loop over batches and blocks of rows, 
 head product, the rows between, and the tail product (:func:`tcpy.codegen.contraction.render_block`),
 an online chain's blocks of columns and a deferred quotient's division. Functions over the
 kernel's emitter (``em``, :class:`tcpy.codegen.emit._Emitter`)."""
+import dataclasses
+
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.contraction.runtime import F
 from tcpy.codegen.cwriter import CLAIMS_PER_THREAD, ScratchSlot, c_literal, dynamic_schedule
@@ -267,6 +269,11 @@ def generic_chain(em, node, depth):
     for k, product in enumerate(products):
         em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
                                                              f"{em.symbol}_s{product.stmt}", k == 1))
+        if product.plan.small_tile is not None:  # (its second micro-tile's routines: see _routine)
+            mr, nr = product.plan.small_tile
+            em.helpers.append(contraction_c.render_runtime_block(
+                product.contraction, dataclasses.replace(product.plan, mr=mr, nr=nr), names,
+                _second_prefix(em, product), False))
     for product in (whole_head, whole_tail):
         em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
                                                              f"{em.symbol}_s{product.stmt}_whole", False))
@@ -324,9 +331,10 @@ def generic_chain(em, node, depth):
     for k, product in enumerate(products):
         plan = plans[product.stmt]
         b = _operand(em, product, 1, plan, "tcpy_variant", loop_vars, 1 + len(loop_vars))
-        em.emit(f"{em.symbol}_s{product.stmt}_prepack({plan} + {plan}[tcpy_variant] + {3 * (1 + len(loop_vars))}, "
+        em.emit(f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[tcpy_variant] + "
+                f"{3 * (1 + len(loop_vars))}; {_routine(em, product, 'prepack')}(tcpy_pl, "
                 f"{b}, {c_name(f'prepack.{k}')} + ({keys.var} - ({key_lo})) / {keys.columns} * "
-                f"{plan}[{FIELD['panel']}]);", d + 3)
+                f"{plan}[{FIELD['panel']}]); }}", d + 3)
     em.emit("}", d + 2)
     em.emit("}", d + 1)
     _generic_key_blocks(em, node, plans, loop_vars, d + 1)
@@ -391,9 +399,28 @@ def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: s
     per = 1 + len(loop_vars) + (variant == "2")  # (the whole row: no block of columns)
     operands = ", ".join(_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3))
     alpha = c_literal(product.contraction.alpha, product.contraction.dtype)  # (no tensor scales a chain's)
+    cell = f"{em.symbol}_s{product.stmt}{suffix}_cell" if suffix else _routine(em, product, "cell")
     return (f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[{variant}] + {3 * per}; "
-            f"{em.symbol}_s{product.stmt}{suffix}_cell(tcpy_pl, {operands}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
+            f"{cell}(tcpy_pl, {operands}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
             f"{alpha}, tcpy_stop, {prepacked}); }}")
+
+
+def _second_prefix(em, product) -> str:
+    mr, nr = product.plan.small_tile
+    return f"{em.symbol}_s{product.stmt}_t{mr}x{nr}"
+
+
+def _routine(em, product, name: str) -> str:
+    """C: a generic chain product's routine ``name`` (cell, prepack) of the micro-tile that
+    the plan buffer ``tcpy_pl`` (a variant's) was planned with: the product's plan's, or
+    its second one (:func:`tcpy.transform.engines.second_tile`, the calls whose N it tiles
+    better: attention's key rows of 64-column multiples take 6x64 rather than 8x48)."""
+    own = f"{em.symbol}_s{product.stmt}_{name}"
+    if product.plan.small_tile is None:
+        return own
+    mr, nr = product.plan.small_tile
+    return (f"(tcpy_pl[{F['mr']}] == {mr} && tcpy_pl[{F['nr']}] == {nr} ? {_second_prefix(em, product)}_{name} "
+            f": {own})")
 
 
 def _operand(em, product, k: int, plan: str, variant: str, loop_vars, per: int) -> str:

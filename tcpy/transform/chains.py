@@ -142,22 +142,18 @@ def _generic_plan(program: Program, group: FusedGroup, mr: int, options: Options
     columns = _key_block(program, chain, head.engine.plan.nr, mr, options, generic=True)
     blocked = tuple((tensor, buffer, columns if row > 1 else row) for tensor, buffer, row in chain.blocked)
     row_bytes = _row_bytes(program, blocked)
-    rows = max(mr, options.target.l2 // 2 // row_bytes // mr * mr)
+    rows = max(mr, options.target.l2 // 2 // row_bytes)
     buffers = {tensor: buffer for tensor, buffer, _ in blocked}
     products, _ = _products(program, group, options, rows, buffers, False, columns, columns)
-    tiles = math.lcm(*(p.plan.mr for p in products))  # (the block products' micro-tiles: whole ones)
-    if rows % tiles and rows > tiles:
-        rows = rows // tiles * tiles
-        products, _ = _products(program, group, options, rows, buffers, False, columns, columns)
     column_lo, column_hi = program.statements[online.maximum].ranges[online.column_var]
     whole = tuple((tensor, f"{WHOLE_PREFIX}{k}", column_hi - column_lo if row > 1 else row)
                   for k, (tensor, _, row) in enumerate(chain.blocked))
     whole_products, _ = _products(program, group, options, 1, {t: b for t, b, _ in whole}, False)
     names = ", ".join(tensor for tensor, _, _ in blocked)
-    reasons = (f"row block at most {rows} rows of {chain.block_var} (a multiple of the micro-tiles' rows): the "
-               f"block buffers of {names} ({rows} x {row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half "
-               f"of L2 ({options.target.l2 // 1024} KiB); each call's shape takes fewer when its blocks would "
-               "not occupy every thread",
+    reasons = (f"row block at most {rows} rows of {chain.block_var}: the block buffers of {names} ({rows} x "
+               f"{row_bytes} bytes = {rows * row_bytes // 1024} KiB) fit half of L2 ({options.target.l2 // 1024} "
+               "KiB); each call's shape takes as many rows as they hold at its key row's length, in whole "
+               "micro-tiles, fewer when its blocks would not occupy every thread",
                f"online softmax at every size (a size-generic kernel): {online.column_var} runs in blocks of "
                f"{columns}, the last one shorter; the rows' running maximum and sum rescale the output rows",
                "each block's products pack b themselves; their extents, cache blocks and operands' bases are "

@@ -131,13 +131,31 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
                              for nv, rows in register_tiles(options.target).items())) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides,
                        pack_b_in_kernel=False)
-        # the small and stream paths' second tile: the planner's for an N of one 4-vector tile, if another
-        wide_mr, wide_vectors = micro_tile(options.target, element_bytes, 4 * lanes)
-        small_tile = (wide_mr, wide_vectors * lanes) if (wide_mr, wide_vectors) != (mr, vectors) else None
         return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles,
-                                               small_tile=small_tile))
+                                               small_tile=second_tile(options.target, element_bytes, (mr, vectors * lanes))))
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
+
+
+def second_tile(target: Target, element_bytes: int, tile: tuple[int, int]) -> Optional[tuple[int, int]]:
+    """The micro-tile ``(MR, NR)`` a size-generic kernel's routine holds besides ``tile`` (its
+    plan's), for the call shapes whose N the planner tiles with it: of the planner's widest tile
+    and its tile for an N of one 4-vector tile (8x48 and 6x64 with 32 wide registers), the one
+    that is not ``tile``; None when they are one tile (or ``tile`` is neither)."""
+    lanes = target.lanes(element_bytes)
+    tiles = {(mr, vectors * lanes) for mr, vectors in (micro_tile(target, element_bytes),
+                                                         micro_tile(target, element_bytes, 4 * lanes))}
+    others = tiles - {tile}
+    return others.pop() if len(others) == 1 and len(tiles) == 2 else None
+
+
+def call_tile(target: Target, element_bytes: int, n: int, tile: Plan) -> tuple[int, int]:
+    """The micro-tile ``(MR, NR)`` of a size-generic kernel's routine planned with ``tile`` for a
+    call whose N is ``n``: the planner's for that N (:func:`micro_tile`) if the routine holds it
+    (its plan's tile, or its ``small_tile``), else the plan's."""
+    mr, vectors = micro_tile(target, element_bytes, max(n, 1))
+    chosen = (mr, vectors * target.lanes(element_bytes))
+    return chosen if chosen == tile.small_tile else (tile.mr, tile.nr)
 
 
 def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options, kernel: Engine,
@@ -170,9 +188,9 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
         shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
     if shaped.path in ("small", "stream") and tile.small_tile is not None:
         # the planner's own micro-tile for this N, if it is the kernel's second one
-        mr, vectors = micro_tile(options.target, con.dtype.bits // 8, con.size("n"))
-        if (mr, vectors * shaped.lanes) == tile.small_tile:
-            overrides.update(path=shaped.path, mr=mr, nr=vectors * shaped.lanes)
+        mr, nr = call_tile(options.target, con.dtype.bits // 8, con.size("n"), tile)
+        if (mr, nr) == tile.small_tile:
+            overrides.update(path=shaped.path, mr=mr, nr=nr)
             shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
     if shaped.grid[3] > 1:
         overrides["path"] = shaped.path
@@ -181,20 +199,26 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     return con, shaped
 
 
-def shape_block(block: Contraction, target: Target, tile: Plan) -> Plan:
+def shape_block(block: Contraction, target: Target, tile: tuple[int, int]) -> Plan:
     """A size-generic kernel's chain product on one block at a call's shape
     (:mod:`tcpy.transform.runtime_chains`): planned for one thread of ``target`` on the packed
-    path with the kernel's micro-tile (``tile``'s)."""
-    return plan(block, target, 1, overrides={"path": "packed", "mr": tile.mr, "nr": tile.nr}, pack_b_in_kernel=False)
+    path with the micro-tile ``tile`` (MR, NR: one of the kernel's routines')."""
+    return plan(block, target, 1, overrides={"path": "packed", "mr": tile[0], "nr": tile[1]}, pack_b_in_kernel=False)
 
 
 def plan_block(block: Contraction, options: Options, b_packed_once: bool, generic: bool = False) -> Plan:
     """The plan of a chain's product on one block of rows (one thread: the chain's loop over
     blocks is the parallel one); ``Options.plan``'s micro-tile applies (the row block is a
     multiple of its rows), its blocks and grid do not. ``generic``: a size-generic kernel's,
-    on the packed path (the run-time engine's loops, :mod:`tcpy.transform.runtime_chains`)."""
+    on the packed path (the run-time engine's loops, :mod:`tcpy.transform.runtime_chains`),
+    its routines also rendered with the :func:`second_tile` (unless ``Options.plan`` sets the
+    micro-tile), which the calls whose N the planner tiles with it take."""
     overrides = {k: v for k, v in options.plan.items() if k in ("mr", "nr")}
     if generic:
         overrides["path"] = "packed"
-    return plan(block, options.target, 1, b_packed_once=b_packed_once, overrides=overrides,
-                pack_b_in_kernel=not generic)
+    planned = plan(block, options.target, 1, b_packed_once=b_packed_once, overrides=overrides,
+                   pack_b_in_kernel=not generic)
+    if generic and not {"mr", "nr"} & set(overrides):
+        second = second_tile(options.target, block.dtype.bits // 8, (planned.mr, planned.nr))
+        planned = dataclasses.replace(planned, small_tile=second)
+    return planned

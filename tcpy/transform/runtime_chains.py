@@ -15,11 +15,15 @@ last block is the only one, the first offset is the last block's (no whole block
 is its operands' bases, ``3 x (1 + loops)`` values (per operand a, b, c: a constant, then its
 stride along each loop of the chain: the batch loops, the block's first row, the block's first
 column), followed by the run-time engine's plan buffer of that block contraction
-(:func:`tcpy.transform.runtime_plan.contraction_buffer`). ``pitch`` is the elements between the rows of
-the block buffers at this call: the call's key row rounded up to whole micro-tile columns, at
-most the plan's columns; ``rows`` the call's rows per block: what the block buffers hold at
-that pitch (a short key row, more rows: each packed b serves more of them), fewer when the
-blocks would not occupy every thread; ``panel`` the elements of the product's b on a whole block of columns (on the only
+(:func:`tcpy.transform.runtime_plan.contraction_buffer`). Each product runs, at a call, the
+micro-tile the planner gives its N on a block among the two its routines hold (its plan's and
+its ``small_tile``, :func:`tcpy.transform.engines.call_tile`: attention's key rows of 256 take
+6x64, not 8x48 whose last sliver would be a third full). ``pitch`` is the elements between the rows of
+the block buffers at this call: the call's key row rounded up to whole columns of the first
+product's micro-tile, at most the plan's columns; ``rows`` the call's rows per block: what the
+block buffers hold at that pitch (a short key row, more rows: each packed b serves more of
+them), fewer when the blocks would not occupy every thread, then evened out over as many
+blocks; ``panel`` the elements of the product's b on a whole block of columns (on the only
 block where there is one), packed (each thread packs b of every block of columns once per
 batch, ``panel`` elements apart).
 """
@@ -37,7 +41,7 @@ from ..contraction_ir import Contraction
 from ..loopir import FusedGroup, Program
 from ..options import Options
 from ..schedule import volume
-from .engines import shape_block
+from .engines import call_tile, shape_block
 from .recognition import _access, block_contraction, statement_accesses
 from . import runtime_plan
 from .runtime_plan import contraction_buffer
@@ -54,15 +58,13 @@ def bases_length(group: FusedGroup) -> int:
     return 3 * (1 + len(group.shared) + 1)
 
 
-def _pitch_step(chain_plan) -> int:
-    """The block buffers' row pitch is a multiple of the first product's micro-tile columns."""
-    return chain_plan.products[0].plan.nr
-
-
 def most_rows(chain_plan) -> int:
-    """The most rows per block at any call (at the shortest pitch): the rows that the per-row
-    buffers (running maximum, sum, flags) hold."""
-    return chain_plan.rows * chain_plan.columns // _pitch_step(chain_plan)
+    """The most rows per block at any call (at the shortest pitch: a multiple of the narrowest
+    of the first product's micro-tiles): the rows that the per-row buffers (running maximum,
+    sum, flags) hold."""
+    head = chain_plan.products[0].plan
+    narrowest = min((head.nr, *(head.small_tile[1:] if head.small_tile else ())))
+    return chain_plan.rows * chain_plan.columns // narrowest
 
 
 def _row_bytes(program: Program, blocked, pitch: int) -> int:
@@ -90,17 +92,37 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
     extent = first[chain.block_var][1] - first[chain.block_var][0]
     lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]
     columns = chain_plan.columns
-    step = _pitch_step(chain_plan)
+    calls, tiles = {}, {}
+    for product in chain_plan.products:
+        statement = program.statements[product.stmt]
+        accesses = statement_accesses(statement.stmt)
+        con = _at_sizes(statement.engine.contraction, accesses, ranges[statement.origin], shapes, sizes)
+        if con is None:
+            return None
+        calls[product.stmt] = con, accesses
+        # N at this call (the roles' extents are the nominal ones), on a block: along the key
+        # row, one block of columns at most
+        own = ranges[statement.origin]
+        extents = {v: own[v][1] - own[v][0] for v in con.role_vars("n")}
+        if online.column_var in extents:
+            extents[online.column_var] = min(extents[online.column_var], columns)
+        n = volume(extents.values())
+        tiles[product.stmt] = call_tile(options.target, con.dtype.bits // 8, n, product.plan)
+    # the block buffers' row pitch: whole micro-tile columns of the first product's tile at this call
+    step = tiles[chain_plan.products[0].stmt][1]
     pitch = min(columns, max(step, -(-(hi - lo) // step) * step))
-    mr = math.lcm(*(p.plan.mr for p in chain_plan.products))
+    mr = math.lcm(*(mr for mr, _ in tiles.values()))
     # the rows that the block buffers' capacity (the plan's rows at its columns) holds at this pitch
     capacity = chain_plan.rows * _row_bytes(program, chain_plan.blocked, columns)
-    rows = max(chain_plan.rows, capacity // _row_bytes(program, chain_plan.blocked, pitch) // mr * mr)
+    fit = capacity // _row_bytes(program, chain_plan.blocked, pitch)
+    rows = fit // mr * mr or fit
     rows = min(rows, -(-extent // mr) * mr)
     outer = volume(first[v][1] - first[v][0] for v in group.shared[:-1])
     team = threads if group.parallel else 1
     while rows > mr and outer * -(-extent // rows) < team:
         rows -= mr  # fewer rows per block so that every thread has one
+    blocks = -(-extent // rows)
+    rows = min(rows, -(-extent // (blocks * mr)) * mr)  # as many blocks, of even sizes (not 246 rows and 10)
     rest = (hi - lo) % columns or columns
     one_block = hi - lo < columns  # (the last block is the only one: no whole block runs)
     in_program = SimpleNamespace(shapes=shapes, sizes=sizes)
@@ -111,10 +133,8 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
     for product, whole_product in zip(chain_plan.products, chain_plan.whole_products):
         statement = program.statements[product.stmt]
         own = ranges[statement.origin]
-        accesses = statement_accesses(statement.stmt)
-        con = _at_sizes(statement.engine.contraction, accesses, own, shapes, sizes)
-        if con is None:
-            return None
+        con, accesses = calls[product.stmt]
+        tile = tiles[product.stmt]
         variants, panel = [], 0
         for count, buffers_, nominal in ((columns, blocks, product), (rest, blocks, product),
                                          (0, whole, whole_product)):
@@ -128,8 +148,9 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
                 return None
             block, bases = found
             if count == (rest if one_block else columns):
-                panel = block.size("k") * -(-block.size("n") // nominal.plan.nr) * nominal.plan.nr
-            buffer = _block_buffer(block, nominal.plan, nominal.contraction, options.target)
+                panel = block.size("k") * -(-block.size("n") // tile[1]) * tile[1]
+            buffer = _block_buffer(block, tile if count else (nominal.plan.mr, nominal.plan.nr),
+                                   nominal.contraction, options.target)
             if buffer is None:
                 return None
             emptied = [role for role in ("n", "k") if empty & set(block.role_vars(role))]
@@ -153,8 +174,8 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
 
 
 @functools.lru_cache(maxsize=256)
-def _block_buffer(block: Contraction, tile, nominal: Contraction, target) -> Optional[np.ndarray]:
-    """The run-time engine's plan buffer of ``block`` (planned with ``tile``'s micro-tile on
+def _block_buffer(block: Contraction, tile: tuple[int, int], nominal: Contraction, target) -> Optional[np.ndarray]:
+    """The run-time engine's plan buffer of ``block`` (planned with the micro-tile ``tile`` on
     ``target``), kept for the shapes whose blocks are the same (a block's extents and strides
     depend on few sizes: attention's on the head size and the rows and columns per block)."""
     buffer = contraction_buffer(block, shape_block(block, target, tile), nominal)

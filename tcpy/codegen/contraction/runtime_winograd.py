@@ -127,8 +127,12 @@ class _RuntimeWinograd:
         w(f"const {TW} *wm[{mr}];", 1)
         w(f"for (int64_t r = 0; r < {mr}; r++)", 1)
         w(f"wm[r] = Wt + {_f('weights_base')} + {_t('weights_batch')}[bi] + (r < live ? wm_t[r0 + r] : 0);", 2)
+        # (one pointer stepped from point to point: with offsets of a run-time stride gcc kept
+        # each point's address in a register of its own and spilled them, ~1.5x the
+        # specialised transform's time)
         transform_weight_rows(w, self, TW, align, "K", "wk_t[k]", lambda i, j: f"{i} * rw + {j} * cw",
-                              lambda q: f"u[{q} * u_point + r]", unit_columns="cw == 1")
+                              lambda q, value: f"{T} *uo = u + r; *uo = {value};" if q == 0 else
+                              f"uo += u_point; *uo = {value};", unit_columns="cw == 1")
         w("return bad;", 1)
         w("}")
 

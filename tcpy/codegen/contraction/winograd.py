@@ -74,13 +74,13 @@ def combination(coefs, terms, literal) -> str:
     return text if scale == 1 else f"({text}) * {literal(scale)}"
 
 
-def transform_weight_rows(w: CWriter, path, TW: str, align: int, K, weight_k: str, tap_offset, point_at,
+def transform_weight_rows(w: CWriter, path, TW: str, align: int, K, weight_k: str, tap_offset, store,
                           unit_columns: str | None = None):
     """The loop over the K input channels of a sliver's weights' transform: per channel, the 3x3
     windows of the MR rows ``wm[r]`` (at C offset ``weight_k`` of ``k``, tap (i, j) at
     ``tap_offset(i, j)``; rows from ``live`` read zeros) loaded side by side into ``g``, then
-    transformed (:func:`transform_weights`) in a loop over the rows that gcc vectorises, point
-    ``q`` into ``u`` at C text ``point_at(q)``. The specialised and size-generic renderers differ
+    transformed (:func:`transform_weights`) in a loop over the rows that gcc vectorises, row ``r``
+    of point ``q`` into ``u`` by the C statement ``store(q, value)``. The specialised and size-generic renderers differ
     only in those offsets. ``unit_columns``: a C condition under which a window row's taps are
     adjacent (read at ``tap_offset(i, 0) + j``: with a run-time column stride, the loads' nine
     offsets took more registers than gcc has and were spilled; ~1.5x the specialised loads)."""
@@ -102,15 +102,16 @@ def transform_weight_rows(w: CWriter, path, TW: str, align: int, K, weight_k: st
     w("#pragma GCC ivdep", 0)
     w(f"for (int64_t r = 0; r < {mr}; r++) {{", 2)
     w(f"const {T} " + ", ".join(f"g{i}{j} = g[{TAPS * i + j}][r]" for i, j in taps) + ";", 3)
-    transform_weights(w, path, T, taps, point_at, path.tile)
+    transform_weights(w, path, T, taps, store, path.tile)
     w("}", 2)
     w("}", 1)
 
 
-def transform_weights(w: CWriter, path, T: str, taps, point_at, tile: int = TILE):
+def transform_weights(w: CWriter, path, T: str, taps, store, tile: int = TILE):
     """The body of a loop over the rows ``r`` of a sliver whose 3x3 windows are ``g<i><j>``:
     ``bad |=`` the unusual-magnitude test of the taps summed (``path.unusual``), then U = G g
-    G^T of F(tile x tile, 3x3) into its points, point ``q`` at C text ``point_at(q)``."""
+    G^T of F(tile x tile, 3x3) into its points, point ``q``'s ``value`` by the C statement
+    ``store(q, value)``, called in the points' order."""
     fabs = "fabsf" if path.ctx.element_bytes == 4 else "fabs"
     g, a = transforms(tile).g, tile + TAPS - 1
     literal = lambda c: c_literal(float(c), path.ctx.con.dtype)  # noqa: E731
@@ -119,7 +120,7 @@ def transform_weights(w: CWriter, path, T: str, taps, point_at, tile: int = TILE
         w(f"const {T} " + ", ".join(f"t{i}_{j} = {combination(g[i], [f'g{k}{j}' for k in range(TAPS)], literal)}"
                                     for i in range(a)) + ";", 3)
     for i in range(a):  # U = t G^T
-        w(" ".join(f"{point_at(a * i + x)} = {combination(g[x], [f't{i}_{k}' for k in range(TAPS)], literal)};"
+        w(" ".join(store(a * i + x, combination(g[x], [f't{i}_{k}' for k in range(TAPS)], literal))
                    for x in range(a)), 3)
 
 
@@ -260,7 +261,7 @@ class _Winograd:
         w(f"wm[r] = Wt + INT64_C({self.wts.offset}) + {p}_off_{self.form.weights}_batch(bi) + "
           f"(r < live ? {p}_ww_m(r0 + r) : 0);", 2)
         transform_weight_rows(w, self, TW, align, K, f"{p}_ww_k(k)", lambda i, j: i * rows.weights + j * cols.weights,
-                              lambda q: f"u[INT64_C({q * point}) + r]")
+                              lambda q, value: f"u[INT64_C({q * point}) + r] = {value};")
         w("return bad;", 1)
         w("}")
 

@@ -5,7 +5,9 @@ Two measurements, each in a fresh kernel cache (a temporary ``TCPY_CACHE_DIR``):
 ``sweep``: for GEMM, a convolution, attention and softmax, one kernel is called with ``--count``
 random shapes. Per def: the libraries compiled (size-generic and specialised), the first call
 (which compiles), and for every later new shape its first call minus the kernel's own time
-(the best of three repeat calls): what a new shape costs beyond the kernel.
+(the best of three repeat calls): what a new shape costs beyond the kernel. NumPy's code for the
+same def is timed the same way on the same shapes: its figures are what a first call at a new
+shape costs with no planning at all (fresh output memory faulted in, caches and allocators).
 
 ``varlen``: attention over ``--batches`` batches whose sequence length is drawn from 64 to 2048
 (one head size), the total wall time of the loop, compiles included, for tcpy under
@@ -81,33 +83,43 @@ def make_args(case: str, shape: tuple, rng: np.random.Generator) -> tuple:
 
 
 SOURCES = {"gemm": demo.GEMM, "conv": demo.CONV2D, "attention": demo.ATTENTION, "softmax": demo.SOFTMAX}
+NUMPY = {"gemm": demo.numpy_gemm, "conv": demo.im2col_conv2d, "attention": demo.numpy_attention,
+         "softmax": demo.numpy_softmax}
 
 
 def sweep(case: str, count: int, threads: int, seed: int) -> dict:
-    """One kernel (``specialize="auto"``) called with ``count`` new shapes of ``case``."""
-    rng = np.random.default_rng(seed)
-    shapes = random_shapes(case, count, rng)
+    """One kernel (``specialize="auto"``) called with ``count`` new shapes of ``case``; then
+    NumPy's code for the def on the same shapes and arguments."""
+    shapes = random_shapes(case, count, np.random.default_rng(seed))
     with fresh_cache():
         kernel = tcpy.define(SOURCES[case], options=tcpy.Options(num_threads=threads))
         start = time.perf_counter()
-        first, beyond = None, []
-        for shape in shapes:
-            args = make_args(case, shape, rng)
-            t0 = time.perf_counter()
-            kernel(*args)
-            call = time.perf_counter() - t0
-            own = min(_timed(kernel, args) for _ in range(3))
-            if first is None:
-                first = call
-            else:
-                beyond.append(call - own)
+        first, beyond = _new_shape_costs(kernel, case, shapes, seed)
         wall = time.perf_counter() - start
         kernel.finish_specializations()
         info = cache_info()
+    _, numpy_beyond = _new_shape_costs(NUMPY[case], case, shapes, seed)
     return {"case": case, "shapes": len(shapes), "compiles_generic": info["generic"],
             "compiles_specialised": info["entries"] - info["generic"], "first_call_s": first,
             "new_shape_ms_median": 1e3 * statistics.median(beyond), "new_shape_ms_max": 1e3 * max(beyond),
-            "wall_s": wall}
+            "numpy_new_shape_ms_median": 1e3 * statistics.median(numpy_beyond),
+            "numpy_new_shape_ms_max": 1e3 * max(numpy_beyond), "wall_s": wall}
+
+
+def _new_shape_costs(fn, case: str, shapes: list[tuple], seed: int) -> tuple[float, list[float]]:
+    """``fn``'s first call (s) on the first of ``shapes``, and for each later one its first call
+    minus the best of three repeats (s); the arguments drawn from ``seed`` (the same for every fn)."""
+    rng = np.random.default_rng(seed + 1)
+    first, beyond = None, []
+    for shape in shapes:
+        args = make_args(case, shape, rng)
+        call = _timed(fn, args)
+        own = min(_timed(fn, args) for _ in range(3))
+        if first is None:
+            first = call
+        else:
+            beyond.append(call - own)
+    return first, beyond
 
 
 def _timed(fn, args) -> float:
@@ -165,14 +177,14 @@ def main(argv=None) -> int:
     report: dict = {"threads": args.threads, "load": load, "target": tcpy.Options().target.describe()}
     if args.only in (None, "sweep"):
         print(f"{'def':<10} {'shapes':>6} {'generic':>8} {'special.':>8} {'1st call s':>10} "
-              f"{'new shape ms (median / max)':>28} {'wall s':>8}")
+              f"{'new shape ms (median / max)':>28} {'wall s':>8} {'numpy new shape ms':>19}")
         report["sweep"] = []
         for case in SWEEP_CASES:
             row = sweep(case, args.count, args.threads, args.seed)
             report["sweep"].append(row)
             print(f"{case:<10} {row['shapes']:>6} {row['compiles_generic']:>8} {row['compiles_specialised']:>8} "
                   f"{row['first_call_s']:>10.2f} {row['new_shape_ms_median']:>16.2f} / {row['new_shape_ms_max']:<9.2f}"
-                  f"{row['wall_s']:>8.2f}")
+                  f"{row['wall_s']:>8.2f} {row['numpy_new_shape_ms_median']:>8.2f} / {row['numpy_new_shape_ms_max']:<8.2f}")
     if args.only in (None, "varlen"):
         row = varlen(args.batches, args.threads, args.seed, modes)
         report["varlen"] = row

@@ -135,6 +135,12 @@ def numpy_attention(Q, K, V, scale):
     return p @ V
 
 
+def numpy_softmax(X):
+    """softmax of each row of ``X``, with the usual max subtraction."""
+    e = np.exp(X - X.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 @dataclass(frozen=True)
 class Case:
     """One demo/benchmark case: a TC kernel, its inputs, its NumPy counterpart and its flops."""

@@ -358,8 +358,9 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     tail_c = _operand(em, tail, 2, plan, "0", loop_vars[:-1], per)
     em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{ {mx}[r] = TCPY_MAX_IDENTITY_{T.numpy_name}; "
             f"{sm}[r] = ({T.c_type})0; }}", depth)
-    em.emit(f"{tail_fn}_clear_rows({rows_plan}, {tail_c}, {BLOCK_ROWS});", depth)
     lo, hi = index_c(keys.lo, top=True), index_c(keys.hi, top=True)
+    # (the first block of keys' tail product overwrites its rows; with no keys none runs)
+    em.emit(f"if (({hi}) <= ({lo})) {tail_fn}_clear_rows({rows_plan}, {tail_c}, {BLOCK_ROWS});", depth)
     em.emit(f"for (int64_t {keys.var} = {lo}; {keys.var} < {hi}; {keys.var} += {keys.columns}) {{", depth)
     d = depth + 1
     em.emit(f"const int64_t {KEY_COLUMNS} = ({hi}) - {keys.var} < {keys.columns} ? ({hi}) - {keys.var} : "
@@ -369,10 +370,11 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
         if product is tail:
             block_rows(em, node.row_var, node.body, d)
             em.emit(f"if ({keys.var} != {lo}) {tail_fn}_scale_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {factor});"
-                    "  /* (the first block's rows are zeros) */", d)
+                    "  /* (the first block's product writes its rows) */", d)
         prepacked = (f"{c_name(f'prepack.{k}')} + ({keys.var} - ({lo})) / {keys.columns} * "
                      f"{plans[product.stmt]}[{FIELD['panel']}]")
-        em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS, prepacked), d)
+        em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS, prepacked,
+                           f"{keys.var} == {lo}"), d)
     em.emit("}", depth)
     whole_head, body, whole_tail, (numerator, _, divisor) = keys.whole
     em.emit(f"if ({tail_fn}_finish_rows({rows_plan}, {tail_c}, {BLOCK_ROWS}, {mx}, {sm}, {redo})) {{", depth)
@@ -390,11 +392,13 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     em.emit("}", depth)
 
 
-def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: str, prepacked: str) -> str:
+def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: str, prepacked: str,
+               fresh: str = "1") -> str:
     """The call of a generic chain product's cell with its plan buffer's ``variant`` (C: 0, 1
     or 2) on ``rows`` rows, its N from that plan buffer, its operands at the variant's bases
     along ``loop_vars`` (the chain's loops, the block of columns' last), its b packed at
-    ``prepacked`` (C: 0, the cell packs it)."""
+    ``prepacked`` (C: 0, the cell packs it); a product summing over the blocks of columns
+    overwrites its output where ``fresh`` (C) holds."""
     plan = plans[product.stmt]
     per = 1 + len(loop_vars) + (variant == "2")  # (the whole row: no block of columns)
     operands = ", ".join(_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3))
@@ -402,7 +406,7 @@ def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: s
     cell = f"{em.symbol}_s{product.stmt}{suffix}_cell" if suffix else _routine(em, product, "cell")
     return (f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[{variant}] + {3 * per}; "
             f"{cell}(tcpy_pl, {operands}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
-            f"{alpha}, tcpy_stop, {prepacked}); }}")
+            f"{alpha}, tcpy_stop, {prepacked}, {fresh}); }}")
 
 
 def _second_prefix(em, product) -> str:

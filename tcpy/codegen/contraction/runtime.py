@@ -67,8 +67,10 @@ def render(ctx: Context, plan_slot: int) -> tuple[str, str]:
 def render_block(ctx: Context, online: bool) -> str:
     """The routines of a size-generic kernel's chain product on one block of rows (see
     :mod:`tcpy.transform.runtime_chains`): ``<p>_cell(pl, A, B, C, 0, 1, 0, rows, 0, N, alpha,
-    stop, bpre)`` with the block's plan buffer ``pl`` and operands, ``bpre`` B as
-    ``<p>_prepack(pl, B, bpre)`` packed it (or 0: the cell packs B itself); A's rows are read in
+    stop, bpre, fresh)`` with the block's plan buffer ``pl`` and operands, ``bpre`` B as
+    ``<p>_prepack(pl, B, bpre)`` packed it (or 0: the cell packs B itself), ``fresh`` 1 when
+    a product summing into C (an online chain's last, over blocks of keys) overwrites it (the
+    first block: no pass clearing C first); A's rows are read in
     place where they run along K (a block buffer or a row of queries, in cache: packing them
     would copy them again for every block of columns). With ``online``, the row helpers of an
     online chain's last product over the output rows ``pl`` lays out
@@ -513,7 +515,7 @@ def _cell(ctx: Context, w: CWriter, chained: bool = False):
     w(f"static void {p}_cell(const int64_t *TCPY_RESTRICT pl, const {TA} *TCPY_RESTRICT A, "
       f"const {TB} *TCPY_RESTRICT B, {T} *TCPY_RESTRICT C, int64_t b0, int64_t b1, int64_t m0, int64_t m1, "
       f"int64_t n0, int64_t n1, {T} alpha, const volatile int *stop"
-      + (f", const {T} *TCPY_RESTRICT bpre) {{" if chained else ") {"))
+      + (f", const {T} *TCPY_RESTRICT bpre, int fresh) {{" if chained else ") {"))
     w(f"const int64_t K = {_field('k')}, KC = {_field('kc')}, MC = {_field('mc')}, NC = {_field('nc')};", 1)
     w(f"const int64_t *ab_t = {_table('a_batch')}, *bb_t = {_table('b_batch')}, *cb_t = {_table('c_batch')};", 1)
     w(f"const int64_t *cm = {_table('c_m')}, *cn = {_table('c_n')};", 1)
@@ -551,7 +553,7 @@ def _cell(ctx: Context, w: CWriter, chained: bool = False):
     w(f"const int c_run = (int)c_runs[(jc + jr) / {nr}];", 6)
     w(f"for (int64_t ir = 0; ir < mc; ir += {mr}) {{", 6)
     w(f"const int64_t mr = mc - ir < {mr} ? mc - ir : {mr};", 7)
-    overwrite = "pc == 0" if ctx.con.init else "0"
+    overwrite = "pc == 0" if ctx.con.init else "pc == 0 && fresh" if chained else "0"
     rest = f"{'bq' if chained else 'bp'} + jr * kc, cb, cm, cn, c_run, ic + ir, jc + jr, mr, nr, {overwrite}, alpha);"
     calls = [_narrowest(ctx, name, f"(kc, {a}, {rest}")
              for name, a in ((("ukr", "ap + ir * kc"), ("uka", "ar")) if in_place else (("ukr", "ap + ir * kc"),))]

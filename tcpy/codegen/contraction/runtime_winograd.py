@@ -177,7 +177,13 @@ class _RuntimeWinograd:
           f"bits |= (int64_t)({' && '.join(checks)}) << ({a} * r + c);", 2)
         w("patch[q] = bits;", 2)
         w("}", 1)
-        w(f"const int64_t lanes = (nt + {nr - 1}) / {nr} * {nr};  /* the slivers the products read */", 1)
+        # the last sliver's lanes past nt (the products read them): zeros, written once per block
+        # along the lanes (one by one, a point at a time, they took an eighth of the transform)
+        w(f"if (nt % {nr}) {{", 1)
+        w(f"{T} *vz = V + nt / {nr} * K * {nr};", 2)
+        w(f"for (int x = 0; x < {self.points}; x++) for (int64_t k = 0; k < K; k++)", 2)
+        w(f"for (int64_t l = nt % {nr}; l < {nr}; l++) vz[x * v_point + k * {nr} + l] = 0;", 3)
+        w("}", 1)
         vector = TI == T and L >= 2
         shuffled = tile == TILE
         if vector and not shuffled:  # groups of L tiles from a multiple of L, all inside
@@ -212,7 +218,7 @@ class _RuntimeWinograd:
         w("const int64_t ik = ik_t[k];", 2)
         for i in range(G):
             w(f"const int64_t gk{i} = gk_t[{i} * K + k];", 2)
-        w("for (int64_t q = 0; q < lanes; q++) {", 2)
+        w("for (int64_t q = 0; q < nt; q++) {", 2)
         w(f"{T} *vk = V + q / {nr} * K * {nr} + k * {nr} + q % {nr};", 3)
         if vector and not shuffled:
             w(f"if (q % {L} == 0 && q + {L} <= nt && whole[q / {L}]) {{", 3)
@@ -223,7 +229,7 @@ class _RuntimeWinograd:
             w("continue;", 4)
             w("}", 3)
         if vector and shuffled:
-            w("if (q < nt && group[q] >= 0) {", 3)
+            w("if (group[q] >= 0) {", 3)
             w("const int64_t g = group[q];", 4)
             w(f"const {T} *s = src[g] + ik;", 4)
             load_patches(w, p, T, L, "ri", 4)
@@ -232,7 +238,6 @@ class _RuntimeWinograd:
             w(f"q = g + {L - 1};", 4)
             w("continue;", 4)
             w("}", 3)
-        w(f"if (q >= nt) {{ for (int x = 0; x < {self.points}; x++) vk[x * v_point] = 0; continue; }}", 3)
         w(f"const {TI} *s = src[q] + ik;", 3)
         w(f"{T} d[{a}][{a}];", 3)
         read = f"({T})s[r * ri + c * ci]"

@@ -131,8 +131,8 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
                              for nv, rows in register_tiles(options.target).items())) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides,
                        pack_b_in_kernel=False)
-        return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles,
-                                               small_tile=second_tile(options.target, element_bytes, (mr, vectors * lanes))))
+        second = second_tile(options.target, element_bytes, (mr, vectors * lanes))  # (the small and stream paths')
+        return Engine(con, dataclasses.replace(nominal, winograd=form, winograd_tiles=tiles, small_tile=second))
     return Engine(con, plan(con, options.target, options.threads if options.parallel else 1,
                             winograd=options.winograd, overrides=overrides))
 

@@ -313,19 +313,20 @@ class _RuntimeWinograd:
         w(f"{T} *cm = cb + cm_t[m];", 2)
         w("for (int64_t jr = 0; jr < nsb; jr++) {", 2)
         w(f"const {T} *pm = P + jr * p_sliver + m * {points * nr};", 3)
-        # A^T M A on vectors of the sliver's tiles (written as scalars, gcc kept each point's
-        # address in a register of its own and spilled them)
+        # alpha A^T M A on vectors of the sliver's tiles (written as scalars, gcc kept each
+        # point's address in a register of its own and spilled them; alpha here, not in the
+        # stores: a multiplication per vector of tiles, not per row of each tile)
         L, vb = self.ctx.plan.lanes, self.ctx.plan.lanes * self.ctx.element_bytes
         w(f"{T} y[{tile * tile}][{nr}] __attribute__((aligned({vb})));", 3)
         w(f"for (int l = 0; l < {nr}; l += {L}) {{", 3)
         literal = lambda c: c_literal(float(c), self.ctx.con.dtype)  # noqa: E731
         output_transform(w, 4, f"{p}_v", self.matrices, literal, lambda x: f"*(const {p}_vu *)(pm + {x * nr} + l)",
-                         lambda x: f"*({p}_v *)(y[{x}] + l)")
+                         lambda x: f"*({p}_v *)(y[{x}] + l)", scale="alpha")
         w("}", 3)
         w(f"for (int64_t l = 0, q = jr * {nr}; l < {nr} && q < nt; l++, q++) {{", 3)
         w(f"{T} *o = cm + co[q];", 4)
         init = self.ctx.con.init
-        store = lambda at, x: f"{at} = {'' if init else at + ' + '}alpha * y[{x}][l];"  # noqa: E731
+        store = lambda at, x: f"{at} = {'' if init else at + ' + '}y[{x}][l];"  # noqa: E731
         # a whole tile: with unit-stride output rows, each row's values are one store (gcc
         # combines them; with a run-time column stride, its 16 scalar stores and their address
         # arithmetic took ~1.5x the specialised output stores)

@@ -142,10 +142,10 @@ def input_transform(w: CWriter, depth: int, elem: str, matrices, literal, store)
             w(store(a * i + x, combination(bt[x], [f"e{i}_{k}" for k in range(a)], literal)), depth)
 
 
-def output_transform(w: CWriter, depth: int, T: str, matrices, literal, load, store):
+def output_transform(w: CWriter, depth: int, T: str, matrices, literal, load, store, scale: str = ""):
     """A^T s A of one tile's products of ``matrices``: ``load(x)`` is the C of point ``x``'s
-    product, ``store(x)`` the lvalue of output ``x`` (row-major in the tile); ``literal`` gives a
-    constant's C."""
+    product, ``store(x)`` the lvalue of output ``x`` (row-major in the tile), times ``scale`` (C
+    text) when given; ``literal`` gives a constant's C."""
     a, tile, at = matrices.size, matrices.tile, matrices.at
     for r in range(a):  # (loads written out: a loop over the points kept gcc from vectorising)
         w(f"const {T} " + ", ".join(f"s{r}_{c} = {load(a * r + c)}" for c in range(a)) + ";", depth)
@@ -153,8 +153,9 @@ def output_transform(w: CWriter, depth: int, T: str, matrices, literal, load, st
         sums = (combination(at[i], [f"s{k}_{c}" for k in range(a)], literal) for c in range(a))
         w(f"const {T} " + ", ".join(f"r{i}_{c} = {value}" for c, value in enumerate(sums)) + ";", depth)
     for i in range(tile):  # y = r A
-        w(" ".join(f"{store(tile * i + j)} = {combination(at[j], [f'r{i}_{k}' for k in range(a)], literal)};"
-                   for j in range(tile)), depth)
+        sums = (combination(at[j], [f"r{i}_{k}" for k in range(a)], literal) for j in range(tile))
+        w(" ".join(f"{store(tile * i + j)} = {f'{scale} * ({value})' if scale else value};"
+                   for j, value in enumerate(sums)), depth)
 
 
 def load_patches(w: CWriter, p: str, T: str, L: int, row_stride: str, depth: int):

@@ -6,11 +6,17 @@ buffer names the call's).
 The loops are the specialised winograd path's (:mod:`.winograd`): the weights' transform U once
 per call (scanning them, and the image, for inf, NaN and huge magnitudes), then blocks of tiles
 claimed by the threads: the block's input transform into slivers, its P products on the
-kernel's micro-kernel, the output transform into the output. What depends on sizes is read from
-the winograd section of the plan buffer (:data:`tcpy.contraction_ir.RUNTIME_WINOGRAD_FIELDS`,
-made per call shape by :mod:`tcpy.transform.runtime_plan`): the channels, tiles and windows,
-the blocks, and offset tables for every variable besides the two axes, so the images,
-channels and batch may be any variables (NCHW, NHWC, grouped). Partial tiles at the image's
+kernel's micro-kernel, the output transform into the output. Their inner loops take no offset
+of a run-time stride that gcc would keep in a register per point (and spill): the block's
+products lie a tile sliver after another, so the micro-kernel's rows and the output
+transform's points are at offsets known when compiling; the transforms step one pointer from
+point to point; unit-stride image, weights and output rows have loops of their own.
+
+What depends on sizes is read from the winograd section of the plan buffer
+(:data:`tcpy.contraction_ir.RUNTIME_WINOGRAD_FIELDS`, made per call shape by
+:mod:`tcpy.transform.runtime_plan`): the channels, tiles and windows, the blocks, and offset
+tables for every variable besides the two axes, so the images, channels and batch may be any
+variables (NCHW, NHWC, grouped). Partial tiles at the image's
 edges and the guards of a padded image are tested per tile as on the specialised path, with
 the guards' coefficients from the section. The point-by-point sums that an operand holding
 inf, NaN or a huge value needs are the run-time engine's (:mod:`.runtime`).

@@ -3,7 +3,7 @@
 Run it as (see BENCHMARKS.md for why the environment variables go)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench.py [--threads N] [--target NAME]
-        [--suite resnet|long] [--only TEXT] [--json PATH]
+        [--suite resnet|long] [--only TEXT] [--json PATH] [--specialize never|auto | --generic]
 
 Prints the machine, NumPy's BLAS and threads, then one line per case::
 
@@ -11,6 +11,8 @@ Prints the machine, NumPy's BLAS and threads, then one line per case::
 
 ``numpy/tcpy`` is NumPy's time divided by tcpy's (above 1x: tcpy is faster). Times are the
 best of repeated calls after a first call that compiles (its time is shown as ``compile``).
+``--generic`` adds tcpy's size-generic kernel to each case's rounds (``specialised/generic``: the
+specialised kernel's time over the generic one's, 1 when they are as fast).
 ``--json PATH`` also writes the header, every case's times and the other lines to PATH;
 ``benchmarks/compare.py A.json B.json`` prints the ratios between two such runs.
 """
@@ -207,9 +209,10 @@ def torch_conv(case):
     return {"torch": conv(torch.contiguous_format), "torch-cl": conv(torch.channels_last)}
 
 
-def run_case(case, rng, budget: float, options: "tcpy.Options") -> dict:
+def run_case(case, rng, budget: float, options: "tcpy.Options", generic: bool = False) -> dict:
     """Compile, check and time one case against its contenders: a record of the results
-    (:func:`case_line` prints it; ``--json`` writes it)."""
+    (:func:`case_line` prints it; ``--json`` writes it). ``generic``: tcpy's size-generic kernel
+    (``specialize="never"``) is a contender too."""
     kernel = tcpy.define(case.source, options=options)
     args = case.make_args(rng)
     compile_s = timeit.default_timer()
@@ -218,6 +221,10 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> dict:
     want = case.reference(*args)
     ok = demo.close(got, want, want.dtype)
     contenders = {"tcpy": (kernel, args), "numpy": (case.reference, args)}
+    if generic:
+        size_generic = tcpy.define(case.source, options=dataclasses.replace(options, specialize="never"))
+        ok = ok and demo.close(size_generic(*args), want, want.dtype)
+        contenders["generic"] = (size_generic, args)
     t_args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args] if torch else None
     if torch is not None and case.name == "conv":  # input converted outside the timed call
         for name, fn in torch_conv(case).items():
@@ -230,7 +237,7 @@ def run_case(case, rng, budget: float, options: "tcpy.Options") -> dict:
     for _ in range(ROUNDS):
         for name, (f, f_args) in contenders.items():
             best[name] = min(best[name], demo.best_time(f, *f_args, budget=budget / ROUNDS))
-    seconds = {"tcpy": best["tcpy"], "numpy": best["numpy"]}
+    seconds = {name: best[name] for name in ("tcpy", "numpy", "generic") if name in best}
     if "torch" in best:  # the faster of torch's layouts
         seconds["torch"] = min(t for name, t in best.items() if name.startswith("torch"))
     return {"name": case.name, "shapes": case.shapes, "flops": case.flops, "seconds": seconds,
@@ -246,6 +253,9 @@ def case_line(record: dict) -> str:
     if "torch" in record["seconds"]:
         t_torch = record["seconds"]["torch"]
         line += f" | torch {t_torch * 1e3:9.3f} ms torch/tcpy {t_torch / t_tc:5.2f}x"
+    if "generic" in record["seconds"]:
+        t_generic = record["seconds"]["generic"]
+        line += f" | generic {t_generic * 1e3:9.3f} ms specialised/generic {t_tc / t_generic:4.2f}"
     return line + f" | compile {record['compile_seconds']:5.2f} s | correct {'yes' if record['correct'] else 'NO'}"
 
 
@@ -378,7 +388,12 @@ def main(argv=None) -> int:
                         help="tcpy's kernels specialised to each case's shapes (always, the default: the "
                              "speed of a kernel called repeatedly), size-generic (never), or tcpy's default "
                              "tiering (auto)")
+    parser.add_argument("--generic", action="store_true",
+                        help="also time tcpy's size-generic kernel (specialize='never') in the same rounds "
+                             "as the specialised one: their ratio, measured in one process")
     args = parser.parse_args(argv)
+    if args.generic and args.specialize != "always":
+        parser.error("--generic compares the size-generic kernel with the specialised one (--specialize always)")
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
 
@@ -422,7 +437,7 @@ def main(argv=None) -> int:
     for case in suite.get(args.suite, lambda: cases(args.quick))():
         if args.only and args.only not in f"{case.name} {case.shapes}":
             continue
-        record = run_case(case, rng, args.budget, options)
+        record = run_case(case, rng, args.budget, options, args.generic)
         report["cases"].append(record)
         show(case_line(record))
     if args.suite == "resnet":

@@ -100,6 +100,16 @@ class Specialization:
     error_messages: tuple[str, ...]
     symbol: str
 
+    @functools.cached_property
+    def chain_templates(self) -> dict:
+        """Its chains' size-independent planning, per fused group index
+        (:func:`tcpy.transform.runtime_chains.chain_template`): built once, read at every new
+        call shape of a generic kernel."""
+        from .transform.runtime_chains import chain_template
+        program = self.ir.program
+        return {index: chain_template(program, group) for index, group in enumerate(program.groups)
+                if group.chain is not None}
+
 
 class Kernel(Launcher):
     """A compiled TC def. Call it on NumPy arrays: ``C = kernel(A, B)``.
@@ -389,14 +399,13 @@ class Kernel(Launcher):
         from .transform.runtime_plan import plan_buffer
         threads = self.options.num_threads or get_num_threads()
         chained = {}
-        for group in program.groups:
-            if group.chain is not None:
-                found = chain_buffers(program, group, bound.statements, shapes, program.types, sizes,
-                                      generic.ir.options, threads)
-                if found is None:
-                    return f"the chain of statements {group.statements[0] + 1} to {group.statements[-1] + 1} " \
-                           "does not run generically at these sizes"
-                chained.update(found)
+        for template in generic.chain_templates.values():
+            found = chain_buffers(template, bound.statements, shapes, sizes, generic.ir.options, threads)
+            if found is None:
+                group = template.group
+                return f"the chain of statements {group.statements[0] + 1} to {group.statements[-1] + 1} " \
+                       "does not run generically at these sizes"
+            chained.update(found)
         plans = []
         for index in engines:
             statement = program.statements[index]

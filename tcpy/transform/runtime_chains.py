@@ -72,49 +72,88 @@ def _row_bytes(program: Program, blocked, pitch: int) -> int:
     return sum((pitch if row > 1 else 1) * program.types[tensor].bits // 8 for tensor, _, row in blocked)
 
 
-def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, sizes: Mapping[str, int],
+@dataclasses.dataclass(frozen=True)
+class ProductTemplate:
+    """What a chain product's plans share at every call: its statement, its accesses by tensor
+    (walked once, not per call), its plan at the nominal sizes and the whole row's."""
+
+    product: object  # the chain plan's product on a block of columns
+    whole_product: object  # ... and on a whole row
+    statement: object
+    accesses: Mapping[str, object]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainTemplate:
+    """The size-independent part of a chain's per-call planning (:func:`chain_template`),
+    built once per kernel: :func:`chain_buffers` computes only what the call's sizes change."""
+
+    program: Program
+    group: FusedGroup
+    origins: tuple[int, ...]  # the members' def statements
+    loops: tuple[str, ...]  # the chain loops the bases move along
+    blocks: Mapping[str, str]  # tensor -> its block buffer
+    whole: Mapping[str, str]  # tensor -> its whole-row buffer
+    capacity: int  # the block buffers' bytes (the plan's rows at its columns)
+    products: tuple[ProductTemplate, ...]
+
+
+def chain_template(program: Program, group: FusedGroup) -> ChainTemplate:
+    """The parts of ``group``'s chain plans that no call size changes."""
+    chain, chain_plan = group.chain, group.chain.plan
+    products = []
+    for product, whole_product in zip(chain_plan.products, chain_plan.whole_products):
+        statement = program.statements[product.stmt]
+        products.append(ProductTemplate(product, whole_product, statement, statement_accesses(statement.stmt)))
+    return ChainTemplate(
+        program, group, tuple(program.statements[i].origin for i in group.statements),
+        group.shared[:-1] + (chain.block_var, chain.online.column_var),
+        {tensor: buffer for tensor, buffer, _ in chain_plan.blocked},
+        {tensor: buffer for tensor, buffer, _ in chain_plan.whole},
+        chain_plan.rows * _row_bytes(program, chain_plan.blocked, chain_plan.columns), tuple(products))
+
+
+def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, int],
                   options: Options, threads: int) -> Optional[dict[int, np.ndarray]]:
-    """The plan buffers of ``group``'s chain products (statement index -> buffer) at a call's
-    ``ranges`` (per def statement), ``shapes``, ``types`` and ``sizes`` for ``threads`` threads;
-    None when at these sizes the chain cannot run generically (an empty range, or a product
-    that is no block contraction there): the call then needs a kernel specialised to it."""
+    """The plan buffers of a chain's products (statement index -> buffer), ``template`` its
+    :func:`chain_template`, at a call's ``ranges`` (per def statement), ``shapes`` and ``sizes``
+    for ``threads`` threads; None when at these sizes the chain cannot run generically (an
+    empty range, or a product that is no block contraction there): the call then needs a
+    kernel specialised to it."""
+    program, group = template.program, template.group
     chain, chain_plan = group.chain, group.chain.plan
     online = chain.online
-    members = [program.statements[i] for i in group.statements]
-    empty = {v for s in members for v, (lo, hi) in ranges[s.origin].items() if hi <= lo}
+    empty = {v for origin in template.origins for v, (lo, hi) in ranges[origin].items() if hi <= lo}
     if empty:
         # planned with one value of each empty variable; its extent is 0 in the products' plan
         # buffers (no keys, no head dimension: empty sums, whose cells write zeros) or its
         # loops do not run (no rows, no batches)
-        ranges = {s.origin: {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges[s.origin].items()} for s in members}
+        ranges = {o: {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges[o].items()} for o in template.origins}
         shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
-    first = ranges[members[0].origin]
+    first = ranges[template.origins[0]]
     extent = first[chain.block_var][1] - first[chain.block_var][0]
     lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]
     columns = chain_plan.columns
-    calls, tiles = {}, {}
-    for product in chain_plan.products:
-        statement = program.statements[product.stmt]
-        accesses = statement_accesses(statement.stmt)
-        con = _at_sizes(statement.engine.contraction, accesses, ranges[statement.origin], shapes, sizes)
+    calls, tiles = [], []
+    for part in template.products:
+        own = ranges[part.statement.origin]
+        con = _at_sizes(part.statement.engine.contraction, part.accesses, own, shapes, sizes)
         if con is None:
             return None
-        calls[product.stmt] = con, accesses
+        calls.append(con)
         # N at this call (the roles' extents are the nominal ones), on a block: along the key
         # row, one block of columns at most
-        own = ranges[statement.origin]
         extents = {v: own[v][1] - own[v][0] for v in con.role_vars("n")}
         if online.column_var in extents:
             extents[online.column_var] = min(extents[online.column_var], columns)
         n = volume(extents.values())
-        tiles[product.stmt] = call_tile(options.target, con.dtype.bits // 8, n, product.plan)
+        tiles.append(call_tile(options.target, con.dtype.bits // 8, n, part.product.plan))
     # the block buffers' row pitch: whole micro-tile columns of the first product's tile at this call
-    step = tiles[chain_plan.products[0].stmt][1]
+    step = tiles[0][1]
     pitch = min(columns, max(step, -(-(hi - lo) // step) * step))
-    mr = math.lcm(*(mr for mr, _ in tiles.values()))
+    mr = math.lcm(*(mr for mr, _ in tiles))
     # the rows that the block buffers' capacity (the plan's rows at its columns) holds at this pitch
-    capacity = chain_plan.rows * _row_bytes(program, chain_plan.blocked, columns)
-    fit = capacity // _row_bytes(program, chain_plan.blocked, pitch)
+    fit = template.capacity // _row_bytes(program, chain_plan.blocked, pitch)
     rows = fit // mr * mr or fit
     rows = min(rows, -(-extent // mr) * mr)
     outer = volume(first[v][1] - first[v][0] for v in group.shared[:-1])
@@ -126,24 +165,18 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
     rest = (hi - lo) % columns or columns
     one_block = hi - lo < columns  # (the last block is the only one: no whole block runs)
     in_program = SimpleNamespace(shapes=shapes, sizes=sizes)
-    blocks = {tensor: buffer for tensor, buffer, _ in chain_plan.blocked}
-    whole = {tensor: buffer for tensor, buffer, _ in chain_plan.whole}
-    loops = group.shared[:-1] + (chain.block_var, online.column_var)
     buffers = {}
-    for product, whole_product in zip(chain_plan.products, chain_plan.whole_products):
-        statement = program.statements[product.stmt]
-        own = ranges[statement.origin]
-        con, accesses = calls[product.stmt]
-        tile = tiles[product.stmt]
+    for part, con, tile in zip(template.products, calls, tiles):
+        own = ranges[part.statement.origin]
         variants, panel = [], 0
-        for count, buffers_, nominal in ((columns, blocks, product), (rest, blocks, product),
-                                         (0, whole, whole_product)):
+        for count, buffers_, nominal in ((columns, template.blocks, part.product), (rest, template.blocks, part.product),
+                                         (0, template.whole, part.whole_product)):
             if count == columns and one_block or count == rest == columns and variants:
                 variants.append(None)  # (no whole block, or the columns divide the range: no shorter one)
                 continue
             keys = (online.column_var, count, pitch) if count else None
-            found = block_contraction(con, statement.stmt, own, group.shared[:-1], chain.block_var,
-                                      rows if count else 1, buffers_, in_program, keys, accesses)
+            found = block_contraction(con, part.statement.stmt, own, group.shared[:-1], chain.block_var,
+                                      rows if count else 1, buffers_, in_program, keys, part.accesses)
             if found is None:
                 return None
             block, bases = found
@@ -161,15 +194,18 @@ def chain_buffers(program: Program, group: FusedGroup, ranges, shapes, types, si
             for base in bases:
                 strides = dict(base.strides)
                 values.append(base.offset - sum(s * own[v][0] for v, s in strides.items()))
-                values.extend(strides.get(v, 0) for v in loops)
-            variants.append(np.concatenate([np.array(values, np.int64), buffer]))
+                values.extend(strides.get(v, 0) for v in template.loops)
+            variants.append((values, buffer))
         at = [len(HEADER)]
         for variant in variants[:-1]:
-            at.append(at[-1] + (len(variant) if variant is not None else 0))
+            at.append(at[-1] + (len(variant[0]) + len(variant[1]) if variant is not None else 0))
         if variants[1] is None:
             at[1] = at[0]
-        buffers[product.stmt] = np.concatenate([np.array([*at, rows, panel, pitch], np.int64),
-                                                *(v for v in variants if v is not None)])
+        parts = [np.array([*at, rows, panel, pitch], np.int64)]
+        for variant in variants:
+            if variant is not None:
+                parts.extend((np.array(variant[0], np.int64), variant[1]))
+        buffers[part.product.stmt] = np.concatenate(parts)
     return buffers
 
 

@@ -143,7 +143,7 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
         calls.append(con)
         # N at this call (the roles' extents are the nominal ones), on a block: along the key
         # row, one block of columns at most
-        extents = {v: own[v][1] - own[v][0] for v in con.role_vars("n")}
+        extents = {v: own[v][1] - own[v][0] for v in part.statement.engine.contraction.role_vars("n")}
         if online.column_var in extents:
             extents[online.column_var] = min(extents[online.column_var], columns)
         n = volume(extents.values())
@@ -186,7 +186,7 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
                                    nominal.contraction, options.target)
             if buffer is None:
                 return None
-            emptied = [role for role in ("n", "k") if empty & set(block.role_vars(role))]
+            emptied = [role for role in ("n", "k") if empty & set(block.role_vars(role))] if empty else ()
             if emptied:
                 buffer = buffer.copy()
                 buffer[[runtime_plan.field(role) for role in emptied]] = 0

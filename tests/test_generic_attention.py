@@ -1,7 +1,7 @@
 """One size-generic attention kernel (Options(specialize="never")) serves every sequence length
 and head size: the results of the reference evaluator at sizes 0, lengths 1, primes and block
 multiples +- 1 (attention's online chain: its blocks of rows and of keys), with a scale, a causal
-mask or keys limited by a where clause, from one compile; the precondition errors of a
+mask or keys limited by a where clause, in double precision, from one compile; the precondition errors of a
 specialised kernel; one set of temporaries for every shape, none shared by concurrent calls."""
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
@@ -270,3 +270,44 @@ def test_attention_products_take_the_micro_tile_of_each_calls_widths():
         kernel(*args)
         lines = [line for line in str(kernel.explain(*args)).splitlines() if "in the chain, on blocks of" in line]
         assert [line.split("micro-tile ")[1].split(";")[0] for line in lines] == tiles
+
+
+# double precision, the scale a literal inside the product: 8-byte block buffers (fewer rows
+# per block at a pitch) and a scaled product in both of the chain's per-call plans
+DOUBLE = """
+def attention(double(B,H,L,D) Q, double(B,H,S,D) K, double(B,H,S,D) V) -> (O) {
+    Sc(b, h, l, s) +=! 0.125 * Q(b, h, l, d) * K(b, h, s, d)
+    Mx(b, h, l) max=! Sc(b, h, l, s)
+    E(b, h, l, s) = exp(Sc(b, h, l, s) - Mx(b, h, l))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
+    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, s, d)
+}
+"""
+
+
+@pytest.mark.parametrize("preset, threads", [("x86-64-v3", 2), ("x86-64", 1)])
+@settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.generate), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_double_precision_chain_kernel_plans_every_shape(builds, preset, threads, data):
+    """A double-precision attention chain, its plans for each new shape made from what the
+    kernel fixed once: the reference evaluator's results at many shapes (lengths around its
+    blocks of rows and keys, no queries, no keys) in one process, from one compile."""
+    key = ("double", preset, threads)
+    if key not in _kernels:  # (one kernel for all of hypothesis's examples)
+        _kernels[key] = (tcpy.define(DOUBLE, options=tcpy.Options(specialize="never", target=preset, num_threads=threads)),
+                         tcpy.define(DOUBLE, backend="reference"))
+    kernel, reference = _kernels[key]
+    rng = np.random.default_rng(8)
+    lengths = st.sampled_from(LENGTHS + ROW_BLOCKS + KEY_BLOCKS[:3])
+    shapes = data.draw(st.lists(st.tuples(st.sampled_from((1, 2)), st.sampled_from((1, 3)), lengths, lengths,
+                                          st.sampled_from(HEADS[:4])), min_size=4, max_size=6))
+    calls = []
+    for batch, heads, length, keys, depth in [(1, 2, 129, 700, 17)] + shapes + [(1, 2, 0, 5, 3), (1, 1, 7, 0, 3)]:
+        calls.append([rng.standard_normal((batch, heads, n, depth)) for n in (length, keys, keys)])
+        got, want = kernel(*calls[-1]), reference(*calls[-1])
+        assert got.shape == want.shape == (batch, heads, length, depth) and got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert "in the chain, on blocks of" in str(kernel.explain(*calls[0]))
+    # one build in the kernel's life (this test's examples are its only calls)
+    assert len(builds) == 1 and "generic" in builds[0]

@@ -204,6 +204,11 @@ class Statement:
     panel: Optional[Panel] = None
     engine: Optional[Engine] = None
     loops: Optional[Loops] = None
+    # the scaling of a product's result (split from it by decide_engines): the product's
+    # reduction variables, at statement ``origin``; where one of their ranges is empty the sum
+    # has no terms and is 0, not 0 times the scale (NaN for a divisor 0): a size-generic
+    # kernel's scaling does not run there (a specialised kernel runs no empty sum on the engine)
+    scales_sum_over: tuple[str, ...] = ()
 
     def extents(self) -> dict[str, int]:
         return {v: max(0, hi - lo) for v, (lo, hi) in self.ranges.items() if v in self.stmt.index_vars}

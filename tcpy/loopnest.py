@@ -275,8 +275,10 @@ def _statement_nests(program: Program, index: int, fixed: Mapping[str, str],
         # when it has `!` and as an in-place update otherwise.
         mode = Mode.ASSIGN if stmt.reduction is None or stmt.init else Mode.MEMORY
         sched = dataclasses.replace(sched, register_reduction=False)
-        return [Nest(index, NestKind.COMPUTE,
-                     _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed, generic), sched)]
+        body = _nest(index, stmt, sched, mode, stmt.index_vars, ranges, fixed, generic)
+        if statement.scales_sum_over and generic is not None:  # (not where the scaled sum is empty)
+            body = (Guard(program.generic.nonempty(statement.origin, statement.scales_sum_over), body),)
+        return [Nest(index, NestKind.COMPUTE, body, sched)]
     nests = []
     out_vars = stmt.output_vars
     if stmt.init and not sched.register_reduction:

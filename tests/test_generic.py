@@ -304,3 +304,58 @@ def test_data_dependent_indices_are_checked_against_each_calls_sizes(builds):
         else:
             np.testing.assert_array_equal(generic(*args), expected)
     assert len([s for s in builds if "generic" in s]) == 1
+
+
+# products scaled by factors that read no reduction variable: the engine runs the sum, a
+# statement scales it (a divisor of a row, a factor of a column)
+SCALED = {
+    "rows": """
+def rows(float(M,K) A, float(K,N) B, float(M) s, float(N) f) -> (C) {
+    C(m, n) +=! A(m, k) * B(k, n) * f(n) / s(m)
+}
+""",
+    "attention": """
+def attention(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,D) V) -> (O) {
+    Sc(b, h, l, s) +=! 0.125 * Q(b, h, l, d) * K(b, h, s, d)
+    Mx(b, h, l) max=! Sc(b, h, l, s)
+    E(b, h, l, s) = exp(Sc(b, h, l, s) - Mx(b, h, l))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    O(b, h, l, d) +=! E(b, h, l, s) * V(b, h, s, d) / Sm(b, h, l)
+}
+""",
+}
+
+
+def _scaled_arguments(name, rng, n):
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    if name == "rows":  # divisors of 0 (and an infinite factor) where K may be 0
+        s, f = f32(5), f32(4)
+        s[::2], f[1] = 0, np.inf
+        return f32(5, n), f32(n, 4), s, f
+    return f32(1, 2, 3, 8), f32(1, 2, n, 8), f32(1, 2, n, 8)
+
+
+@pytest.mark.parametrize("name", sorted(SCALED))
+@pytest.mark.parametrize("specialize, preset, fuse", [("never", "x86-64-v3", True), ("never", None, True),
+                                                      ("always", None, True), ("always", None, False)])
+def test_an_empty_sum_is_not_scaled(builds, name, specialize, preset, fuse):
+    """An empty sum is 0 (it has no terms to scale), also where the scale is a divisor of 0 or
+    infinite: a generic kernel planned with terms (and one planned without) and specialised
+    kernels (the scaling in the product's stores, or apart with ``fuse=False``) agree with the
+    reference evaluator at every length of the sum, 0 included."""
+    reference = tcpy.define(SCALED[name], backend="reference")
+    rng = np.random.default_rng(5)
+    for first in (3, 0):
+        options = tcpy.Options(specialize=specialize, target=preset, num_threads=2, fuse=fuse)
+        kernel = tcpy.define(SCALED[name], options=options)
+        for n in (first, 0, 1, 7, 0):
+            args = _scaled_arguments(name, rng, n)
+            got, want = kernel(*args), reference(*args)
+            if n == 0:
+                assert not np.isnan(want).any() and not np.isnan(got).any()
+            elif name == "rows":  # (a sum scaled once by an infinite scale: its sign decides, not each term's)
+                finite = (args[2] != 0)[:, None] & np.isfinite(args[3])[None, :]
+                got, want = got[finite], want[finite]
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    if specialize == "never":
+        assert len(builds) == 2  # (one generic kernel planned with terms, one without)

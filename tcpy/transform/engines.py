@@ -48,8 +48,8 @@ def decide_engines(program: Program, options: Options) -> Program:
         product, scaling = split
         ranges = {v: statement.ranges[v] for v in scaling.output_vars}
         statements += [dataclasses.replace(statement, stmt=product, engine=engine, loops=None),
-                       stamp_loops(Statement(scaling, ranges, statement.origin), program.shapes, program.types,
-                                   options, generic)]
+                       stamp_loops(Statement(scaling, ranges, statement.origin, scales_sum_over=product.reduction_vars),
+                                   program.shapes, program.types, options, generic)]
     return dataclasses.replace(program, statements=tuple(statements))
 
 

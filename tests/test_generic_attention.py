@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import tcpy
 from tcpy.demo import ATTENTION
 from tcpy.target import Target
+from test_chain import SCALED_DOUBLE_ATTENTION
 
 # a causal mask: key s is seen from query l only when s <= l (masked scores are -1e30)
 CAUSAL = """
@@ -272,18 +273,8 @@ def test_attention_products_take_the_micro_tile_of_each_calls_widths():
         assert [line.split("micro-tile ")[1].split(";")[0] for line in lines] == tiles
 
 
-# double precision, the scale a literal inside the product: 8-byte block buffers (fewer rows
-# per block at a pitch) and a scaled product in both of the chain's per-call plans
-DOUBLE = """
-def attention(double(B,H,L,D) Q, double(B,H,S,D) K, double(B,H,S,D) V) -> (O) {
-    Sc(b, h, l, s) +=! 0.125 * Q(b, h, l, d) * K(b, h, s, d)
-    Mx(b, h, l) max=! Sc(b, h, l, s)
-    E(b, h, l, s) = exp(Sc(b, h, l, s) - Mx(b, h, l))
-    Sm(b, h, l) +=! E(b, h, l, s)
-    P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
-    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, s, d)
-}
-"""
+# (SCALED_DOUBLE_ATTENTION: double precision, the scale a literal inside the product: 8-byte block
+# buffers, fewer rows per block at a pitch, and a scaled product in both of the chain's per-call plans)
 
 
 @pytest.mark.parametrize("preset, threads", [("x86-64-v3", 2), ("x86-64", 1)])
@@ -295,8 +286,8 @@ def test_one_double_precision_chain_kernel_plans_every_shape(builds, preset, thr
     blocks of rows and keys, no queries, no keys) in one process, from one compile."""
     key = ("double", preset, threads)
     if key not in _kernels:  # (one kernel for all of hypothesis's examples)
-        _kernels[key] = (tcpy.define(DOUBLE, options=tcpy.Options(specialize="never", target=preset, num_threads=threads)),
-                         tcpy.define(DOUBLE, backend="reference"))
+        _kernels[key] = (tcpy.define(SCALED_DOUBLE_ATTENTION, options=tcpy.Options(specialize="never", target=preset, num_threads=threads)),
+                         tcpy.define(SCALED_DOUBLE_ATTENTION, backend="reference"))
     kernel, reference = _kernels[key]
     rng = np.random.default_rng(8)
     lengths = st.sampled_from(LENGTHS + ROW_BLOCKS + KEY_BLOCKS[:3])

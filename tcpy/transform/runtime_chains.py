@@ -38,7 +38,8 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..contraction_ir import Contraction
-from ..loopir import FusedGroup, Program
+from ..lang import ast
+from ..loopir import ChainProduct, FusedGroup, Program, Statement
 from ..options import Options
 from ..schedule import volume
 from .engines import call_tile, shape_block
@@ -77,10 +78,10 @@ class ProductTemplate:
     """What a chain product's plans share at every call: its statement, its accesses by tensor
     (walked once, not per call), its plan at the nominal sizes and the whole row's."""
 
-    product: object  # the chain plan's product on a block of columns
-    whole_product: object  # ... and on a whole row
-    statement: object
-    accesses: Mapping[str, object]
+    product: ChainProduct  # the chain plan's product on a block of columns
+    whole_product: ChainProduct  # ... and on a whole row
+    statement: Statement
+    accesses: Mapping[str, ast.Access]
 
 
 @dataclasses.dataclass(frozen=True)

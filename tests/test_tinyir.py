@@ -7,12 +7,14 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tcpy
 from tcpy import tinyir
 from tcpy.tinyir.examples import CONV_SIZES, attention, attention_as_listed, conv, gemm
+
+from strategies import DERANDOMIZE
 
 NP = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32, "i32": np.int32, "bool": np.bool_}
 V3 = tcpy.Options(target="x86-64-v3", num_threads=2)  # plans shown by explain() fixed
@@ -458,7 +460,12 @@ def movement_graphs(draw, symbolic=False):
 
 
 def _compare(program, arrays, env, backend):
-    kernel = tinyir.load(program, backend=backend, options=None if backend == "reference" else V3)
+    try:
+        kernel = tinyir.load(program, backend=backend, options=None if backend == "reference" else V3)
+    except tinyir.ExcessivePiecewise:
+        # (movements whose reads split into more pieces than the limit: refused as the IR
+        # specifies, with its error, whatever the backend; not a case for the comparison)
+        assume(False)
     names = [u["arg"]["tensor_id"] for u in program["uops"] if u["uop"] == "INPUT"]
     [want] = numpy_eval(program, arrays, env)
     got = kernel(*(arrays[n] for n in names))
@@ -467,19 +474,19 @@ def _compare(program, arrays, env, backend):
     check_close(got, want, tol, tol)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(movement_graphs())
 def test_random_graphs_compiled(case):
     _compare(*case, backend="compiled")
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(movement_graphs(symbolic=True))
 def test_random_graphs_symbolic_shapes(case):
     _compare(*case, backend="compiled")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(movement_graphs())
 def test_random_graphs_reference(case):
     _compare(*case, backend="reference")

@@ -22,7 +22,6 @@ import tcpy
 from tcpy import demo
 from tcpy.loopir import BlockChain
 from tcpy.target import PRESETS, Target
-from strategies import DERANDOMIZE
 
 EXAMPLES = int(os.environ.get("TCPY_CHAIN_EXAMPLES", "20"))
 RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
@@ -100,7 +99,7 @@ def chains(draw):
     return source, args, options, 2e-4 if dtype == "float" else 1e-9
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=chains())
 def test_random_chains_match_the_reference(case):

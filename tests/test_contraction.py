@@ -28,7 +28,6 @@ from tcpy.loopnest import build_program
 from tcpy.target import PRESETS, Target
 from tcpy.transform.contraction import cell_cost, micro_tile, plan
 from tcpy.transform.recognition import recognize
-from strategies import DERANDOMIZE
 
 EXAMPLES = int(os.environ.get("TCPY_CONTRACTION_EXAMPLES", "30"))
 RUNNABLE = [name for name in PRESETS if name.startswith("x86") and Target.preset(name).can_run_here()]
@@ -496,7 +495,7 @@ def contractions(draw):
     return Case(source, args, k_len, scale, options, dtype)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=contractions())
 def test_random_contractions_match_the_reference(case):
@@ -707,7 +706,7 @@ def test_b_beyond_l2_is_packed_by_the_kernel_where_it_reads_in_place(name):
     assert not plan_of(padded, (8, 256, 56, 56), (64, 256, 1, 1))[0].pack_b_in_kernel
 
 
-@settings(max_examples=15, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=15, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(target=st.sampled_from([name for name in RUNNABLE if name != "host"]), threads=st.sampled_from([1, 2, 7]),
        form=st.sampled_from(["conv", "conv_relu", "gemm_view"]), dtype=st.sampled_from(["float", "double"]),

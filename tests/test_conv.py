@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 import tcpy
 from tcpy.loopir import ContractionNest
 from tcpy.target import Target
-from strategies import DERANDOMIZE
 from test_contraction import EPS, RUNNABLE, recognized, tiny_caches
 
 EXAMPLES = int(os.environ.get("TCPY_CONV_EXAMPLES", "25"))
@@ -251,7 +250,7 @@ def _draw_run(draw):
     return draw(st.booleans()), draw(st.sampled_from([1, 2, 7])), draw(st.sampled_from(RUNNABLE))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_direct_path_windows_match_the_reference(data):
@@ -288,7 +287,7 @@ def test_random_direct_path_windows_match_the_reference(data):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_channels_last_depthwise_windows_match_the_reference(data):
@@ -332,7 +331,7 @@ def test_random_channels_last_depthwise_windows_match_the_reference(data):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_direct_path_row_blocks_match_the_reference(data):
@@ -686,7 +685,7 @@ def convolutions(draw):
     return Conv(source, args, c * kh * kw, options, dtype)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=convolutions())
 def test_random_convolutions_match_the_reference(case):

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 import tcpy
 from tcpy.target import Target
 from tcpy.transform.contraction import micro_tile, plan, register_tiles
-from strategies import DERANDOMIZE
 from test_contraction import RUNNABLE, recognized
 
 UNPADDED = """
@@ -54,7 +53,7 @@ def cases(draw):
                 padded=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
 
 
-@settings(max_examples=30, deadline=None, derandomize=DERANDOMIZE,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_partial_tiles_match_the_reference(case):

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 import tcpy
 from tcpy.loopir import ContractionNest
 from tcpy.transform.direct_conv import conv_form
-from strategies import DERANDOMIZE
 from test_contraction import EPS, RUNNABLE, recognized
 
 EXAMPLES = int(os.environ.get("TCPY_DIRECT_CONV_EXAMPLES", "30"))
@@ -68,7 +67,7 @@ def _conv_source(draw, dtype: str):
     return src, arrays, c * kh * kw
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_direct_convolutions_match_the_reference(data):

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strategies import DERANDOMIZE
 import test_contraction as tc
 import tcpy
 from tcpy.loopir import ContractionNest
@@ -120,7 +119,7 @@ def epilogue_cases(draw):
     return case, len(lines)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(drawn=epilogue_cases())
 def test_random_epilogues_match_the_reference(drawn):

@@ -13,7 +13,6 @@ from tcpy import demo
 from tcpy.loopir import NestKind
 from tcpy.target import Target
 from tcpy.transform.contraction import micro_tile
-from strategies import DERANDOMIZE
 
 GOOD = Path(__file__).parent / "golden" / "good"
 EXAMPLES = int(os.environ.get("TCPY_FUSION_EXAMPLES", "40"))
@@ -198,7 +197,7 @@ def row_programs(draw):
     return source, shape, draw(st.sampled_from([1, 2, 7]))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE,
+@settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=row_programs())
 def test_random_row_programs_match_the_reference(case):

@@ -14,8 +14,6 @@ import tcpy
 from tcpy import tinyir
 from tcpy.tinyir.examples import CONV_SIZES, attention, attention_as_listed, conv, gemm
 
-from strategies import DERANDOMIZE
-
 NP = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32, "i32": np.int32, "bool": np.bool_}
 V3 = tcpy.Options(target="x86-64-v3", num_threads=2)  # plans shown by explain() fixed
 
@@ -474,19 +472,19 @@ def _compare(program, arrays, env, backend):
     check_close(got, want, tol, tol)
 
 
-@settings(max_examples=25, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(movement_graphs())
 def test_random_graphs_compiled(case):
     _compare(*case, backend="compiled")
 
 
-@settings(max_examples=10, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(movement_graphs(symbolic=True))
 def test_random_graphs_symbolic_shapes(case):
     _compare(*case, backend="compiled")
 
 
-@settings(max_examples=100, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(movement_graphs())
 def test_random_graphs_reference(case):
     _compare(*case, backend="reference")

@@ -16,7 +16,6 @@ import tcpy
 import tcpy.target
 from tcpy.runtime.build import build_library
 from tcpy.target import DEFAULT_COST_MODEL, PRESETS, Target
-from strategies import DERANDOMIZE
 from test_contraction import EPS, RUNNABLE, tiny_caches
 from test_conv import GUARDED_WEIGHTS, PADDED, _engine
 
@@ -199,7 +198,7 @@ def winograd_convolutions(draw, min_out: int = 2):
     return source, args, options, dtype, c * 9
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=winograd_convolutions())
 def test_random_winograd_convolutions_match_the_reference(case):

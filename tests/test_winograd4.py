@@ -15,7 +15,6 @@ import tcpy
 import tcpy.target
 from tcpy.target import DEFAULT_COST_MODEL
 from tcpy.winograd_matrices import transforms
-from strategies import DERANDOMIZE
 from test_contraction import EPS
 from test_conv import GUARDED_WEIGHTS, PADDED
 from test_winograd import ALWAYS_WINOGRAD, _conv_source, _paths, _zeros, check_planted_values, winograd_convolutions
@@ -76,7 +75,7 @@ def test_the_margin_and_axes_shorter_than_a_tile_keep_f2():
         assert "Winograd F(2x2, 3x3)" in _explain(tcpy.define(_conv_source()), I, Wt)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=winograd_convolutions(min_out=4))
 def test_random_f4_convolutions_match_the_reference(case):

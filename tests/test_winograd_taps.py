@@ -15,7 +15,6 @@ import tcpy
 import tcpy.target
 from tcpy import demo
 from tcpy.target import Target
-from strategies import DERANDOMIZE
 from test_contraction import EPS, RUNNABLE, tiny_caches
 from test_conv import _engine
 from test_winograd import ALWAYS_WINOGRAD, AVX2
@@ -117,7 +116,7 @@ def _check_close(got, want, dtype, k_len):
     np.testing.assert_allclose(got, want, rtol=32 * eps * (k_len + 1), atol=32 * eps * (k_len + 1) * scale)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=weight_gradients())
 def test_random_weight_gradients_match_the_reference(case):

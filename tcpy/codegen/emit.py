@@ -20,6 +20,8 @@ installed package runs the compiled module (``COMPILED``), while linters, type c
 coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
 :mod:`tcpy.codegen`).
 """
+import contextlib
+
 import cython
 
 from tcpy.lang import ast
@@ -431,29 +433,44 @@ class _Emitter:
         self.emit(f"{acc_type.c_type} {', '.join(f'{a} = {identity(op, acc_type)}' for a in accs[1:])};", depth + 1)
         if flagged:
             self.emit(f"int {', '.join(f'{n} = 0' for n in nans[1:])};", depth + 1)
-        self.emit(f"#pragma omp simd{clause}", depth + 1)
-        self.emit(f"for (int64_t {start} = {lo}; {start} < {strips_end}; {start}++) {{", depth + 1)
-        self.in_simd += 1
-        for k in range(REDUCTION_STRIPS):
-            self.emit(f"{{ const int64_t {node.var} = {start} + {offsets[k]};", depth + 2)
-            self.strip = str(k) if k else ""  # this strip's accumulator
-            self.nodes(node.body, depth + 3)
-            self.strip = ""
-            self.emit("}", depth + 2)
-        self.emit("}", depth + 1)
+        runtime = isinstance(hi, str)  # (bounds known at run time only: see _guarded)
+        with self._guarded(runtime, lo, strips_end, depth + 1) as d:
+            self.emit(f"#pragma omp simd{clause}", d)
+            self.emit(f"for (int64_t {start} = {lo}; {start} < {strips_end}; {start}++) {{", d)
+            self.in_simd += 1
+            for k in range(REDUCTION_STRIPS):
+                self.emit(f"{{ const int64_t {node.var} = {start} + {offsets[k]};", d + 1)
+                self.strip = str(k) if k else ""  # this strip's accumulator
+                self.nodes(node.body, d + 2)
+                self.strip = ""
+                self.emit("}", d + 1)
+            self.emit("}", d)
         if tail:
-            self.emit(f"#pragma omp simd reduction({op}:tcpy_acc)" + (" reduction(|:tcpy_nan)" if flagged else ""),
-                      depth + 1)
-            self.emit(f"for (int64_t {node.var} = {rest}; {node.var} < {hi}; "
-                      f"{node.var}++) {{", depth + 1)
-            self.nodes(node.body, depth + 2)
-            self.emit("}", depth + 1)
+            with self._guarded(runtime, rest, hi, depth + 1) as d:
+                self.emit(f"#pragma omp simd reduction({op}:tcpy_acc)" + (" reduction(|:tcpy_nan)" if flagged else ""),
+                          d)
+                self.emit(f"for (int64_t {node.var} = {rest}; {node.var} < {hi}; {node.var}++) {{", d)
+                self.nodes(node.body, d + 1)
+                self.emit("}", d)
         self.in_simd -= 1
         while len(accs) > 1:  # pairwise: ((acc + acc1) + (acc2 + acc3))
             accs = [combine(op, a, b, acc_type) for a, b in zip(accs[::2], accs[1::2])] + accs[len(accs) // 2 * 2:]
         self.emit(f"tcpy_acc = {accs[0]};", depth + 1)
         if flagged:
             self.emit(f"tcpy_nan |= {' | '.join(nans[1:])};", depth + 1)
+        self.emit("}", depth)
+
+    @contextlib.contextmanager
+    def _guarded(self, guard: bool, first, end, depth: int):
+        """With ``guard``, what the block emits (at the depth it is given) runs only when
+        ``first < end`` (C): an ``omp simd`` reduction loop that runs no iteration still
+        combines its vector accumulator's lanes one by one (a row's dozens of dependent adds,
+        in a size-generic kernel whose strips or rest are empty at a call's sizes)."""
+        if not guard:
+            yield depth
+            return
+        self.emit(f"if ({first} < {end}) {{", depth)
+        yield depth + 1
         self.emit("}", depth)
 
     def nodes(self, nodes, depth):

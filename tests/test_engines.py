@@ -14,7 +14,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "tcpy"
 DECIDING_PASS = PACKAGE_DIR / "transform" / "engines.py"
 # The planner's entry points (recognising a contraction and planning it), and the modules that
 # may call them: the deciding pass and the planner itself (its functions call each other).
-ENGINE_PLANNER = {"recognize", "plan", "contraction_of", "engine_of"}
+ENGINE_PLANNER = {"recognize", "plan", "winograd_over_gemm", "contraction_of", "engine_of"}
 ALLOWED = {DECIDING_PASS, *(PACKAGE_DIR / "transform" / name for name in ("contraction.py", "recognition.py"))}
 # The loop scheduler: only the deciding pass calls it.
 LOOP_SCHEDULER = {"choose_schedule"}

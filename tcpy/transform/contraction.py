@@ -51,6 +51,7 @@ NARROW_N_GAIN = 1.05  # a tile fitting N's extent better must win by this (8x3 r
 # B's runs along N must be this many slivers long for the kernel to pack B (most slivers inside a
 # run: a 7x7 image's 49 pixels hold one 48-wide sliver at 1 of 49 offsets)
 IN_KERNEL_RUN_SLIVERS = 4
+UNROLL = 4  # k steps per iteration of the micro-kernels' loops (kc is a multiple)
 ONE_K_BLOCK_SLACK = 1.5  # K up to this many L1-sized K blocks runs as one when the output is beyond L2
 
 
@@ -192,7 +193,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     batch, M, N, K = con.sizes
     mr, nv = _micro_tile_of(target, s, N, overrides)
     nr = nv * lanes
-    unroll = 4
+    unroll = UNROLL
     path_set = overrides.get("path")
     if path_set is not None and not _path_runs(path_set, con):
         _bad_plan("path", f"a path this contraction can run ({', '.join(p for p in PLAN_PATHS if _path_runs(p, con))})",
@@ -261,9 +262,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     # ways and one way stays free for C, so B's sliver may fill W - 1 - C_A ways. The packed A
     # block (mc x kc) stays in half of L2; the packed B panel (kc x nc) in half of this core's
     # share of L3.
-    a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
-    b_ways = max(1, target.l1d_ways - 1 - a_ways)
-    kc_max = _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll)
+    a_ways, b_ways, kc_max = _l1_fit(target, mr, nr, s)
     conv = conv_form(con) if not b_packed_once and (path_set == "direct_conv" or not overrides) else None
     dplan = None
     if conv is not None and (direct_conv or path_set == "direct_conv"):
@@ -273,14 +272,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
             return dplan
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
-        baseline = None  # per thread, what would run instead of Winograd
-        if dplan is not None:
-            baseline = batch * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2,
-                                                  target.cost) / dplan.grid[2]
-        elif conv is not None:
-            baseline = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, threads, target.cost)
-        wplan = _winograd_plan(con, form, target, threads, kc_max, unroll, baseline, dplan is not None,
-                               winograd_tiles)
+        wplan = _winograd_choice(con, form, conv, dplan, target, threads, mr, nr, kc_max, winograd_tiles)
         if wplan is not None:
             return wplan
     taps = winograd_taps_form(con) if winograd and not b_packed_once and not overrides else None
@@ -435,6 +427,49 @@ def _direct_conv_plan(con: Contraction, form: ConvForm, target: Target, threads:
                 threads, reasons, conv=form, cache_line=target.cache_line)
 
 
+def _l1_fit(target: Target, mr: int, nr: int, element_bytes: int) -> tuple[int, int, int]:
+    """The L1 ways of the A slivers (MR x kc) and of the B sliver (kc x NR) of an MR x NR
+    micro-tile, and the longest kc whose B sliver fits its ways (see :func:`plan`: one way stays
+    free for C)."""
+    a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
+    b_ways = max(1, target.l1d_ways - 1 - a_ways)
+    return a_ways, b_ways, _round_down(target.l1d * b_ways // target.l1d_ways // (nr * element_bytes), UNROLL)
+
+
+def winograd_over_gemm(con: Contraction, target: Target, threads: int, tiles: tuple[int, ...]) -> Optional[Plan]:
+    """The winograd path's plan of ``con`` (with the tile sizes ``tiles``) when the cost model
+    prefers it to the implicit GEMM, else None: :func:`plan`'s choice between those two alone
+    (a size-generic kernel's at a call shape: it holds no direct_conv or winograd_taps routine,
+    so what :func:`plan` would weigh besides is not needed)."""
+    if _batch_lanes_ok(con) or direct_ok(con):
+        return None  # (paths plan() takes before weighing Winograd)
+    form = winograd_form(con)
+    if form is None:
+        return None
+    s = con.dtype.bits // 8
+    mr, nv = micro_tile(target, s, con.size("n"))
+    nr = nv * target.lanes(s)
+    return _winograd_choice(con, form, conv_form(con), None, target, threads, mr, nr, _l1_fit(target, mr, nr, s)[2],
+                            tiles)
+
+
+def _winograd_choice(con: Contraction, form: WinogradForm, conv: Optional[ConvForm], dplan: Optional[Plan],
+                     target: Target, threads: int, mr: int, nr: int, kc_max: int, tiles: tuple[int, ...]
+                     ) -> Optional[Plan]:
+    """The winograd path's plan of ``con`` (its ``form``) when it beats what would run instead:
+    the direct convolution's ``dplan``, else the implicit GEMM on the MR x NR micro-tile (its
+    ``conv`` form's gather included), else the FMAs of a GEMM over all 9 taps."""
+    s = con.dtype.bits // 8
+    lanes = target.lanes(s)
+    baseline = None  # per thread, what would run instead of Winograd
+    if dplan is not None:
+        baseline = con.size("batch") * direct_conv_cycles(conv, dplan.mr, dplan.nr_vectors, lanes, s, target.l2,
+                                                          target.cost) / dplan.grid[2]
+    elif conv is not None:
+        baseline = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, threads, target.cost)
+    return _winograd_plan(con, form, target, threads, kc_max, UNROLL, baseline, dplan is not None, tiles)
+
+
 def _implicit_gemm_cycles(con: Contraction, conv: ConvForm, mr: int, nr: int, lanes: int, kc: int, threads: int,
                           cost: CostModel) -> float:
     """Estimated cycles of the slowest of ``threads`` running ``con`` as an implicit GEMM (the
@@ -548,9 +583,8 @@ def _winograd_taps_plan(con: Contraction, form: WinogradTapsForm, target: Target
     fast = winograd_taps_cycles(form, mr, nr, fmas, cost) / min(threads, POINTS * slivers)
     if gemm < cost.winograd_gain_min * fast:
         return None
-    a_ways = max(1, int((target.l1d_ways - 1) / (1 + nr / mr)))
-    b_ways = max(1, target.l1d_ways - 1 - a_ways)
-    kc = _balanced(form.tiles, _round_down(target.l1d * b_ways // target.l1d_ways // (nr * s), unroll), unroll)
+    _, b_ways, kc_max = _l1_fit(target, mr, nr, s)
+    kc = _balanced(form.tiles, kc_max, unroll)
     chunk = chunk_tiles(form, kc, s, threads * target.l3_per_core)
     rows = -(-form.M // mr) * mr
     grid = (1, 1, min(threads, POINTS * slivers), 1)

@@ -25,7 +25,7 @@ from ..options import Options
 from ..target import Target
 from ..contraction_ir import WINOGRAD_TILES, Contraction, Plan
 from ..schedule import StmtSchedule, choose_schedule
-from .contraction import direct_ok, micro_tile, plan, register_tiles
+from .contraction import direct_ok, micro_tile, plan, register_tiles, winograd_over_gemm
 from .recognition import recognize, split_result_scale
 from .winograd import winograd_form
 
@@ -175,9 +175,9 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
     tile, form = kernel.plan, kernel.plan.winograd
     if form is not None:
         sizes = tuple(sorted({size for size, _, _ in tile.winograd_tiles}))
-        chosen = plan(con, options.target, threads, direct_conv=False, pack_b_in_kernel=False, winograd_tiles=sizes)
+        chosen = winograd_over_gemm(con, options.target, threads, sizes)
         image = getattr(kernel.contraction, form.image).tensor
-        if (chosen.path == "winograd" and getattr(con, chosen.winograd.image).tensor == image
+        if (chosen is not None and getattr(con, chosen.winograd.image).tensor == image
                 and len(con.guards) <= len(kernel.contraction.guards)
                 and (chosen.winograd.tile, chosen.mr, chosen.nr_vectors) in tile.winograd_tiles):
             return con, chosen

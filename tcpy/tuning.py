@@ -77,9 +77,12 @@ def _from_json(data: dict) -> Optional[Options]:
 
 def tuned_options(kernel, sizes: Mapping[str, int]) -> Optional[Options]:
     """The options ``autotune`` recorded for this kernel's def and these sizes, if any."""
+    records = _load_all()
+    if not records and not _memory:
+        return None  # nothing tuned (a new call shape of a generic kernel asks: no key to make)
     key = _key(kernel, sizes)
     if key not in _memory:
-        entry = _load_all().get(key)
+        entry = records.get(key)
         _memory[key] = _from_json(entry) if isinstance(entry, dict) else None
     return _memory[key]
 

@@ -32,6 +32,7 @@ Environment:
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shlex
@@ -304,14 +305,19 @@ def _compiler_name_version(cc: str) -> tuple[str, Optional[str]]:
 
 def _kernel_dir() -> Path:
     """``<cache root>/kernels``, created if needed; falls back to a temporary directory."""
-    root = Path(os.environ.get("TCPY_CACHE_DIR") or platformdirs.user_cache_dir("tcpy"))
-    kernels = root / "kernels"
+    kernels = _kernels_in(os.environ.get("TCPY_CACHE_DIR") or platformdirs.user_cache_dir("tcpy"))
     problem = _unusable(kernels)
     if problem is None:
         return kernels
     _warn_once(str(kernels), f"tcpy: cannot use the kernel cache directory {kernels} ({problem}); compiled kernels "
                "go to a temporary directory for this process. Set TCPY_CACHE_DIR to a writable directory.")
     return _temporary_kernel_dir()
+
+
+@functools.lru_cache(maxsize=16)
+def _kernels_in(root: str) -> Path:
+    """``<root>/kernels`` (made once per root: a new call shape's tuning lookup asks)."""
+    return Path(root) / "kernels"
 
 
 def _temporary_kernel_dir() -> Path:

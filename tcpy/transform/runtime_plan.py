@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Mapping, Optional
 
 import numpy as np
@@ -108,8 +109,8 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     other = acc["b" if guarded == "a" else "a"]
     fields = {**sizes_, "kc": plan.kc, "mc": plan.mc, "nc": plan.nc, "grid_batch": tb, "grid_m": tm, "grid_n": tn,
               "swapped": int(swapped and not keep), "a_base": acc["a"].offset, "b_base": acc["b"].offset,
-              "c_base": acc["c"].offset, "a_k_unit": int(_runs(dims["a_k"], 0)[0]),
-              "b_k_unit": int(_runs(dims["b_k"], 0)[0]),
+              "c_base": acc["c"].offset, "a_k_unit": int(_unit_run(dims["a_k"])),
+              "b_k_unit": int(_unit_run(dims["b_k"])),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
               "other_elements": other.elements}
     if plan.path in RUNTIME_PATHS:
@@ -125,25 +126,17 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     return np.concatenate(parts)
 
 
-@functools.lru_cache(maxsize=None)
-def _field_index(names: tuple[str, ...]) -> dict[str, int]:
-    return {name: i for i, name in enumerate(names)}
-
-
 def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[str, np.ndarray],
              at: int) -> list[np.ndarray]:
     """A header of ``names`` holding ``fields`` and where each of ``tables`` starts (its
     ``<name>_table`` field: the section starts at ``at`` in the buffer), then the tables."""
-    index = _field_index(names)
-    header = [0] * len(names)  # (filled as a list: a new call shape's plan sets each field once)
-    for name, value in fields.items():
-        header[index[name]] = value
-    at += len(header)
+    at += len(names)
+    starts = {}
     for name, table in tables.items():
-        header[index[name + "_table"]] = at
+        starts[name + "_table"] = at
         at += len(table)
-    parts = [np.array(header, np.int64), *tables.values()]
-    return parts
+    header = [fields[name] if name in fields else starts.get(name, 0) for name in names]
+    return [np.array(header, np.int64), *tables.values()]
 
 
 def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> list[np.ndarray]:
@@ -203,9 +196,14 @@ def _table(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
     (:func:`_dims`: each one affine dimension); read-only, kept for the variants and call
     shapes that share them (a chain's blocks of the same columns, a dimension of the same
     extent)."""
-    offsets = np.zeros(1, np.int64)
+    offsets = None
     for extent, stride in dims:
-        offsets = (offsets[:, None] + stride * np.arange(extent, dtype=np.int64)[None, :]).ravel()
+        if extent == 1 and offsets is not None:
+            continue  # (adds 0 to every offset)
+        axis = np.arange(0, extent * stride, stride, dtype=np.int64) if stride else np.zeros(extent, np.int64)
+        offsets = axis if offsets is None else (offsets[:, None] + axis).ravel()
+    if offsets is None:
+        offsets = np.zeros(1, np.int64)
     offsets.flags.writeable = False
     return offsets
 
@@ -249,13 +247,27 @@ def _segments(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
     return segments
 
 
+def _unit_run(dims: tuple[tuple[int, int], ...]) -> bool:
+    """Whether the offsets of :func:`_table` ``(dims)`` are one unit-stride run (x, x + 1, ...):
+    each dimension (but those of one value) steps by the extent of those inside it."""
+    step = 1
+    for extent, stride in reversed(dims):
+        if extent != 1:
+            if stride != step:
+                return False
+            step *= extent
+    return True
+
+
 @functools.lru_cache(maxsize=256)
 def _runs(dims: tuple[tuple[int, int], ...], width: int) -> np.ndarray:
     """Per block of ``width`` linear indices of :func:`_table` ``(dims)`` (the last block
-    partial), 1 where the block's offsets are one unit-stride run (x, x + 1, ...); ``width`` 0:
-    the whole table as one block."""
+    partial), 1 where the block's offsets are one unit-stride run (x, x + 1, ...)."""
+    if _unit_run(dims):
+        runs = np.ones(-(-math.prod(extent for extent, _ in dims) // width), np.int64)
+        runs.flags.writeable = False
+        return runs
     offsets = _table(dims)
-    width = width or len(offsets)
     runs = np.ones(-(-len(offsets) // width), np.int64)
     breaks = (offsets[1:] - offsets[:-1] != 1).nonzero()[0]  # the steps from an index to the next that are not 1
     runs[breaks[breaks % width != width - 1] // width] = 0  # (a step into the next block breaks none)

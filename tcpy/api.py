@@ -433,14 +433,14 @@ class Kernel(Launcher):
         statements = [(s.stmt, bound.statements[s.origin]) for s in generic.ir.program.statements]
         auto = self.options.specialize == "auto"
         holder = []
-        points = max(1, _points(ranges for _, ranges in statements))
-        hot_calls = max(2, min(SPECIALIZE_AFTER_CALLS, -(-SPECIALIZE_AFTER_POINTS // points)))
+        points = _points(ranges for _, ranges in statements)
+        hot_calls = max(2, min(SPECIALIZE_AFTER_CALLS, -(-SPECIALIZE_AFTER_POINTS // max(1, points))))
 
         def hot(table_key):
             # (options for the calling thread's count, found once the shape is hot: most never are)
             self._specialize_in_background(table_key, holder[0], sizes, self.options_for(sizes), hot_calls)
 
-        entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0,
+        entry = self._entry(generic, bound, statements, address, self.options.num_threads or 0, points,
                             constants=(size_block(self.ranges.size_vars, sizes), *plans),
                             on_hot=hot if auto else None, hot_calls=hot_calls, temp_pool=self._generic_temps)
         holder.append(entry)
@@ -475,10 +475,12 @@ class Kernel(Launcher):
         return self._entry(spec, spec.bound, statements, lambda: _build_and_load(spec, options),
                            options.num_threads or 0)  # else tcpy.set_num_threads, then OpenMP's count
 
-    def _entry(self, spec: Specialization, bound, statements, address, num_threads: int, **extra) -> LaunchEntry:
+    def _entry(self, spec: Specialization, bound, statements, address, num_threads: int,
+               points: Optional[int] = None, **extra) -> LaunchEntry:
         """A launcher entry for the kernel ``spec`` at ``bound`` sizes; ``statements``: each
         statement of its program with its ranges at those sizes; ``address``: the kernel's, or
-        a function that builds it."""
+        a function that builds it; ``points``: the statements' iterations (:func:`_points`),
+        if at hand."""
         shapes = bound.shapes
         program = spec.ir.program
         accumulated = {s.target for s in caller_accumulations(self.def_)}
@@ -503,7 +505,7 @@ class Kernel(Launcher):
             error_messages=list(spec.error_messages),
             num_threads=num_threads,
             single_output=len(self.def_.returns) == 1,
-            quick=_points(ranges for _, ranges in statements) < QUICK_CALL_POINTS,
+            quick=(_points(ranges for _, ranges in statements) if points is None else points) < QUICK_CALL_POINTS,
             **extra,
         )
 

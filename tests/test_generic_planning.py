@@ -1,6 +1,7 @@
 """Planning a new call shape of a size-generic kernel: its shortcuts (bounds evaluated without
-isl, the L1 sets a B sliver crowds counted with NumPy and kept per sizes) give what the direct
-computations give, and shapes that share a kept result run as the reference evaluator does."""
+isl, the L1 sets a B sliver crowds counted with NumPy and kept per sizes, a plan buffer's tables
+read from their dimensions) give what the direct computations give, and shapes that share a
+kept result run as the reference evaluator does."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from tcpy.ranges.index_values import check_index_results
 from tcpy.ranges.isl_helpers import value_at
 from tcpy.target import Target
 from tcpy.transform.contraction import _sliver_lines_per_set
+from tcpy.transform.runtime_plan import _runs, _segments, _table, _unit_run
 
 # a guarded read, a range of floor bounds (stride 2: isl evaluates those) and a depthwise window
 DEFS = (GEMM, CONV2D, ATTENTION, padded_conv2d_source(3, 2, 1), padded_conv2d_source(5, 1, 2, depthwise=True))
@@ -106,3 +108,40 @@ def test_a_bind_raises_exactly_where_an_index_value_leaves_int32(n, m):
         with pytest.raises(tcpy.TCPreconditionError) as raised:
             ranges.bind(sizes)
         assert str(raised.value) == expected
+
+
+def _offsets(dims):
+    """Each linear index's offset, counted out (outer dimension first)."""
+    offsets = [0]
+    for extent, stride in dims:
+        offsets = [o + stride * i for o in offsets for i in range(extent)]
+    return offsets
+
+
+def _run_from(offsets, i):
+    """The length and step of the run of equal steps of 1 or 2 from index ``i`` (1, 1: none)."""
+    step = offsets[i + 1] - offsets[i] if i + 1 < len(offsets) else 0
+    if step not in (1, 2):
+        return 1, 1
+    end = i
+    while end + 1 < len(offsets) and offsets[end + 1] - offsets[end] == step:
+        end += 1
+    return end - i + 1, step
+
+
+@settings(max_examples=300, deadline=None)
+@given(dims=st.lists(st.tuples(st.integers(1, 6), st.sampled_from((0, 1, 2, 3, -1, -2, 4, 5, 12))), max_size=3),
+       width=st.integers(1, 5))
+def test_a_plan_buffer_s_tables_are_the_counted_out_offsets(dims, width):
+    dims = tuple(dims)
+    for cached in (_table, _runs, _segments):
+        cached.cache_clear()
+    offsets = _offsets(dims)
+    assert _table(dims).tolist() == offsets
+    steps = [b - a for a, b in zip(offsets, offsets[1:])]
+    assert _unit_run(dims) == all(s == 1 for s in steps)
+    blocks = range(-(-len(offsets) // width))
+    assert _runs(dims, width).tolist() == [int(all(s == 1 for s in steps[b * width:(b + 1) * width - 1]))
+                                           for b in blocks]
+    runs = [_run_from(offsets, i) for i in range(len(offsets))]
+    assert _segments(dims).tolist() == [length * 4 + step for length, step in runs]

@@ -268,10 +268,11 @@ cdef class _ArraySpec:
         if not self.dtype.isnative or self.dtype.kind not in "biuf":  # float16 is numeric too
             raise ValueError(f"kernels need a native numeric dtype, not {self.dtype}")
         self.nd = len(self.shape)
+        self.nbytes = self.dtype.itemsize
         for i, d in enumerate(self.shape):
             self.dims[i] = d
+            self.nbytes *= d  # (a new call shape's entry makes several specs: no NumPy call)
         self.typenum = self.dtype.num
-        self.nbytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
 
     cdef inline cnp.ndarray zeros(self):
         return cnp.PyArray_ZEROS(self.nd, self.dims, self.typenum, 0)

@@ -746,6 +746,8 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
 
 
 def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool = False) -> tuple[int, int, int, int]:
+    if threads <= 1:
+        return (1, 1, 1, 1)  # (the only grid of one cell: a chain's block, a one-thread call)
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
     best = None

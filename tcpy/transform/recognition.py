@@ -400,10 +400,14 @@ def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
                 groups[-1].append(v)
                 continue
         groups.append([v])
-    return tuple(Group(tuple(g), math.prod(extents[v] for v in g),
-                       accs["a"].stride(g[-1]), accs["b"].stride(g[-1]), accs["c"].stride(g[-1]),
-                       tuple(accs[t].stride(g[-1]) for t in guards))
-                 for g in groups)
+    a, b, c, forms = accs["a"], accs["b"], accs["c"], [accs[t] for t in guards]
+    merged = []
+    for g in groups:
+        inner = g[-1]
+        extent = extents[inner] if len(g) == 1 else math.prod(extents[v] for v in g)
+        merged.append(Group(tuple(g), extent, a.stride(inner), b.stride(inner), c.stride(inner),
+                            tuple(form.stride(inner) for form in forms)))
+    return tuple(merged)
 
 
 # ----------------------------------------------------------------------------- blocks of rows

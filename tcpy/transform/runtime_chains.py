@@ -30,7 +30,6 @@ batch, ``panel`` elements apart).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from types import SimpleNamespace
 from typing import Mapping, Optional
@@ -189,7 +188,6 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
                 return None
             emptied = [role for role in ("n", "k") if empty & set(block.role_vars(role))] if empty else ()
             if emptied:
-                buffer = buffer.copy()
                 buffer[[runtime_plan.field(role) for role in emptied]] = 0
             values = []
             for base in bases:
@@ -210,15 +208,11 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
     return buffers
 
 
-@functools.lru_cache(maxsize=256)
 def _block_buffer(block: Contraction, tile: tuple[int, int], nominal: Contraction, target) -> Optional[np.ndarray]:
     """The run-time engine's plan buffer of ``block`` (planned with the micro-tile ``tile`` on
-    ``target``), kept for the shapes whose blocks are the same (a block's extents and strides
-    depend on few sizes: attention's on the head size and the rows and columns per block)."""
-    buffer = contraction_buffer(block, shape_block(block, target, tile), nominal)
-    if buffer is not None:
-        buffer.flags.writeable = False  # (shared by the shapes' plan buffers, which copy it)
-    return buffer
+    ``target``) (not kept across call shapes: a block's extents are the call's rows and columns
+    per block, whose pairs seldom repeat)."""
+    return contraction_buffer(block, shape_block(block, target, tile), nominal)
 
 
 def _at_sizes(nominal: Contraction, accesses, ranges, shapes, sizes) -> Optional[Contraction]:

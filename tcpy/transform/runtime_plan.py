@@ -227,6 +227,13 @@ def _joined(tables) -> np.ndarray:
 def _segments(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
     """Per linear index of :func:`_table` ``(dims)``, ``length * 4 + step``: the run of its
     offsets from it on with a step of 1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
+    varying = [(extent, stride) for extent, stride in dims if extent != 1]
+    if len(varying) <= 1:  # one step throughout: the runs end at the table's end, or are single
+        n, step = varying[0] if varying else (1, 1)
+        segments = np.arange(n * 4, 0, -4, dtype=np.int64) + step if step in (1, 2) else np.full(n, 5, np.int64)
+        segments[-1] = 5  # (the last offset: a run of one)
+        segments.flags.writeable = False
+        return segments
     offsets = _table(dims)
     n = len(offsets)
     index = np.arange(n)

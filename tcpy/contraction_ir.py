@@ -233,6 +233,16 @@ class Contraction:
         """Every index variable as a convolution form's :class:`Var`, ``image`` (``"a"`` or
         ``"b"``) the image operand: its extent, its strides in the image, the weights, the
         output and each guard, and its stride in its role's linear index (M or N)."""
+        found = self._image_vars.get(image)
+        if found is None:  # (the convolution forms each ask, at every call shape of a generic kernel)
+            found = self._image_vars[image] = self._vars_with_image(image)
+        return found
+
+    @functools.cached_property
+    def _image_vars(self) -> dict[str, dict[str, "Var"]]:
+        return {}
+
+    def _vars_with_image(self, image: str) -> dict[str, "Var"]:
         img, wts = getattr(self, image), getattr(self, "b" if image == "a" else "a")
         extents = dict(self.extents)
         line = {}
@@ -439,9 +449,9 @@ class WinogradForm(ImageForm):
         """Tiles along ``axis`` (the last one partial when the tile does not divide it)."""
         return -(-axis.out.extent // self.tile)
 
-    @property
+    @functools.cached_property
     def tiles(self) -> int:
-        """Tiles per batch index (the products' columns)."""
+        """Tiles per batch index (the products' columns; the planner asks many times)."""
         return math.prod(v.extent for v in self.n) * self.axis_tiles(self.rows) * self.axis_tiles(self.cols)
 
     def describe(self) -> str:

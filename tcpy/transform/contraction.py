@@ -518,11 +518,11 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
         widest = micro_tile(target, s, form.tiles)
         narrower = [(mr, nv) for nv, mr in register_tiles(target).items()
                     if shares(form, (mr, nv)) > shares(form, widest)]
-        return min([widest, *narrower], key=lambda tile: per_thread(form, tile))
+        return min(((per_thread(form, tile), tile) for tile in (widest, *narrower)), key=lambda pair: pair[0])
 
     candidates = [dataclasses.replace(form, tile=t) for t in tiles
                   if min(form.rows.out.extent, form.cols.out.extent) >= t]
-    estimates = [(per_thread(f, tile), f, tile) for f in candidates for tile in (best_tile(f),)]
+    estimates = [(estimate, f, tile) for f in candidates for estimate, tile in (best_tile(f),)]
     fast, form, (mr, nv) = estimates[0]
     f2_estimate = fast
     for estimate, f, tile in estimates[1:]:

@@ -336,13 +336,14 @@ def split_result_scale(stmt: ast.Stmt) -> Optional[tuple[ast.Stmt, ast.Stmt]]:
 
 def _groups(roles, extents, a: AffineAccess, b: AffineAccess, c: AffineAccess, guards) -> dict:
     """Each role's variables merged into groups (:func:`_merge`) over the tensors it indexes."""
-    accs = {"a": a, "b": b, "c": c, **{f"g{i}": g for i, g in enumerate(guards)}}
+    strides = {"a": dict(a.strides), "b": dict(b.strides), "c": dict(c.strides),
+               **{f"g{i}": dict(g.coefs) for i, g in enumerate(guards)}}
     # a guard is one more affine form of the variables: merged groups must keep it affine
     forms = tuple(f"g{i}" for i in range(len(guards)))
     groups = {}
     for role, primary, members in (("batch", "c", "abc"), ("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
-        vars_ = sorted(roles[role], key=lambda v: -abs(accs[primary].stride(v)))
-        groups[role] = _merge(vars_, extents, accs, (*members, *forms), forms)
+        vars_ = sorted(roles[role], key=lambda v: -abs(strides[primary].get(v, 0)))
+        groups[role] = _merge(vars_, extents, strides, (*members, *forms), forms)
     return groups
 
 
@@ -389,24 +390,24 @@ def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, siz
     return tuple(dims), source_offset, access
 
 
-def _merge(vars_, extents, accs, members, guards) -> tuple[Group, ...]:
+def _merge(vars_, extents, strides, members, guards) -> tuple[Group, ...]:
     """Groups of neighbouring variables that address every member (a tensor or a guard, by its
-    name in ``accs``) like one variable."""
+    name in ``strides``: its stride or coefficient per variable) like one variable."""
     groups: list[list[str]] = []
     for v in vars_:
         if groups:
             outer = groups[-1][-1]
-            if all(accs[t].stride(outer) == extents[v] * accs[t].stride(v) for t in members):
+            if all(strides[t].get(outer, 0) == extents[v] * strides[t].get(v, 0) for t in members):
                 groups[-1].append(v)
                 continue
         groups.append([v])
-    a, b, c, forms = accs["a"], accs["b"], accs["c"], [accs[t] for t in guards]
+    a, b, c, forms = strides["a"], strides["b"], strides["c"], [strides[t] for t in guards]
     merged = []
     for g in groups:
         inner = g[-1]
         extent = extents[inner] if len(g) == 1 else math.prod(extents[v] for v in g)
-        merged.append(Group(tuple(g), extent, a.stride(inner), b.stride(inner), c.stride(inner),
-                            tuple(form.stride(inner) for form in forms)))
+        merged.append(Group(tuple(g), extent, a.get(inner, 0), b.get(inner, 0), c.get(inner, 0),
+                            tuple(form.get(inner, 0) for form in forms)))
     return tuple(merged)
 
 
@@ -487,10 +488,10 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
                                        tuple((v, s) for v, s in acc.strides if v not in fixed_set))
             bases.append(Base(acc.tensor, acc.offset,
                               tuple((v, s) for v, s in acc.strides if v in fixed_set or v in moving)))
-    groups = {}
+    groups, strides = {}, {which: dict(acc.strides) for which, acc in accs.items()}
     for role, primary, members in (("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted((v for v in con.role_vars(role) if v not in fixed_set),
-                       key=lambda v: -abs(accs[primary].stride(v)))
-        groups[role] = _merge(vars_, extents, accs, members, ())
+                       key=lambda v: -abs(strides[primary].get(v, 0)))
+        groups[role] = _merge(vars_, extents, strides, members, ())
     return (Contraction(con.stmt, con.dtype, accs["a"], accs["b"], accs["c"], (), groups["m"], groups["n"],
                         groups["k"], con.alpha, con.alpha_tensors, con.init), tuple(bases))

@@ -8,6 +8,9 @@ random shapes. Per def: the libraries compiled (size-generic and specialised), t
 (the best of three repeat calls): what a new shape costs beyond the kernel. NumPy's code for the
 same def is timed the same way on the same shapes: its figures are what a first call at a new
 shape costs with no planning at all (fresh output memory faulted in, caches and allocators).
+A second kernel of the def (its generic library from the cache) then meets the same shapes with
+``out=`` arrays made and written beforehand: its new-shape cost leaves out the first touch of
+fresh output memory (the planning, the first run of the kernel at the shape and its temporaries).
 
 ``varlen``: attention over ``--batches`` batches whose sequence length is drawn from 64 to 2048
 (one head size), the total wall time of the loop, compiles included, for tcpy under
@@ -98,11 +101,16 @@ def sweep(case: str, count: int, threads: int, seed: int) -> dict:
         wall = time.perf_counter() - start
         kernel.finish_specializations()
         info = cache_info()
+        again = tcpy.define(SOURCES[case], options=tcpy.Options(num_threads=threads))
+        _, out_beyond = _new_shape_costs(again, case, shapes, seed, out=True)
+        again.finish_specializations()
     _, numpy_beyond = _new_shape_costs(NUMPY[case], case, shapes, seed)
     return {"case": case, "shapes": len(shapes), "compiles_generic": info["generic"],
             "compiles_specialised": info["entries"] - info["generic"], "first_call_s": first,
             "new_shape_ms_median": 1e3 * statistics.median(beyond), "new_shape_ms_p90": 1e3 * _p90(beyond),
-            "new_shape_ms_max": 1e3 * max(beyond), "numpy_new_shape_ms_median": 1e3 * statistics.median(numpy_beyond),
+            "new_shape_ms_max": 1e3 * max(beyond), "out_new_shape_ms_median": 1e3 * statistics.median(out_beyond),
+            "out_new_shape_ms_p90": 1e3 * _p90(out_beyond), "out_new_shape_ms_max": 1e3 * max(out_beyond),
+            "numpy_new_shape_ms_median": 1e3 * statistics.median(numpy_beyond),
             "numpy_new_shape_ms_p90": 1e3 * _p90(numpy_beyond), "numpy_new_shape_ms_max": 1e3 * max(numpy_beyond),
             "wall_s": wall}
 
@@ -111,15 +119,33 @@ def _p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
 
 
-def _new_shape_costs(fn, case: str, shapes: list[tuple], seed: int) -> tuple[float, list[float]]:
+def output_shape(case: str, shape: tuple) -> tuple:
+    """The shape of ``case``'s output for arguments of ``shape``."""
+    if case == "gemm":
+        (m, _), (_, n) = shape
+        return (m, n)
+    if case == "conv":
+        (n, _, h, w), (f, _, kh, kw) = shape
+        return (n, f, h - kh + 1, w - kw + 1)
+    return shape[0]
+
+
+def _new_shape_costs(fn, case: str, shapes: list[tuple], seed: int, out: bool = False
+                     ) -> tuple[float, list[float]]:
     """``fn``'s first call (s) on the first of ``shapes``, and for each later one its first call
-    minus the best of three repeats (s); the arguments drawn from ``seed`` (the same for every fn)."""
+    minus the best of three repeats (s); the arguments drawn from ``seed`` (the same for every fn);
+    ``out``: the calls write into an ``out=`` array made (and its memory touched) beforehand."""
     rng = np.random.default_rng(seed + 1)
     first, beyond = None, []
     for shape in shapes:
         args = make_args(case, shape, rng)
-        call = _timed(fn, args)
-        own = min(_timed(fn, args) for _ in range(3))
+        if out:
+            target = np.full(output_shape(case, shape), 0.0, np.float32)
+            call = _timed(fn, args, out=target)
+            own = min(_timed(fn, args, out=target) for _ in range(3))
+        else:
+            call = _timed(fn, args)
+            own = min(_timed(fn, args) for _ in range(3))
         if first is None:
             first = call
         else:
@@ -127,9 +153,9 @@ def _new_shape_costs(fn, case: str, shapes: list[tuple], seed: int) -> tuple[flo
     return first, beyond
 
 
-def _timed(fn, args) -> float:
+def _timed(fn, args, **kwargs) -> float:
     t0 = time.perf_counter()
-    fn(*args)
+    fn(*args, **kwargs)
     return time.perf_counter() - t0
 
 
@@ -182,14 +208,16 @@ def main(argv=None) -> int:
     report: dict = {"threads": args.threads, "load": load, "target": tcpy.Options().target.describe()}
     if args.only in (None, "sweep"):
         print(f"{'def':<10} {'shapes':>6} {'generic':>8} {'special.':>8} {'1st call s':>10} "
-              f"{'new shape ms (median / max)':>28} {'wall s':>8} {'numpy new shape ms':>19}")
+              f"{'new shape ms (median / max)':>28} {'wall s':>8} {'numpy new shape ms':>19} "
+              f"{'with out= ms':>15}")
         report["sweep"] = []
         for case in SWEEP_CASES:
             row = sweep(case, args.count, args.threads, args.seed)
             report["sweep"].append(row)
             print(f"{case:<10} {row['shapes']:>6} {row['compiles_generic']:>8} {row['compiles_specialised']:>8} "
                   f"{row['first_call_s']:>10.2f} {row['new_shape_ms_median']:>16.2f} / {row['new_shape_ms_max']:<9.2f}"
-                  f"{row['wall_s']:>8.2f} {row['numpy_new_shape_ms_median']:>8.2f} / {row['numpy_new_shape_ms_max']:<8.2f}")
+                  f"{row['wall_s']:>8.2f} {row['numpy_new_shape_ms_median']:>8.2f} / {row['numpy_new_shape_ms_max']:<8.2f}"
+                  f"{row['out_new_shape_ms_median']:>7.2f} / {row['out_new_shape_ms_max']:<7.2f}")
     if args.only in (None, "varlen"):
         row = varlen(args.batches, args.threads, args.seed, modes)
         report["varlen"] = row

@@ -284,7 +284,10 @@ class Contraction:
 
 def row_major(extents) -> list[int]:
     """Element strides of a row-major array of these extents."""
-    return [math.prod(extents[d + 1:]) for d in range(len(extents))]
+    strides = [1] * len(extents)
+    for d in range(len(extents) - 2, -1, -1):
+        strides[d] = strides[d + 1] * extents[d + 1]
+    return strides
 
 
 @dataclass(frozen=True)

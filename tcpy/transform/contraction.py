@@ -298,12 +298,13 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         reasons.append(f"kc {kc}: set by Options.plan")
     mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
     nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
-    small = _small_ok(con, target, kc, s) and not b_packed_once
     if path_set is not None:
         small = path_set == "small"
-    elif small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
-        small = False  # fewer micro-tiles than threads: the packed path can split K
-        reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
+    else:
+        small = _small_ok(con, target, kc, s) and not b_packed_once
+        if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
+            small = False  # fewer micro-tiles than threads: the packed path can split K
+            reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
     if small:
         path = "small"
         reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "

@@ -8,11 +8,13 @@ with that def and those sizes, in this process or another, use the recorded opti
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import tempfile
 import time
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -36,8 +38,13 @@ def _key(kernel, sizes: Mapping[str, int]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _store_path():
-    return cache_dir() / "tuned.json"
+def _store_path() -> Path:
+    return _store_in(cache_dir())
+
+
+@functools.lru_cache(maxsize=16)
+def _store_in(root: Path) -> Path:
+    return root / "tuned.json"  # (made once per root: a new call shape of a generic kernel looks it up)
 
 
 _loaded: dict = {}  # the store's path -> ((mtime, size), its records): read again when it changes

@@ -556,7 +556,9 @@ class ConvForm(ImageForm):
 #: an index in :data:`RUNTIME_PATHS`; the small and stream paths read A in place along
 #: ``a_m_stride`` and ``a_k_stride`` (the small path also B, its rows ``b_k_stride`` apart, each
 #: sliver copied when ``copy_b``); ``mr``, ``nr``: the micro-tile (the kernel's, or on the small
-#: and stream paths its plan's ``small_tile``).
+#: and stream paths its plan's ``small_tile``). ``b_k_stride`` is set on every path (0 when B's
+#: rows along K are no one stride apart): a chain's product reads B in place where it is laid
+#: out as packed.
 RUNTIME_FIELDS = (
     "batch", "m", "n", "k", "kc", "mc", "nc", "grid_batch", "grid_m", "grid_n", "swapped",
     "a_base", "b_base", "c_base", "a_k_unit", "b_k_unit", "guarded", "other_elements", "winograd",

@@ -302,3 +302,62 @@ def test_one_double_precision_chain_kernel_plans_every_shape(builds, preset, thr
     assert "in the chain, on blocks of" in str(kernel.explain(*calls[0]))
     # one build in the kernel's life (this test's examples are its only calls)
     assert len(builds) == 1 and "generic" in builds[0]
+
+
+# V laid out otherwise than its packed slivers: its rows W > D apart, or transposed (the chain's
+# second product reads V in place only where it is laid out as packed: its rows one micro-tile
+# width apart, as attention's V at a head size of that width)
+WIDE_V = """
+def wide(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,W) V, float scale) -> (O) {
+    Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d)
+    Mx(b, h, l) max=! Sc(b, h, l, s)
+    E(b, h, l, s) = exp(scale * (Sc(b, h, l, s) - Mx(b, h, l)))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
+    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, s, d) where d in 0:D
+}
+"""
+TRANSPOSED_V = """
+def transposed(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,D,S) V, float scale) -> (O) {
+    Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d)
+    Mx(b, h, l) max=! Sc(b, h, l, s)
+    E(b, h, l, s) = exp(scale * (Sc(b, h, l, s) - Mx(b, h, l)))
+    Sm(b, h, l) +=! E(b, h, l, s)
+    P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
+    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, d, s)
+}
+"""
+V_LAYOUTS = {"attention": (ATTENTION, lambda keys, depth, extra: (keys, depth)),
+             "wide": (WIDE_V, lambda keys, depth, extra: (keys, depth + extra)),
+             "transposed": (TRANSPOSED_V, lambda keys, depth, extra: (depth, keys))}
+# head sizes at the micro-tiles' widths (16 to 64 columns: a call's V in place) and beside them
+V_HEADS = (8, 15, 16, 17, 24, 32, 47, 48, 49, 64, 65)
+V_CONFIGS = [("wide", "x86-64-v3", 2), ("transposed", None, 7), ("wide", None, 1), ("attention", "x86-64-v3", 7)]
+
+
+@pytest.mark.parametrize("name, preset, threads", V_CONFIGS)
+@settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.generate), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_chains_second_product_reads_v_in_place_only_where_it_is_laid_out_as_packed(builds, name, preset,
+                                                                                         threads, data):
+    """V at head sizes around the micro-tiles' widths, its rows one width apart (read in
+    place), further apart or transposed (packed), with key lengths around the tiles and a
+    block of keys: the reference evaluator's results, from one compile."""
+    source, v_shape = V_LAYOUTS[name]
+    key = (name, preset, threads)
+    if key not in _kernels:  # (one kernel for all of hypothesis's examples)
+        options = tcpy.Options(specialize="never", target=preset, num_threads=threads)
+        _kernels[key] = (tcpy.define(source, options=options), tcpy.define(source, backend="reference"))
+    kernel, reference = _kernels[key]
+    rng = np.random.default_rng(9)
+    shapes = data.draw(st.lists(st.tuples(st.sampled_from((1, 2)), st.integers(1, 30), st.sampled_from(TILE_LENGTHS),
+                                          st.sampled_from(V_HEADS), st.sampled_from((1, 16))), min_size=3, max_size=5))
+    for batch, length, keys, depth, extra in [(1, 40, 256, 64, 16)] + shapes:
+        f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+        args = (f32(batch, 2, length, depth), f32(batch, 2, keys, depth), f32(batch, 2, *v_shape(keys, depth, extra)),
+                np.float32(0.2))
+        got, want = kernel(*args), reference(*args)
+        assert got.shape == want.shape == (batch, 2, length, depth) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert "in the chain, on blocks of" in str(kernel.explain(*args))
+    assert len(builds) <= 1 and all("generic" in symbol for symbol in builds)

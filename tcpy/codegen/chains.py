@@ -260,7 +260,8 @@ def generic_chain(em, node, depth):
     over the call's ranges; the rows per block, the block buffers' row pitch, and each product's plan buffers and operands'
     bases, read from its statement's plan buffer (variant 0 on a whole block of columns, 1 on
     the last one, 2 on one whole row); the products run the run-time engine's cell, their b
-    packed by each thread once per batch for every block of columns."""
+    packed by each thread once per batch for every block of columns, or read in place where
+    it is laid out as packed (``<p>_packed_b``: attention's V at a head size of the tile's width)."""
     keys = node.online
     whole_head, _, whole_tail, _ = keys.whole
     names = {name: c_name(name) for name in em.buffer_names()}
@@ -332,9 +333,9 @@ def generic_chain(em, node, depth):
         plan = plans[product.stmt]
         b = _operand(em, product, 1, plan, "tcpy_variant", loop_vars, 1 + len(loop_vars))
         em.emit(f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[tcpy_variant] + "
-                f"{3 * (1 + len(loop_vars))}; {_routine(em, product, 'prepack')}(tcpy_pl, "
-                f"{b}, {c_name(f'prepack.{k}')} + ({keys.var} - ({key_lo})) / {keys.columns} * "
-                f"{plan}[{FIELD['panel']}]); }}", d + 3)
+                f"{3 * (1 + len(loop_vars))}; if (!{_routine(em, product, 'packed_b')}(tcpy_pl, {b})) "
+                f"{_routine(em, product, 'prepack')}(tcpy_pl, {b}, {c_name(f'prepack.{k}')} + ({keys.var} - "
+                f"({key_lo})) / {keys.columns} * {plan}[{FIELD['panel']}]); }}", d + 3)
     em.emit("}", d + 2)
     em.emit("}", d + 1)
     _generic_key_blocks(em, node, plans, loop_vars, d + 1)
@@ -401,11 +402,16 @@ def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: s
     overwrites its output where ``fresh`` (C) holds."""
     plan = plans[product.stmt]
     per = 1 + len(loop_vars) + (variant == "2")  # (the whole row: no block of columns)
-    operands = ", ".join(_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3))
+    operands = [_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3)]
     alpha = c_literal(product.contraction.alpha, product.contraction.dtype)  # (no tensor scales a chain's)
     cell = f"{em.symbol}_s{product.stmt}{suffix}_cell" if suffix else _routine(em, product, "cell")
-    return (f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[{variant}] + {3 * per}; "
-            f"{cell}(tcpy_pl, {operands}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
+    in_place = ""
+    if prepacked != "0":  # (b read in place where it is laid out as packed: see generic_chain)
+        in_place = (f"const {product.contraction.dtype.c_type} *tcpy_in_place = "
+                    f"{_routine(em, product, 'packed_b')}(tcpy_pl, {operands[1]}); ")
+        prepacked = f"tcpy_in_place ? tcpy_in_place : {prepacked}"
+    return (f"{{ const int64_t *TCPY_RESTRICT tcpy_pl = {plan} + {plan}[{variant}] + {3 * per}; {in_place}"
+            f"{cell}(tcpy_pl, {', '.join(operands)}, 0, 1, 0, {rows}, 0, tcpy_pl[{_N}], "
             f"{alpha}, tcpy_stop, {prepacked}, {fresh}); }}")
 
 

@@ -112,12 +112,11 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
               "c_base": acc["c"].offset, "a_k_unit": int(_unit_run(dims["a_k"])),
               "b_k_unit": int(_unit_run(dims["b_k"])),
               "guarded": {"": 0, "a": 1, "b": 2}[guarded if con.guards else ""],
-              "other_elements": other.elements}
+              "other_elements": other.elements, "b_k_stride": con.linear_stride("k", b) or 0}
     if plan.path in RUNTIME_PATHS:
         fields.update(path=RUNTIME_PATHS.index(plan.path), copy_b=int(plan.copy_b), mr=plan.mr, nr=plan.nr)
     if plan.path in ("small", "stream"):  # (A, and on the small path B, read in place: one linear stride per role)
-        fields.update(a_m_stride=con.linear_stride("m", "a"), a_k_stride=con.linear_stride("k", "a"),
-                      b_k_stride=con.linear_stride("k", "b") or 0)
+        fields.update(a_m_stride=con.linear_stride("m", "a"), a_k_stride=con.linear_stride("k", "a"))
     parts = _section(RUNTIME_FIELDS, fields, tables, 0)
     if plan.path == "winograd":
         at = sum(len(part) for part in parts)

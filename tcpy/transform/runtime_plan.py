@@ -129,13 +129,20 @@ def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[
              at: int) -> list[np.ndarray]:
     """A header of ``names`` holding ``fields`` and where each of ``tables`` starts (its
     ``<name>_table`` field: the section starts at ``at`` in the buffer), then the tables."""
+    header = _zero_header(names).copy()  # (its keys in the buffer's order)
+    header.update(fields)
     at += len(names)
-    starts = {}
     for name, table in tables.items():
-        starts[name + "_table"] = at
+        header[name + "_table"] = at
         at += len(table)
-    header = [fields[name] if name in fields else starts.get(name, 0) for name in names]
-    return [np.array(header, np.int64), *tables.values()]
+    if len(header) != len(names):
+        raise KeyError(f"fields {sorted(set(header) - set(names))} are not among the section's")
+    return [np.fromiter(header.values(), np.int64, len(names)), *tables.values()]
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_header(names: tuple[str, ...]) -> dict[str, int]:
+    return dict.fromkeys(names, 0)
 
 
 def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> list[np.ndarray]:

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from strategies import DERANDOMIZE
+os.environ.setdefault("TCPY_WATCH_LOAD", "0")  # (before anything imports tcpy: the launcher reads it then)
 
-os.environ.setdefault("TCPY_WATCH_LOAD", "0")
+from strategies import DERANDOMIZE  # noqa: E402  (imports tcpy)
 
 # every property test draws the same examples from run to run (a CI run repeats the last one's),
 # unless TCPY_FUZZ_SEED=random asks for new ones
 settings.register_profile("tcpy", derandomize=DERANDOMIZE)
 settings.load_profile("tcpy")
 
-import tcpy  # noqa: E402  (after TCPY_WATCH_LOAD: the launcher reads it when imported)
+import tcpy  # noqa: E402
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

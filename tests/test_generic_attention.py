@@ -341,8 +341,8 @@ V_CONFIGS = [("wide", "x86-64-v3", 2), ("transposed", None, 7), ("wide", None, 1
 def test_the_chains_second_product_reads_v_in_place_only_where_it_is_laid_out_as_packed(builds, name, preset,
                                                                                          threads, data):
     """V at head sizes around the micro-tiles' widths, its rows one width apart (read in
-    place), further apart or transposed (packed), with key lengths around the tiles and a
-    block of keys: the reference evaluator's results, from one compile."""
+    place when on a vector's boundary), further apart or transposed (packed), with key lengths
+    around the tiles and a block of keys: the reference evaluator's results, from one compile."""
     source, v_shape = V_LAYOUTS[name]
     key = (name, preset, threads)
     if key not in _kernels:  # (one kernel for all of hypothesis's examples)
@@ -351,11 +351,17 @@ def test_the_chains_second_product_reads_v_in_place_only_where_it_is_laid_out_as
     kernel, reference = _kernels[key]
     rng = np.random.default_rng(9)
     shapes = data.draw(st.lists(st.tuples(st.sampled_from((1, 2)), st.integers(1, 30), st.sampled_from(TILE_LENGTHS),
-                                          st.sampled_from(V_HEADS), st.sampled_from((1, 16))), min_size=3, max_size=5))
-    for batch, length, keys, depth, extra in [(1, 40, 256, 64, 16)] + shapes:
+                                          st.sampled_from(V_HEADS), st.sampled_from((1, 16)), st.booleans()),
+                                min_size=3, max_size=5))
+    for batch, length, keys, depth, extra, aligned in [(1, 40, 256, 64, 16, True), (1, 9, 256, 64, 16, False)] + shapes:
         f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
-        args = (f32(batch, 2, length, depth), f32(batch, 2, keys, depth), f32(batch, 2, *v_shape(keys, depth, extra)),
-                np.float32(0.2))
+        v = f32(batch, 2, *v_shape(keys, depth, extra))
+        if aligned:  # (on a vector: read in place where laid out as packed; NumPy's arrays are on 16 bytes)
+            memory = np.empty(v.size + 16, np.float32)
+            start = -memory.ctypes.data % 64 // 4
+            memory[start:start + v.size] = v.ravel()
+            v = memory[start:start + v.size].reshape(v.shape)
+        args = (f32(batch, 2, length, depth), f32(batch, 2, keys, depth), v, np.float32(0.2))
         got, want = kernel(*args), reference(*args)
         assert got.shape == want.shape == (batch, 2, length, depth) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -96,9 +96,9 @@ def _routines(ctx: Context, w: CWriter, chained: bool = False):
     _guard_test(ctx, w)
     _pack_b(ctx, w)
     _pack_a(ctx, w)
-    _micro_kernel(ctx, w, b_in_place=chained)
+    _micro_kernel(ctx, w)
     if chained and ctx.TA == ctx.T:
-        _micro_kernel(ctx, w, True, True)
+        _micro_kernel(ctx, w, True)
     if chained:
         _prepack(ctx, w)
         _packed_in_place(ctx, w)
@@ -327,14 +327,13 @@ def _pack_a(ctx: Context, w: CWriter):
     w("}")
 
 
-def _micro_kernel(ctx: Context, w: CWriter, a_in_place: bool = False, b_in_place: bool = False):
+def _micro_kernel(ctx: Context, w: CWriter, a_in_place: bool = False):
     """``<p>_ukr<v>``: the tile at rows i.., columns j.. of the output (``cb``: its batch base;
     ``cm``, ``cn``: its offset tables) from ``v`` vectors of each B sliver row (the narrower
     kernels serve N's last tile: fewer FMAs on padding); vector stores of whole rows when the
     tile's columns are one unit-stride run of C (``c_run``), else element by element through
     the tables. With ``a_in_place``, ``<p>_uka<v>``: A's MR rows read in place (``a`` holds a
-    pointer per row, each at the K block's first element). With ``b_in_place``, B's slivers
-    may be B itself (:func:`_packed_in_place`, not vector-aligned): unaligned loads."""
+    pointer per row, each at the K block's first element)."""
     p, T, mr, nr, L = ctx.prefix, ctx.T, ctx.plan.mr, ctx.plan.nr, ctx.plan.lanes
     name, a_type = ("uka", f"const {T} *const *TCPY_RESTRICT") if a_in_place else ("ukr", f"const {T} *TCPY_RESTRICT")
     a_load = (lambda r: f"a{r}[k]") if a_in_place else (lambda r: f"a[k * {mr} + {r}]")
@@ -343,7 +342,7 @@ def _micro_kernel(ctx: Context, w: CWriter, a_in_place: bool = False, b_in_place
         tile = ctx.with_plan(dataclasses.replace(ctx.plan, nr=vectors * L))
         # (B slivers keep the full width's layout)
         _tile_kernel(tile, w, f"{p}_{name}{vectors}", f"{a_type} a, const {T} *TCPY_RESTRICT b",
-                     lambda v: f"*(const {p}_{'vu' if b_in_place else 'v'} *)(b + k * {nr} + {v * L})", a_load, setup)
+                     lambda v: f"*(const {p}_v *)(b + k * {nr} + {v * L})", a_load, setup)
 
 
 def _tile_kernel(tile: Context, w: CWriter, name: str, operands: str, b_load, a_load, setup=()):
@@ -509,8 +508,9 @@ def _prepack(ctx: Context, w: CWriter):
 def _packed_in_place(ctx: Context, w: CWriter):
     """``<p>_packed_b(pl, B)``: B itself (batch index 0) where it is laid out as
     ``<p>_prepack`` would pack it, else 0 (it is packed): one whole sliver of N (N = NR, its
-    columns one unit-stride run), its rows along K NR elements apart, of the contraction's
-    type, no guard on it (attention's V at a head size of NR: a copy saved per batch)."""
+    columns one unit-stride run), its rows along K NR elements apart, vector-aligned (the
+    micro-kernels' aligned loads: unaligned ones across cache lines cost more than the copy
+    saves), of the contraction's type, no guard on it (attention's V at a head size of NR)."""
     p, T, TB, nr = ctx.prefix, ctx.T, ctx.TB, ctx.plan.nr
     w(f"static const {T} *{p}_packed_b(const int64_t *TCPY_RESTRICT pl, const {TB} *TCPY_RESTRICT B) {{")
     if TB != T:
@@ -520,7 +520,8 @@ def _packed_in_place(ctx: Context, w: CWriter):
         return
     w(f"if ({_field('k')} == 0 || {_field('n')} != {nr} || {_field('b_k_stride')} != {nr} || {_field('guarded')} == 2 "
       f"|| !{_table('b_runs')}[0]) return 0;", 1)
-    w(f"return B + {_field('b_base')} + {_table('b_batch')}[0] + {_table('b_k')}[0] + {_table('b_n')}[0];", 1)
+    w(f"const {T} *first = B + {_field('b_base')} + {_table('b_batch')}[0] + {_table('b_k')}[0] + {_table('b_n')}[0];", 1)
+    w(f"return (uintptr_t)first % {ctx.plan.lanes * ctx.element_bytes} ? 0 : first;", 1)
     w("}")
 
 

@@ -307,26 +307,22 @@ def test_one_double_precision_chain_kernel_plans_every_shape(builds, preset, thr
 # V laid out otherwise than its packed slivers: its rows W > D apart, or transposed (the chain's
 # second product reads V in place only where it is laid out as packed: its rows one micro-tile
 # width apart, as attention's V at a head size of that width)
-WIDE_V = """
-def wide(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,S,W) V, float scale) -> (O) {
+def _attention_reading_v(name: str, v_type: str, v_read: str) -> str:
+    """Attention whose V is declared ``v_type`` and read as ``v_read`` by the second product."""
+    return f"""
+def {name}(float(B,H,L,D) Q, float(B,H,S,D) K, {v_type} V, float scale) -> (O) {{
     Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d)
     Mx(b, h, l) max=! Sc(b, h, l, s)
     E(b, h, l, s) = exp(scale * (Sc(b, h, l, s) - Mx(b, h, l)))
     Sm(b, h, l) +=! E(b, h, l, s)
     P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
-    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, s, d) where d in 0:D
-}
+    O(b, h, l, d) +=! P(b, h, l, s) * {v_read}
+}}
 """
-TRANSPOSED_V = """
-def transposed(float(B,H,L,D) Q, float(B,H,S,D) K, float(B,H,D,S) V, float scale) -> (O) {
-    Sc(b, h, l, s) +=! Q(b, h, l, d) * K(b, h, s, d)
-    Mx(b, h, l) max=! Sc(b, h, l, s)
-    E(b, h, l, s) = exp(scale * (Sc(b, h, l, s) - Mx(b, h, l)))
-    Sm(b, h, l) +=! E(b, h, l, s)
-    P(b, h, l, s) = E(b, h, l, s) / Sm(b, h, l)
-    O(b, h, l, d) +=! P(b, h, l, s) * V(b, h, d, s)
-}
-"""
+
+
+WIDE_V = _attention_reading_v("wide", "float(B,H,S,W)", "V(b, h, s, d) where d in 0:D")
+TRANSPOSED_V = _attention_reading_v("transposed", "float(B,H,D,S)", "V(b, h, d, s)")
 V_LAYOUTS = {"attention": (ATTENTION, lambda keys, depth, extra: (keys, depth)),
              "wide": (WIDE_V, lambda keys, depth, extra: (keys, depth + extra)),
              "transposed": (TRANSPOSED_V, lambda keys, depth, extra: (depth, keys))}

@@ -147,9 +147,10 @@ def test_accumulating_into_an_unwritten_temporary_is_still_an_error():
 # -- item 8: Ctrl-C stops a running kernel ------------------------------------------------------
 
 SPIN = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     import numpy as np
     import tcpy
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (as an interactive session; a harness may start us with SIGINT ignored)
     spin = tcpy.define("def spin(float(N) A, float(M, Z) B) -> (O) { O(i) +=! sin(A(i) + float(j)) where j in 0:M }")
     A, B = np.ones(300, np.float32), np.ones((30_000_000, 0), np.float32)  # 9e9 sines: seconds
     spin(*(np.ones((1,) * a.ndim, np.float32) for a in (A, B)))  # built now: no compile after "ready"

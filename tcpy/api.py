@@ -473,14 +473,14 @@ class Kernel(Launcher):
         statements = [(s.stmt, s.ranges) for s in spec.ir.program.statements]
         # (the address is found after the memory check: no compile for a call that cannot run)
         return self._entry(spec, spec.bound, statements, lambda: _build_and_load(spec, options),
-                           options.num_threads or 0)  # else tcpy.set_num_threads, then OpenMP's count
+                           options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
+                           _points(ranges for _, ranges in statements))
 
-    def _entry(self, spec: Specialization, bound, statements, address, num_threads: int,
-               points: Optional[int] = None, **extra) -> LaunchEntry:
+    def _entry(self, spec: Specialization, bound, statements, address, num_threads: int, points: int,
+               **extra) -> LaunchEntry:
         """A launcher entry for the kernel ``spec`` at ``bound`` sizes; ``statements``: each
         statement of its program with its ranges at those sizes; ``address``: the kernel's, or
-        a function that builds it; ``points``: the statements' iterations (:func:`_points`),
-        if at hand."""
+        a function that builds it; ``points``: the statements' iterations (:func:`_points`)."""
         shapes = bound.shapes
         program = spec.ir.program
         accumulated = {s.target for s in caller_accumulations(self.def_)}
@@ -505,7 +505,7 @@ class Kernel(Launcher):
             error_messages=list(spec.error_messages),
             num_threads=num_threads,
             single_output=len(self.def_.returns) == 1,
-            quick=(_points(ranges for _, ranges in statements) if points is None else points) < QUICK_CALL_POINTS,
+            quick=points < QUICK_CALL_POINTS,
             **extra,
         )
 

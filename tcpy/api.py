@@ -133,7 +133,7 @@ class Kernel(Launcher):
             raise err.located(source)
         self.types: dict[str, ScalarType] = {t.name: t.scalar for t in def_.tensors}
         self._generic = None  # the generic kernel's Specialization (planned), or why there is none
-        self._generic_address = None  # the generic kernel's function, once built (at its first entry)
+        self._generic_address = None  # the generic kernel's function, once built (at its first call)
         self._generic_temps = [None]  # the generic kernel's temporaries, shared by its shapes' entries
         self._served: dict[tuple, str] = {}  # sizes -> which kernel serves them, and why
         self._background: list[threading.Thread] = []  # specialisations being compiled
@@ -369,6 +369,12 @@ class Kernel(Launcher):
                 bound = self.ranges.bind(sizes)  # (once: the plans and the entry read it)
                 plans = self._engine_plans(generic, sizes, bound)
                 if not isinstance(plans, str):
+                    if self._generic_address is None:
+                        # the first generic call builds the library; planning again after the
+                        # compile (which evicts the caches) leaves the planner's code and data warm
+                        # for the next new shape: planned cold, it would cost about twice as much
+                        self._generic_address = _build_and_load(generic, generic.ir.options)
+                        plans = self._engine_plans(generic, sizes, bound)
                     return self._generic_entry(generic, sizes, plans, bound)
                 generic = plans
             self._served[_sizes_key(sizes)] = f"specialised to these sizes: no generic kernel, {generic}"
@@ -423,9 +429,7 @@ class Kernel(Launcher):
                        plans: tuple = (), bound=None) -> LaunchEntry:
         """The generic kernel's entry for ``sizes``: their checks, shapes, size block and the
         plan buffers of its contractions (``plans``); ``bound``: the ranges bound to them, if at
-        hand. The first entry builds the kernel."""
-        if self._generic_address is None:
-            self._generic_address = _build_and_load(generic, generic.ir.options)
+        hand (the kernel built: :meth:`_launch_entry`)."""
         address = self._generic_address
         bound = bound or self.ranges.bind(sizes)  # the preconditions, as a specialised kernel's
         key = _sizes_key(sizes)

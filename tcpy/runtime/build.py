@@ -305,13 +305,22 @@ def _compiler_name_version(cc: str) -> tuple[str, Optional[str]]:
 
 def _kernel_dir() -> Path:
     """``<cache root>/kernels``, created if needed; falls back to a temporary directory."""
-    kernels = _kernels_in(os.environ.get("TCPY_CACHE_DIR") or platformdirs.user_cache_dir("tcpy"))
+    root = os.environ.get("TCPY_CACHE_DIR") or _user_cache_root(os.environ.get("XDG_CACHE_HOME"),
+                                                                 os.environ.get("HOME"))
+    kernels = _kernels_in(root)
     problem = _unusable(kernels)
     if problem is None:
         return kernels
     _warn_once(str(kernels), f"tcpy: cannot use the kernel cache directory {kernels} ({problem}); compiled kernels "
                "go to a temporary directory for this process. Set TCPY_CACHE_DIR to a writable directory.")
     return _temporary_kernel_dir()
+
+
+@functools.lru_cache(maxsize=16)
+def _user_cache_root(xdg_cache_home: Optional[str], home: Optional[str]) -> str:
+    """The user's cache directory for tcpy (asked once per value of the variables it follows:
+    a new call shape's tuning lookup asks: platformdirs takes some 5 us, a tenth of a softmax's plan)."""
+    return platformdirs.user_cache_dir("tcpy")
 
 
 @functools.lru_cache(maxsize=16)

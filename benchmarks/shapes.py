@@ -8,9 +8,10 @@ random shapes. Per def: the libraries compiled (size-generic and specialised), t
 (the best of three repeat calls): what a new shape costs beyond the kernel. NumPy's code for the
 same def is timed the same way on the same shapes: its figures are what a first call at a new
 shape costs with no planning at all (fresh output memory faulted in, caches and allocators).
-A second kernel of the def (its generic library from the cache) then meets the same shapes with
-``out=`` arrays made and written beforehand: its new-shape cost leaves out the first touch of
-fresh output memory (the planning, the first run of the kernel at the shape and its temporaries).
+A second kernel of the def, in a fresh cache too (its first call compiles), then meets the same
+shapes with ``out=`` arrays made and written beforehand: its new-shape cost leaves out the first
+touch of fresh output memory, which the kernel's stores pay on a first call at any size, as
+NumPy's do (what is left: the planning, the first run of the kernel at the shape, its temporaries).
 
 ``varlen``: attention over ``--batches`` batches whose sequence length is drawn from 64 to 2048
 (one head size), the total wall time of the loop, compiles included, for tcpy under
@@ -101,6 +102,7 @@ def sweep(case: str, count: int, threads: int, seed: int) -> dict:
         wall = time.perf_counter() - start
         kernel.finish_specializations()
         info = cache_info()
+    with fresh_cache():  # (its first call compiles too: the shapes after it meet the same caches)
         again = tcpy.define(SOURCES[case], options=tcpy.Options(num_threads=threads))
         _, out_beyond = _new_shape_costs(again, case, shapes, seed, out=True)
         again.finish_specializations()

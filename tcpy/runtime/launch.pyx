@@ -313,9 +313,24 @@ cdef enum:
     POOLED_MIN_BYTES = 32 << 20
     POOL_BLOCKS = 2  # blocks kept at most (the latest freed)
     POOL_IDLE_S = 2  # seconds an unused block is kept at most (checked when blocks come and go)
+    HUGE_PAGE = 2 << 20  # a pooled block starts on a (transparent) huge page of x86-64
 
 
 cdef list _pool = []  # (bytes, address, when freed), oldest first
+
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    /* Transparent huge pages over a pooled block where the system offers them on request (as
+       NumPy asks for its arrays from 4 MiB): the output's first touch then faults a page of
+       2 MiB at a time, not 512 pages of 4 KiB (a 64 MiB softmax output's first call: a third). */
+    static void tcpy_advise_huge_pages(void *block, size_t nbytes) {
+    #ifdef MADV_HUGEPAGE
+        madvise(block, nbytes, MADV_HUGEPAGE);
+    #endif
+    }
+    """
+    void tcpy_advise_huge_pages(void *block, size_t nbytes)
 
 
 cdef double _now():
@@ -325,7 +340,7 @@ cdef double _now():
 
 
 cdef class _PooledBlock:
-    """A 64-byte aligned block of memory under a large output array; when the array (and every
+    """A block of memory under a large output array, on huge pages where the system has them; when the array (and every
     view of it) dies, the block goes back to the pool for the next call's output of the same
     size. At most POOL_BLOCKS blocks wait there, none longer than POOL_IDLE_S."""
     cdef void *data
@@ -341,9 +356,10 @@ cdef class _PooledBlock:
                 block.data = <void *><size_t>_pool.pop(i)[1]
                 block.nbytes = nbytes
                 return block
-        if posix_memalign(&block.data, CACHE_LINE, nbytes) != 0:
+        if posix_memalign(&block.data, HUGE_PAGE, nbytes) != 0:
             block.data = NULL
             raise MemoryError(f"cannot allocate {nbytes} bytes for an output")
+        tcpy_advise_huge_pages(block.data, nbytes)
         block.nbytes = nbytes
         return block
 

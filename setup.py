@@ -1,8 +1,10 @@
-"""Build tcpy's Cython extension modules: the C renderer and the kernel launcher.
+"""Build tcpy's Cython extension modules: the C renderer, the run-time planner and the kernel
+launcher.
 
-The renderer (every module of ``tcpy/codegen/`` but the packages' ``__init__.py``) is Python
-source in Cython's pure-Python mode: it is compiled here, and stays importable uncompiled
-(``TCPY_PURE_PYTHON=1``, see tcpy/codegen).
+The renderer (every module of ``tcpy/codegen/`` but the packages' ``__init__.py``) and the
+run-time planner (``tcpy.compiled.PLANNER_MODULES``) are Python source in Cython's pure-Python
+mode: they are compiled here, and stay importable uncompiled (``TCPY_PURE_PYTHON=1``, see
+tcpy/compiled.py).
 
 ``pip install .`` and ``pip install -e .`` both work on a machine with only Python, pip and a C
 compiler: the build requirements (setuptools, Cython, NumPy) come from pyproject.toml.
@@ -11,6 +13,8 @@ The runtime header that generated kernels include lives in ``csrc/``; it is copi
 package as ``tcpy/include/`` so an installed tcpy finds it. (A source checkout or an editable
 install uses ``csrc/`` directly, see ``tcpy.runtime.build.runtime_include_dir``.)
 """
+import ast
+import os
 import shutil
 from pathlib import Path
 
@@ -46,6 +50,18 @@ def renderer_extensions() -> list[Extension]:
     return [Extension(".".join(path.with_suffix("").parts), [str(path)]) for path in sources]
 
 
+def planner_extensions() -> list[Extension]:
+    """One extension per module of the run-time planner, read from tcpy/compiled.py (not
+    imported: the package is not built yet)."""
+    tree = ast.parse((ROOT / "tcpy" / "compiled.py").read_text())
+    (names,) = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "PLANNER_MODULES" for t in node.targets)]
+    # (-O2 and no debug info: these modules call the Python C API everywhere, where -O3 gains a
+    # few percent at most, and they build twice as fast)
+    return [Extension("tcpy." + name.replace("/", "."), [f"tcpy/{name}.py"], extra_compile_args=["-O2", "-g0"])
+            for name in names]
+
+
 numpy_api = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 extensions = [
     *renderer_extensions(),
@@ -60,7 +76,15 @@ extensions = [
     ),
 ]
 
+jobs = os.cpu_count() or 1
 setup(
-    ext_modules=cythonize(extensions, language_level=3, compiler_directives={"binding": True}),
+    ext_modules=[
+        *cythonize(extensions, language_level=3, compiler_directives={"binding": True}, nthreads=jobs),
+        # the planner is plain Python: its annotations are documentation, not C types (a str
+        # annotation would turn away a str subclass such as an enum's member)
+        *cythonize(planner_extensions(), language_level=3, nthreads=jobs,
+                   compiler_directives={"binding": True, "annotation_typing": False}),
+    ],
     cmdclass={"build_py": BuildPyWithRuntimeHeader},
+    options={"build_ext": {"parallel": jobs}},
 )

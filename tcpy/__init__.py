@@ -28,7 +28,11 @@ from .errors import (
     TCSyntaxError,
     TCWarning,
 )
-from .lang import parse
+from .compiled import select_modules as _select_modules
+
+_select_modules()  # (before any compiled module is imported)
+
+from .lang import parse  # noqa: E402 (after the choice of compiled modules)
 from .api import Kernel, Library, define
 from .autodiff import grad, value_and_grad, vjp
 from .options import Options

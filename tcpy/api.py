@@ -316,7 +316,7 @@ class Kernel(Launcher):
     def _generic_plan(self, sizes: Mapping[str, int]):
         """The generic kernel's Specialization, planned at the first call's ``sizes``; or why
         this def has none (text). It is built when a shape first runs on it
-        (:meth:`_generic_entry`), not before: a first shape may still need a specialised kernel."""
+        (:meth:`_launch_entry`), not before: a first shape may still need a specialised kernel."""
         if self._generic is None:
             self._generic = self._specialize((), sizes, options=self._generic_options(), generic=True)
         return self._generic

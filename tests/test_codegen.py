@@ -1,4 +1,5 @@
-"""The C renderer: compiled by Cython when installed, identical output when run uncompiled."""
+"""The C renderer and the run-time planner: compiled by Cython when installed, identical output
+when run uncompiled."""
 import importlib
 import importlib.machinery
 import os
@@ -12,9 +13,9 @@ import pytest
 import tcpy
 import tcpy.codegen
 import tcpy.codegen.emit as emit
-from tcpy.codegen import compiled_modules, stale_modules
+from tcpy.compiled import PLANNER_MODULES, compiled_modules, stale_modules
 
-CODEGEN_DIR = Path(tcpy.codegen.__file__).parent
+PACKAGE_DIR = Path(tcpy.__file__).parent
 
 PRINT_GEMM_C = """
 import tcpy, tcpy.codegen.emit as emit, tcpy.codegen.contraction.kernel as kernel
@@ -24,13 +25,34 @@ print(tcpy.define(demo.GEMM, options=tcpy.Options(target="x86-64-v3")).c_source(
 """
 
 
+# the plan buffers of generic kernels at a few shapes each (GEMM's paths, a Winograd convolution,
+# attention's chain), one line per plan
+PRINT_PLANS = """
+import tcpy, tcpy.transform.runtime_plan as planner
+from tcpy import demo
+print(not planner.__file__.endswith(".py"))
+for source, shapes in ((demo.GEMM, [((37, 45), (45, 600)), ((5, 3), (3, 7)), ((300, 200), (200, 500))]),
+                       (demo.CONV2D, [((2, 16, 30, 30), (24, 16, 3, 3)), ((1, 3, 9, 9), (8, 3, 3, 3))]),
+                       (demo.ATTENTION, [((1, 2, 300, 64),) * 3 + (0.1,), ((1, 3, 17, 32),) * 3 + (0.1,)])):
+    for threads in (1, 2):
+        kernel = tcpy.define(source, options=tcpy.Options(target="x86-64-v3", num_threads=threads,
+                                                          specialize="never"))
+        for shape in shapes:
+            sizes = kernel._sizes(shape, {})
+            generic = kernel._generic_plan(sizes)
+            for buffer in kernel._engine_plans(generic, sizes):
+                print(buffer.tolist())
+"""
+
+
 @pytest.mark.skipif(os.environ.get("TCPY_PURE_PYTHON", "") not in ("", "0"), reason="TCPY_PURE_PYTHON is set")
-def test_the_installed_package_runs_the_compiled_renderer():
+def test_the_installed_package_runs_the_compiled_renderer_and_planner():
     assert emit.COMPILED is True, "tcpy/codegen/emit.py changed since the last build: run `pip install -e .`"
-    modules = compiled_modules(CODEGEN_DIR)
-    assert {"emit", "cwriter", "contraction.kernel", "contraction.winograd"} <= set(modules)
-    for name in modules:  # the whole renderer, not only emit.py
-        module = importlib.import_module(f"tcpy.codegen.{name}")
+    modules = compiled_modules(PACKAGE_DIR)
+    assert {"codegen.emit", "codegen.cwriter", "codegen.contraction.kernel", "codegen.contraction.winograd"} <= set(modules)
+    assert {name.replace("/", ".") for name in PLANNER_MODULES} <= set(modules)
+    for name in modules:  # the whole renderer and planner, not only emit.py
+        module = importlib.import_module(f"tcpy.{name}")
         assert not module.__file__.endswith(".py"), f"{module.__name__} runs from its source"
 
 
@@ -44,6 +66,17 @@ def test_the_uncompiled_renderer_writes_the_same_c():
     (compiled_flag, compiled_c), (pure_flag, pure_c) = run("0"), run("1")
     assert (compiled_flag, pure_flag) == ("True", "False")
     assert pure_c == compiled_c
+
+
+def test_the_uncompiled_planner_makes_the_same_plans():
+    def run(pure: str) -> list[str]:
+        env = {**os.environ, "TCPY_PURE_PYTHON": pure}
+        return subprocess.run([sys.executable, "-c", PRINT_PLANS], capture_output=True, text=True, env=env,
+                              check=True).stdout.splitlines()
+
+    compiled, pure = run("0"), run("1")
+    assert (compiled[0], pure[0]) == ("True", "False")
+    assert len(compiled) > 15 and pure[1:] == compiled[1:]
 
 
 def test_a_compiled_module_older_than_its_source_is_stale(tmp_path):

@@ -63,7 +63,7 @@ def most_rows(chain_plan) -> int:
     of the first product's micro-tiles): the rows that the per-row buffers (running maximum,
     sum, flags) hold."""
     head = chain_plan.products[0].plan
-    narrowest = min((head.nr, *(head.small_tile[1:] if head.small_tile else ())))
+    narrowest = min(head.nr, head.small_tile[1]) if head.small_tile else head.nr
     return chain_plan.rows * chain_plan.columns // narrowest
 
 

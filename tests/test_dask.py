@@ -353,7 +353,19 @@ def test_random_programs_on_random_chunks_equal_the_whole_arrays(prog, data):
 # ----------------------------------------------------------------------------- dask.distributed
 
 
-def test_local_cluster_two_processes(tmp_path, monkeypatch):
+@pytest.fixture
+def environment_kept():
+    """This process's environment restored after the test: distributed's nanny sets
+    OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's, glibc's trim threshold) here for its workers and
+    leaves them, and another OpenMP user's first parallel region (torch's) would read it and set
+    the process's OpenMP thread count to 1 for the tests after."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_local_cluster_two_processes(tmp_path, monkeypatch, environment_kept):
     distributed = pytest.importorskip("distributed")
     # workers inherit this: they build the kernels into their own cache from the def's source
     monkeypatch.setenv("TCPY_CACHE_DIR", str(tmp_path / "worker-cache"))

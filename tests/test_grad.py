@@ -4,7 +4,6 @@ and the errors for what has no derivative."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from threadpoolctl import threadpool_limits
 
 import tcpy
 
@@ -411,13 +410,10 @@ def test_layers_match_torch_autograd(name, scalar, rtol):
     if name == "max_pool":
         args[0] = np.round(args[0] * 2)  # ties inside windows: the first takes the gradient
     cots = [c.astype(args[0].dtype) for c in cotangents(forward, args)]
-    # (torch's OpenMP calls leave the process's OpenMP thread count at 1: restored on leaving, so
-    # that later tests' kernels plan for every thread)
-    with threadpool_limits(limits=None):
-        tensors = [torch.from_numpy(a).requires_grad_(a.dtype.kind == "f") for a in args]
-        out = torch_layers(torch)[name](*tensors)
-        out.backward(torch.from_numpy(cots[0]))
+    tensors = [torch.from_numpy(a).requires_grad_(a.dtype.kind == "f") for a in args]
+    out = torch_layers(torch)[name](*tensors)
     np.testing.assert_allclose(forward(*args), out.detach().numpy(), rtol=rtol, atol=rtol)
+    out.backward(torch.from_numpy(cots[0]))
     got = tcpy.grad(forward)(*args, *cots)
     got = got if isinstance(got, tuple) else (got,)
     expected = [t.grad.numpy() for t in tensors if t.requires_grad]

@@ -35,6 +35,7 @@ from .loopir import BlockChain, ContractionNest, KernelIR, NestKind, describe_gr
 from .loopnest import build_program, lower
 from .runtime.build import build_library, check_loadable, debug_level, load_symbol
 from .runtime.launch import LaunchEntry, Launcher, get_num_threads
+from .runtime import worker
 from .options import Options
 from .schedule import volume
 from .target import PRESETS, Target
@@ -452,13 +453,16 @@ class Kernel(Launcher):
 
     def _specialize_in_background(self, table_key, generic_entry: LaunchEntry, sizes, options: Options,
                                   calls: int) -> None:
-        """Compile the kernel specialised to ``sizes`` (hot after ``calls`` calls) in a thread;
-        the launcher's entry for ``table_key`` switches to it when it is built (unless it
-        changed meanwhile)."""
+        """Compile the kernel specialised to ``sizes`` (hot after ``calls`` calls) in the worker
+        process (:mod:`tcpy.runtime.worker`: planned here, it would hold the interpreter and
+        stall the caller's calls), waited for by a thread; the launcher's entry for
+        ``table_key`` switches to it when it is built (unless it changed meanwhile)."""
 
         def run():
             try:
-                entry = self._specialized_entry(self._specialize((), sizes, options=options), sizes)
+                path, symbol, arguments = worker.run(_build_specialised, self.def_, self.source, self.options,
+                                                     options, sizes)
+                entry = LaunchEntry(func_address=load_symbol(path, symbol), **arguments)
             except Exception as err:  # the generic kernel keeps serving
                 self._served[_sizes_key(sizes)] += f"; its specialisation failed ({err})"
                 return
@@ -473,18 +477,29 @@ class Kernel(Launcher):
 
     def _specialized_entry(self, spec: Specialization, sizes: Mapping[str, int]) -> LaunchEntry:
         """The entry of a kernel specialised to ``sizes``."""
-        options = spec.ir.options
-        statements = [(s.stmt, s.ranges) for s in spec.ir.program.statements]
+        arguments = self._specialized_arguments(spec)
         # (the address is found after the memory check: no compile for a call that cannot run)
-        return self._entry(spec, spec.bound, statements, lambda: _build_and_load(spec, options),
-                           options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's count
-                           _points(ranges for _, ranges in statements))
+        return LaunchEntry(func_address=_build_and_load(spec, spec.ir.options), **arguments)
 
-    def _entry(self, spec: Specialization, bound, statements, address, num_threads: int, points: int,
+    def _specialized_arguments(self, spec: Specialization) -> dict:
+        """:meth:`_entry_arguments` of the kernel ``spec``, specialised to its sizes."""
+        statements = [(s.stmt, s.ranges) for s in spec.ir.program.statements]
+        return self._entry_arguments(spec, spec.bound, statements,
+                                     spec.ir.options.num_threads or 0,  # else tcpy.set_num_threads, then OpenMP's
+                                     _points(ranges for _, ranges in statements))
+
+    def _entry(self, spec: Specialization, bound, statements, address: int, num_threads: int, points: int,
                **extra) -> LaunchEntry:
-        """A launcher entry for the kernel ``spec`` at ``bound`` sizes; ``statements``: each
-        statement of its program with its ranges at those sizes; ``address``: the kernel's, or
-        a function that builds it; ``points``: the statements' iterations (:func:`_points`)."""
+        """A launcher entry for the kernel ``spec`` at ``bound`` sizes (:meth:`_entry_arguments`)
+        whose function is at ``address``; ``extra``: more of LaunchEntry's arguments."""
+        return LaunchEntry(func_address=address, **self._entry_arguments(spec, bound, statements, num_threads, points),
+                           **extra)
+
+    def _entry_arguments(self, spec: Specialization, bound, statements, num_threads: int, points: int) -> dict:
+        """A launcher entry's arguments, but its function's address, for the kernel ``spec`` at
+        ``bound`` sizes, once its arrays fit the machine's memory; ``statements``: each statement
+        of its program with its ranges at those sizes; ``points``: their iterations
+        (:func:`_points`)."""
         shapes = bound.shapes
         program = spec.ir.program
         accumulated = {s.target for s in caller_accumulations(self.def_)}
@@ -500,8 +515,7 @@ class Kernel(Launcher):
                        **{c: (program.shapes[c], binding.numpy_dtype(program.types[c]), False) for c in program.copies},
                        **{s.name: (s.shape, binding.numpy_dtype(s.type), False) for s in spec.ir.scratch}}
         _check_memory(self.def_.name, bound.sizes, outputs, temporaries)  # before the compiler runs
-        return LaunchEntry(
-            func_address=address() if callable(address) else address,
+        return dict(
             n_inputs=len(self.def_.params),
             input_dtypes=[binding.numpy_dtype(self.types[p.name]) for p in self.def_.params],
             output_specs=list(outputs.values()),
@@ -510,7 +524,6 @@ class Kernel(Launcher):
             num_threads=num_threads,
             single_output=len(self.def_.returns) == 1,
             quick=points < QUICK_CALL_POINTS,
-            **extra,
         )
 
 
@@ -588,20 +601,31 @@ def _follows_threads(options: Options) -> bool:
     return not options.num_threads and options.target.cores == Target.host().cores
 
 
+def _build_specialised(def_: ast.Def, source: str, kernel_options: Options, options: Options,
+                       sizes: Mapping[str, int]) -> tuple[str, str, dict]:
+    """(Run in the worker process.) The kernel of ``def_`` (``kernel_options``: its kernel's)
+    specialised to ``sizes`` with ``options``, built: its library's path, its symbol and its
+    launcher entry's other arguments (:meth:`Kernel._entry_arguments`)."""
+    kernel = Kernel(def_, source, kernel_options)
+    spec = kernel._specialize((), sizes, options=options)
+    arguments = kernel._specialized_arguments(spec)  # (checks the memory before the compiler runs)
+    return _build(spec, options), spec.symbol, arguments
+
+
+def _build(spec: Specialization, options: Options) -> str:
+    """The path of the kernel's library, built or found in the cache."""
+    flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
+    check_loadable(options.cflags)
+    return build_library(spec.c_source, flags=flags, user_flags=options.cflags, target=options.target)
+
+
 def _build_and_load(spec: Specialization, options: Options) -> int:
     """The kernel's address: built or found in the cache; a cached library that does not load
     (damaged on disk) has been removed by ``load_symbol`` and is built once more."""
-    flags = list(SEMANTIC_FLAGS) + (["-ffast-math"] if options.fast_math else [])
-    check_loadable(options.cflags)
-
-    def build():
-        return build_library(spec.c_source, flags=flags, user_flags=options.cflags, target=options.target)
-
-    path = build()
     try:
-        return load_symbol(path, spec.symbol)
+        return load_symbol(_build(spec, options), spec.symbol)
     except TCCompilerError:
-        return load_symbol(build(), spec.symbol)
+        return load_symbol(_build(spec, options), spec.symbol)
 
 
 def _covered(tensor: str, statements, shape) -> bool:

@@ -218,7 +218,6 @@ def test_tiering_switches_a_hot_shape_to_a_specialised_kernel(builds, monkeypatc
     for _ in range(3):
         np.testing.assert_array_equal(kernel(*args), first)
     kernel.finish_specializations(timeout=120)
-    assert [s for s in builds if "generic" not in s], builds  # the specialisation was built
     assert "kernel: specialised to these sizes: compiled in the background" in kernel.explain(*args)
     (entry,) = kernel.table.values()
     assert entry.constants == ()  # the specialised kernel's entry: sizes baked in
@@ -226,16 +225,16 @@ def test_tiering_switches_a_hot_shape_to_a_specialised_kernel(builds, monkeypatc
     other = _arguments("layernorm", rng, (4, 7))  # another shape still runs generic
     np.testing.assert_allclose(kernel(*other), tcpy.define(LAYERNORM, backend="reference")(*other), rtol=1e-5,
                                atol=1e-5)
-    assert len([s for s in builds if "generic" in s]) == 1
+    assert len(builds) == 1 and "generic" in builds[0]  # (the specialised kernel: built by the worker process)
 
 
-def test_a_shape_with_much_work_is_specialised_sooner(builds, monkeypatch):
+def test_a_shape_with_much_work_is_specialised_sooner(monkeypatch):
     monkeypatch.setattr(tcpy.api, "SPECIALIZE_AFTER_POINTS", 2 * 9 * 20 * 3)  # two calls of this shape
     kernel = tcpy.define(LAYERNORM)
     args = _arguments("layernorm", np.random.default_rng(3), (9, 20))
     first = kernel(*args)
     kernel.finish_specializations(timeout=120)
-    assert not [s for s in builds if "generic" not in s]  # one call: not hot yet
+    assert "kernel: generic" in kernel.explain(*args)  # one call: not hot yet
     np.testing.assert_array_equal(kernel(*args), first)
     kernel.finish_specializations(timeout=120)
     assert "compiled in the background after 2 calls" in kernel.explain(*args)

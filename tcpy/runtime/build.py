@@ -318,8 +318,8 @@ def _kernel_dir() -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _user_cache_root(xdg_cache_home: Optional[str], home: Optional[str]) -> str:
-    """The user's cache directory for tcpy (asked once per value of the variables it follows:
-    a new call shape's tuning lookup asks: platformdirs takes some 5 us, a tenth of a softmax's plan)."""
+    """The user's cache directory for tcpy, asked of platformdirs once per value of the variables
+    it reads (every new call shape's tuning lookup needs it; platformdirs takes some 5 us)."""
     return platformdirs.user_cache_dir("tcpy")
 
 

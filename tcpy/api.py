@@ -458,11 +458,17 @@ class Kernel(Launcher):
         stall the caller's calls), waited for by a thread; the launcher's entry for
         ``table_key`` switches to it when it is built (unless it changed meanwhile)."""
 
+        def built() -> LaunchEntry:
+            path, symbol, arguments = worker.run(_build_specialised, self.def_, self.source, self.options,
+                                                 options, sizes)
+            return LaunchEntry(func_address=load_symbol(path, symbol), **arguments)
+
         def run():
             try:
-                path, symbol, arguments = worker.run(_build_specialised, self.def_, self.source, self.options,
-                                                     options, sizes)
-                entry = LaunchEntry(func_address=load_symbol(path, symbol), **arguments)
+                try:
+                    entry = built()
+                except TCCompilerError:  # (a damaged cached library, removed by load_symbol: built once more)
+                    entry = built()
             except Exception as err:  # the generic kernel keeps serving
                 self._served[_sizes_key(sizes)] += f"; its specialisation failed ({err})"
                 return

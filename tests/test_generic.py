@@ -228,6 +228,29 @@ def test_tiering_switches_a_hot_shape_to_a_specialised_kernel(builds, monkeypatc
     assert len(builds) == 1 and "generic" in builds[0]  # (the specialised kernel: built by the worker process)
 
 
+def test_a_background_specialisation_whose_cached_library_does_not_load_is_built_once_more(monkeypatch):
+    monkeypatch.setattr(tcpy.api, "SPECIALIZE_AFTER_CALLS", 2)
+    load, requests, refused = tcpy.api.load_symbol, [], []
+
+    def load_once_refused(path, symbol):  # (as load_symbol does with a damaged library)
+        if "generic" not in symbol and not refused:
+            refused.append(symbol)
+            raise tcpy.TCCompilerError(f"cannot load {symbol} from the cached kernel {path}")
+        return load(path, symbol)
+
+    run = tcpy.api.worker.run
+    monkeypatch.setattr(tcpy.api, "load_symbol", load_once_refused)
+    monkeypatch.setattr(tcpy.api.worker, "run", lambda *args: requests.append(args) or run(*args))
+    kernel = tcpy.define(LAYERNORM)
+    args = _arguments("layernorm", np.random.default_rng(4), (9, 20))
+    first = kernel(*args)
+    kernel(*args)
+    kernel.finish_specializations(timeout=120)
+    assert len(refused) == 1 and len(requests) == 2
+    assert "kernel: specialised to these sizes: compiled in the background" in kernel.explain(*args)
+    np.testing.assert_allclose(kernel(*args), first, rtol=1e-6, atol=1e-6)
+
+
 def test_a_shape_with_much_work_is_specialised_sooner(monkeypatch):
     monkeypatch.setattr(tcpy.api, "SPECIALIZE_AFTER_POINTS", 2 * 9 * 20 * 3)  # two calls of this shape
     kernel = tcpy.define(LAYERNORM)

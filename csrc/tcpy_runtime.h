@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -550,33 +551,51 @@ TCPY_SIMD_DECLARE(tanh)
  * tcpy_scratch(slot, bytes): a 64-byte aligned buffer of at least `bytes` owned by the calling
  * thread, one per slot (0..TCPY_SCRATCH_SLOTS-1). It only grows and is reused by later calls,
  * so packing buffers cost no allocation once warm. Each kernel library has its own copy; the
- * buffers live as long as the thread. Contents are not preserved when a buffer grows. The header
- * is the same for every target: 64 bytes is a line on every preset and the widest vector (the
- * generated code carves buffers at multiples of its Target's cache_line from this start). */
+ * buffers live as long as the thread. Contents are not guaranteed when a buffer grows. The
+ * header is the same for every target: 64 bytes is a line on every preset and the widest vector
+ * (the generated code carves buffers at multiples of its Target's cache_line from this start). */
 /* slots: 0 packed A, 1 packed B, 2 split-K partials, 3 a fused chain's per-thread block buffers
  * and operands packed per thread, 4 a fused chain's operands packed once for all threads
  * (the calling thread's buffer, shared through a pointer), 5 pack_b's table of B's column
  * offsets (a chain's products pack while its block buffers in slot 3 are live: a slot in use
- * must never be requested again, or it is overwritten, or freed when it grows); the renderer
+ * must never be requested again, or it is overwritten, or moved when it grows); the renderer
  * names them (tcpy.codegen.cwriter.ScratchSlot) */
 #define TCPY_SCRATCH_SLOTS 6
 /* (weak and hidden: one set per library, however many translation units it is built from) */
 __attribute__((weak, visibility("hidden"))) __thread void *tcpy_scratch_buffers[TCPY_SCRATCH_SLOTS];
 __attribute__((weak, visibility("hidden"))) __thread size_t tcpy_scratch_capacity[TCPY_SCRATCH_SLOTS];
+/* A buffer is an anonymous mapping of `size` bytes (a multiple of the page) starting at a
+ * multiple of `align`; `old` (`old_size` bytes, or NULL), the buffer it replaces, is moved into
+ * its first pages by mremap: the page tables move, no byte is copied and no page it had is
+ * faulted in again (a sweep of growing shapes pays only for the pages each larger one adds, not
+ * for all of them at every growth). NULL when the memory is not there. */
+static void *tcpy_scratch_map(void *old, size_t old_size, size_t size, size_t align) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t slack = align > page ? align : 0;
+    char *const region = (char *)mmap(NULL, size + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (region == (char *)MAP_FAILED) return NULL;
+    char *const start = slack ? (char *)(((uintptr_t)region + align - 1) & ~(uintptr_t)(align - 1)) : region;
+    if (start > region) munmap(region, (size_t)(start - region));
+    if (region + size + slack > start + size) munmap(start + size, (size_t)(region + size + slack - (start + size)));
+    if (old && mremap(old, old_size, size, MREMAP_MAYMOVE | MREMAP_FIXED, start) == MAP_FAILED) {
+        munmap(old, old_size);  /* (its pages are faulted in afresh) */
+    }
+#ifdef MADV_HUGEPAGE
+    if (slack) madvise(start, size, MADV_HUGEPAGE);
+#endif
+    return start;
+}
 static inline void *tcpy_scratch(int slot, size_t bytes) {
     void **const buffers = tcpy_scratch_buffers;
     size_t *const capacity = tcpy_scratch_capacity;
     if (TCPY_UNLIKELY(bytes > capacity[slot] || !buffers[slot])) {
         /* buffers of 2 MiB and more start on a 2 MiB boundary so the kernel can back them
          * with huge pages (one TLB entry for a whole packed panel) */
-        const size_t huge = (size_t)1 << 21, align = bytes >= huge ? huge : 64;
-        size_t size = ((bytes > 64 ? bytes : 64) + align - 1) & ~(align - 1);
-        free(buffers[slot]);
-        buffers[slot] = aligned_alloc(align, size);
+        const size_t huge = (size_t)1 << 21, page = (size_t)sysconf(_SC_PAGESIZE);
+        const size_t align = bytes >= huge ? huge : page;
+        const size_t size = ((bytes > 64 ? bytes : 64) + align - 1) & ~(align - 1);
+        buffers[slot] = tcpy_scratch_map(buffers[slot], capacity[slot], size, align);
         if (!buffers[slot]) abort();  /* out of memory for a packing buffer */
-#ifdef MADV_HUGEPAGE
-        if (align == huge) madvise(buffers[slot], size, MADV_HUGEPAGE);
-#endif
         capacity[slot] = size;
     }
     return buffers[slot];

@@ -11,6 +11,7 @@ preset this CPU runs. Half of the examples use the preset with tiny caches, so t
 shapes run the packed path with many kc / mc / nc blocks, edge slivers and split K.
 """
 import dataclasses
+import itertools
 import math
 import os
 import re
@@ -312,6 +313,32 @@ def test_cost_model_prefers_splitting_the_longer_side():
     assert p.grid[1] == 2  # M is the long side
     assert cell_cost(con, "packed", p.mr, p.nr, p.nc, p.lanes, (1, 2, 1, 1), 2) < \
         cell_cost(con, "packed", p.mr, p.nr, p.nc, p.lanes, (1, 1, 1, 1), 2)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(sizes=st.tuples(st.sampled_from([1, 2, 3, 4, 8, 64]), st.integers(1, 3000), st.integers(1, 3000),
+                       st.integers(1, 5000)),
+       path=st.sampled_from(["packed", "stream", "small", "direct"]), mr=st.sampled_from([1, 6, 8, 14]),
+       nr=st.sampled_from([16, 48, 64]), kc=st.sampled_from([16, 256]), nc_slivers=st.sampled_from([1, 4, 64]),
+       threads=st.sampled_from([1, 2, 3, 7, 8, 24, 64, 128, 256]), b_in_kernel=st.booleans(),
+       spawn=st.sampled_from([0.0, 10000.0]))
+def test_grid_search_is_the_exhaustive_one(sizes, path, mr, nr, kc, nc_slivers, threads, b_in_kernel, spawn):
+    """The planner's thread grid (its array pre-pass at many threads included) is the one an
+    exhaustive search with cell_cost and the planner's tie-breaks finds: least rounded estimate,
+    then no split K, more cells, fewer rows of M, the first in lexicographic order."""
+    from types import SimpleNamespace
+    from tcpy.target import DEFAULT_COST_MODEL
+    from tcpy.transform.contraction import _grid
+    con, cost, nc = SimpleNamespace(sizes=sizes), dataclasses.replace(DEFAULT_COST_MODEL, spawn=spawn), nc_slivers * nr
+    batch, M, N, K = sizes
+    limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
+    best = None
+    for grid in itertools.product(*(range(1, min(limit, threads) + 1) for limit in limits)):
+        if math.prod(grid) <= max(1, threads):
+            estimate = cell_cost(con, path, mr, nr, nc, 16, grid, threads, cost, b_in_kernel)
+            key = (round(estimate, 6), grid[3], -math.prod(grid), grid[1])
+            best = (key, grid) if best is None or key < best[0] else best
+    assert _grid(con, path, mr, nr, kc, 1, nc, 16, threads, cost, b_in_kernel) == best[1]
 
 
 def test_explain_names_roles_path_and_blocks():

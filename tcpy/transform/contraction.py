@@ -720,12 +720,14 @@ def _small_layout_ok(con: Contraction) -> bool:
 
 
 def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int, grid, threads: int,
-              cost: CostModel = DEFAULT_COST_MODEL, b_in_kernel: bool = False) -> float:
+              cost: CostModel = DEFAULT_COST_MODEL, b_in_kernel: bool = False):
     """Estimated cycles of the slowest thread for a thread grid (the cost model of :func:`plan`,
-    the target's ``cost``). ``b_in_kernel``: the packed path's kernel reads B in place and packs
-    it as it goes (``read`` per element, not ``pack``) unless the grid splits K."""
+    the target's ``cost``); ``grid`` (tb, tm, tn, tk), or an array of such rows (then an array
+    of their estimates, as floats: no product overflows, each within a few ulps of the one grid's).
+    ``b_in_kernel``: the packed path's kernel reads B in place and packs it as it goes (``read``
+    per element, not ``pack``) unless the grid splits K."""
     batch, M, N, K = con.sizes
-    tb, tm, tn, tk = grid
+    tb, tm, tn, tk = grid.T.astype(np.float64) if isinstance(grid, np.ndarray) else grid
     cells = tb * tm * tn * tk
     rounds = -(-cells // threads)
     bp = -(-batch // tb)
@@ -735,15 +737,26 @@ def cell_cost(con: Contraction, path: str, mr: int, nr: int, nc: int, lanes: int
     compute = bp * mp * np_ * kp / lanes / cost.fma_pipes
     pack = 0.0
     if path == "packed":
-        b_cost = cost.read if b_in_kernel and tk == 1 else cost.pack
+        b_cost = _where(b_in_kernel and tk == 1, cost.read, cost.pack)
         pack = bp * (mp * kp * -(-np_ // nc) * cost.pack + kp * np_ * b_cost)
     elif path == "stream":  # B's block packed; A read in place by every cell that needs it
         pack = bp * kp * (np_ * cost.pack + mp * cost.read)
     if path == "direct":  # each batch index a cell starts: its A values, tap tables, padded rows
         pack = bp * cost.direct_batch
-    combine = (batch * M * N * tk / threads * cost.combine) if tk > 1 else 0.0
-    spawn = cost.spawn if cells > 1 else 0.0
+    combine = _where(tk > 1, batch * M * N * tk / threads * cost.combine, 0.0)
+    spawn = _where(cells > 1, cost.spawn, 0.0)
     return rounds * (compute + pack) + combine + spawn
+
+
+def _where(condition, yes, no):
+    """``yes if condition else no``; elementwise where ``condition`` is an array (of grids)."""
+    return np.where(condition, yes, no) if isinstance(condition, np.ndarray) else (yes if condition else no)
+
+
+# candidate grids from which the vectorised estimates (one array pass) first keep those near
+# the least, which alone are then weighed one by one (a convolution at a hundred-odd threads
+# has some two thousand)
+GRID_SCAN_MIN = 32
 
 
 def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool = False) -> tuple[int, int, int, int]:
@@ -751,8 +764,15 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool
         return (1, 1, 1, 1)  # (the only grid of one cell: a chain's block, a one-thread call)
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
+    grids = _grids(tuple(min(limit, threads) for limit in limits), threads)  # (capped: fewer distinct keys)
+    if len(grids) >= GRID_SCAN_MIN:
+        # (exact: the kept grids are those whose estimate, rounded to 6 places as below, could
+        # tie the least one's; the array's arithmetic differs from Python's by a few ulps at most)
+        estimates = cell_cost(con, path, mr, nr, nc, lanes, grids, threads, cost, b_in_kernel)
+        least = float(estimates.min())
+        grids = grids[estimates <= least + max(1e-6, 1e-9 * abs(least))]
     best = None
-    for grid in _grids(limits, threads):
+    for grid in map(tuple, grids.tolist()):
         estimate = cell_cost(con, path, mr, nr, nc, lanes, grid, threads, cost, b_in_kernel)
         # ties: no split K, then more cells (the same slowest cell, less work for the others and
         # for a descheduled thread), then split N before M (each thread packs its own B)
@@ -762,13 +782,28 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool
     return best[1]
 
 
-def _grids(limits, threads):
-    """Every (tb, tm, tn, tk) within ``limits`` with at most ``threads`` cells."""
-    def rec(i, left):
-        if i == len(limits):
-            yield ()
+@functools.lru_cache(maxsize=1000)
+def _grids(limits: tuple[int, ...], threads: int) -> np.ndarray:
+    """Every (tb, tm, tn, tk) within ``limits`` with at most ``threads`` cells, one per row, in
+    lexicographic order (the first of equal estimates wins); read-only."""
+    every = _every_grid(len(limits), threads)
+    grids = every[(every <= np.array(limits)).all(axis=1)]
+    grids.flags.writeable = False
+    return grids
+
+
+@functools.lru_cache(maxsize=16)
+def _every_grid(dims: int, threads: int) -> np.ndarray:
+    """Every grid of ``dims`` counts, at least 1 each, of at most ``threads`` cells, in
+    lexicographic order (:func:`_grids` takes those within a contraction's limits)."""
+    rows = []
+
+    def rec(prefix, left):
+        if len(prefix) == dims:
+            rows.append(prefix)
             return
-        for t in range(1, min(limits[i], left) + 1):
-            for rest in rec(i + 1, left // t):
-                yield (t,) + rest
-    return rec(0, max(1, threads))
+        for t in range(1, left + 1):
+            rec(prefix + (t,), left // t)
+
+    rec((), max(1, threads))
+    return np.array(rows, np.int64).reshape(-1, dims)

@@ -321,14 +321,17 @@ def test_cost_model_prefers_splitting_the_longer_side():
        path=st.sampled_from(["packed", "stream", "small", "direct"]), mr=st.sampled_from([1, 6, 8, 14]),
        nr=st.sampled_from([16, 48, 64]), kc=st.sampled_from([16, 256]), nc_slivers=st.sampled_from([1, 4, 64]),
        threads=st.sampled_from([1, 2, 3, 7, 8, 24, 64, 128, 256]), b_in_kernel=st.booleans(),
-       spawn=st.sampled_from([0.0, 10000.0]))
-def test_grid_search_is_the_exhaustive_one(sizes, path, mr, nr, kc, nc_slivers, threads, b_in_kernel, spawn):
-    """The planner's thread grid (its array pre-pass at many threads included) is the one an
-    exhaustive search with cell_cost and the planner's tie-breaks finds: least rounded estimate,
-    then no split K, more cells, fewer rows of M, the first in lexicographic order."""
+       spawn=st.sampled_from([0.0, 10000.0]), block_rows=st.sampled_from([None, 7]))
+def test_grid_search_is_the_exhaustive_one(sizes, path, mr, nr, kc, nc_slivers, threads, b_in_kernel, spawn,
+                                           block_rows):
+    """The planner's thread grid (its array pre-pass at many threads included; with
+    ``block_rows``, its candidates weighed in arrays of at most that many, as at thread counts
+    far beyond a machine's) is the one an exhaustive search with cell_cost and the planner's
+    tie-breaks finds: least rounded estimate, then no split K, more cells, fewer rows of M, the
+    first in lexicographic order."""
     from types import SimpleNamespace
     from tcpy.target import DEFAULT_COST_MODEL
-    from tcpy.transform.contraction import _grid
+    from tcpy.transform import contraction
     con, cost, nc = SimpleNamespace(sizes=sizes), dataclasses.replace(DEFAULT_COST_MODEL, spawn=spawn), nc_slivers * nr
     batch, M, N, K = sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
@@ -338,7 +341,14 @@ def test_grid_search_is_the_exhaustive_one(sizes, path, mr, nr, kc, nc_slivers, 
             estimate = cell_cost(con, path, mr, nr, nc, 16, grid, threads, cost, b_in_kernel)
             key = (round(estimate, 6), grid[3], -math.prod(grid), grid[1])
             best = (key, grid) if best is None or key < best[0] else best
-    assert _grid(con, path, mr, nr, kc, 1, nc, 16, threads, cost, b_in_kernel) == best[1]
+    saved = contraction.GRID_BLOCK_ROWS
+    contraction._grids.cache_clear()
+    try:
+        contraction.GRID_BLOCK_ROWS = block_rows or saved
+        assert contraction._grid(con, path, mr, nr, kc, 1, nc, 16, threads, cost, b_in_kernel) == best[1]
+    finally:
+        contraction.GRID_BLOCK_ROWS = saved
+        contraction._grids.cache_clear()
 
 
 def test_explain_names_roles_path_and_blocks():

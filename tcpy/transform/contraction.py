@@ -757,6 +757,9 @@ def _where(condition, yes, no):
 # the least, which alone are then weighed one by one (a convolution at a hundred-odd threads
 # has some two thousand)
 GRID_SCAN_MIN = 32
+# candidate grids in one array at most: more (a thread count far beyond a machine's cores) are
+# weighed array by array, none kept
+GRID_BLOCK_ROWS = 1 << 14
 
 
 def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool = False) -> tuple[int, int, int, int]:
@@ -764,15 +767,17 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool
         return (1, 1, 1, 1)  # (the only grid of one cell: a chain's block, a one-thread call)
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
-    grids = _grids(tuple(min(limit, threads) for limit in limits), threads)  # (capped: fewer distinct keys)
-    if len(grids) >= GRID_SCAN_MIN:
-        # (exact: the kept grids are those whose estimate, rounded to 6 places as below, could
-        # tie the least one's; the array's arithmetic differs from Python's by a few ulps at most)
-        estimates = cell_cost(con, path, mr, nr, nc, lanes, grids, threads, cost, b_in_kernel)
-        least = float(estimates.min())
-        grids = grids[estimates <= least + max(1e-6, 1e-9 * abs(least))]
+    near = []
+    for grids in _grid_blocks(tuple(min(limit, threads) for limit in limits), threads):
+        if len(grids) >= GRID_SCAN_MIN:
+            # (exact: the kept grids are those whose estimate, rounded to 6 places as below, could
+            # tie the block's least; the array's arithmetic differs from Python's by a few ulps)
+            estimates = cell_cost(con, path, mr, nr, nc, lanes, grids, threads, cost, b_in_kernel)
+            least = float(estimates.min())
+            grids = grids[estimates <= least + max(1e-6, 1e-9 * abs(least))]
+        near.extend(map(tuple, grids.tolist()))
     best = None
-    for grid in map(tuple, grids.tolist()):
+    for grid in near:
         estimate = cell_cost(con, path, mr, nr, nc, lanes, grid, threads, cost, b_in_kernel)
         # ties: no split K, then more cells (the same slowest cell, less work for the others and
         # for a descheduled thread), then split N before M (each thread packs its own B)
@@ -782,28 +787,32 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool
     return best[1]
 
 
-@functools.lru_cache(maxsize=1000)
-def _grids(limits: tuple[int, ...], threads: int) -> np.ndarray:
-    """Every (tb, tm, tn, tk) within ``limits`` with at most ``threads`` cells, one per row, in
-    lexicographic order (the first of equal estimates wins); read-only."""
-    every = _every_grid(len(limits), threads)
-    grids = every[(every <= np.array(limits)).all(axis=1)]
-    grids.flags.writeable = False
-    return grids
+def _grid_blocks(limits: tuple[int, ...], threads: int):
+    """Every grid (one count per limit, at least 1, at most the limit) of at most ``threads``
+    cells, in lexicographic order (the first of equal estimates wins), in arrays of one grid
+    per row: one (:func:`_grids`), or, when there are more than :data:`GRID_BLOCK_ROWS`, one
+    per run of the first count at most that long."""
+    grids = _grids(limits, threads)
+    if grids is not None:
+        yield grids
+        return
+    for t in range(1, min(limits[0], threads) + 1):
+        for block in _grid_blocks(limits[1:], threads // t):
+            yield np.column_stack((np.full(len(block), t, np.int64), block))
 
 
-@functools.lru_cache(maxsize=16)
-def _every_grid(dims: int, threads: int) -> np.ndarray:
-    """Every grid of ``dims`` counts, at least 1 each, of at most ``threads`` cells, in
-    lexicographic order (:func:`_grids` takes those within a contraction's limits)."""
-    rows = []
-
-    def rec(prefix, left):
-        if len(prefix) == dims:
-            rows.append(prefix)
-            return
-        for t in range(1, left + 1):
-            rec(prefix + (t,), left // t)
-
-    rec((), max(1, threads))
-    return np.array(rows, np.int64).reshape(-1, dims)
+@functools.lru_cache(maxsize=32)
+def _grids(limits: tuple[int, ...], threads: int) -> Optional[np.ndarray]:
+    """:func:`_grid_blocks`' grids in one read-only array, or None when there are more than
+    :data:`GRID_BLOCK_ROWS` (built a count at a time: each row with each count its cells left allow)."""
+    rows, left = np.zeros((1, 0), np.int64), np.array([max(1, threads)], np.int64)
+    for limit in limits:
+        counts = np.minimum(limit, left)
+        total = int(counts.sum())
+        if total > GRID_BLOCK_ROWS:
+            return None
+        which = np.repeat(np.arange(len(rows)), counts)
+        t = np.arange(1, total + 1) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows, left = np.column_stack((rows[which], t)), left[which] // t
+    rows.flags.writeable = False
+    return rows

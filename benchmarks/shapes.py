@@ -123,7 +123,9 @@ def sweep(case: str, count: int, threads: int, seed: int, repeat: int = 1) -> di
         costs = [min(run[which][i] for run in runs) for i in range(len(shapes) - 1)]
         row.update({f"{prefix}new_shape_ms_median": 1e3 * statistics.median(costs),
                     f"{prefix}new_shape_ms_p90": 1e3 * _p90(costs), f"{prefix}new_shape_ms_max": 1e3 * max(costs),
-                    f"{prefix}new_shape_ms_max_single": 1e3 * max(max(run[which]) for run in runs)})
+                    f"{prefix}new_shape_ms_max_single": 1e3 * max(max(run[which]) for run in runs),
+                    f"{prefix}new_shape_ms": [round(1e3 * c, 4) for c in costs]})  # (per shape, for a look at the largest)
+    row["shape_list"] = [list(map(list, shape)) for shape in shapes[1:]]
     return row
 
 

@@ -26,3 +26,10 @@ def test_a_worker_that_ends_is_started_again():
     with pytest.raises(tcpy.TCRuntimeError, match="tcpy's worker process ended"):
         worker.run(os._exit, 3)
     assert worker.run(os.getpid) != first
+
+
+def test_the_worker_runs_at_the_lowest_cpu_priority():
+    # (its compiles must not take cores from the caller's kernels: os.nice(0) reads the niceness)
+    before = os.nice(0)
+    assert worker.run(os.nice, 0) == 19
+    assert os.nice(0) == before  # (the caller's own is left as it was)

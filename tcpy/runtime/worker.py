@@ -6,9 +6,11 @@ islpy holds the interpreter's lock through its calls: done in a thread of the ca
 it stalls the caller's own calls (a new shape's planning waited for it by milliseconds). The
 worker is a second Python process, started at the first request and then kept for the process's
 life, that runs module-level functions on pickled arguments, one request at a time, with the
-caller's environment of the moment (its kernel cache, compiler and flags). It ignores Ctrl-C
-(meant for the process that calls kernels) and ends when that process does (its requests' pipe
-closes).
+caller's environment of the moment (its kernel cache, compiler and flags). It runs at the lowest
+CPU priority (nice 19, which the compiler it starts inherits): a kernel running on every core
+meanwhile keeps them (at normal priority, a background compile on a 2-core machine had made a
+2-thread attention call wait 4 ms for a thread it held). It ignores Ctrl-C (meant for the process
+that calls kernels) and ends when that process does (its requests' pipe closes).
 """
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ def serve() -> None:
     """The worker's loop: a request ``(environment, function, args)`` in, ``(True, result)`` or
     ``(False, "the error")`` out, until the caller closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(19)  # (background work: the caller's kernels first; capped at the lowest priority)
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # (what the work prints must not land among the replies)
     while True:

@@ -758,7 +758,7 @@ def _where(condition, yes, no):
 # has some two thousand)
 GRID_SCAN_MIN = 32
 # candidate grids in one array at most: more (a thread count far beyond a machine's cores) are
-# weighed array by array, none kept
+# weighed array by array, and not cached
 GRID_BLOCK_ROWS = 1 << 14
 
 
@@ -790,8 +790,8 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool
 def _grid_blocks(limits: tuple[int, ...], threads: int):
     """Every grid (one count per limit, at least 1, at most the limit) of at most ``threads``
     cells, in lexicographic order (the first of equal estimates wins), in arrays of one grid
-    per row: one (:func:`_grids`), or, when there are more than :data:`GRID_BLOCK_ROWS`, one
-    per run of the first count at most that long."""
+    per row: one (:func:`_grids`), or, when there are more than :data:`GRID_BLOCK_ROWS`, one or
+    more per value of the first count (the rest split the same way)."""
     grids = _grids(limits, threads)
     if grids is not None:
         yield grids

@@ -44,32 +44,36 @@ def bind_arguments(def_: ast.Def, args) -> tuple[list, dict]:
         )
     arrays = []
     sizes: dict[str, int] = {}
-    origin: dict[str, str] = {}
+    origin: dict[str, tuple[str, int]] = {}  # size -> (parameter, dimension) it was read from
     for param, arg in zip(params, args):
         ttype = param.type
         array = _as_array(where, param, ttype, arg)
         for d, dim in enumerate(ttype.dims):
             got = array.shape[d]
-            place = f"{param.name}.shape[{d}]"
             if isinstance(dim, ast.IntLit):
                 if got != dim.value:
                     raise TCShapeError(
                         f"{where}: argument {param.name} must have shape {ast.tuple_text(map(str, ttype.dims))}: "
-                        f"{place} must be {dim.value}, got {got} (shape {tuple(array.shape)})"
+                        f"{_place(param.name, d)} must be {dim.value}, got {got} (shape {tuple(array.shape)})"
                     )
             elif dim.name in sizes:
                 if sizes[dim.name] != got:
                     raise TCShapeError(
-                        f"{where}: size {dim.name} is {sizes[dim.name]} from {origin[dim.name]} "
-                        f"but {place} is {got}"
+                        f"{where}: size {dim.name} is {sizes[dim.name]} from {_place(*origin[dim.name])} "
+                        f"but {_place(param.name, d)} is {got}"
                     )
             else:
                 if got > MAX_SIZE:
-                    raise TCShapeError(f"{where}: {place} is {got}, larger than the int32 index range")
+                    raise TCShapeError(f"{where}: {_place(param.name, d)} is {got}, larger than the int32 index range")
                 sizes[dim.name] = int(got)
-                origin[dim.name] = place
+                origin[dim.name] = (param.name, d)
         arrays.append(array)
     return arrays, sizes  # sema makes every size variable appear in some input
+
+
+def _place(name: str, dim: int) -> str:
+    """``A.shape[1]``: where a size was read (named only in errors: a new call shape binds many)."""
+    return f"{name}.shape[{dim}]"
 
 
 def _as_array(where: str, param: ast.Param, ttype: ast.TensorType, arg) -> np.ndarray:

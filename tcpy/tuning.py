@@ -21,7 +21,7 @@ import numpy as np
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from .runtime.build import cache_dir
+from .runtime.build import cache_dir, configured_cache_root
 from .errors import TCOptionError
 from .options import Options
 from .loopir import ContractionNest
@@ -39,20 +39,23 @@ def _key(kernel, sizes: Mapping[str, int]) -> str:
 
 
 def _store_path() -> Path:
-    return _store_in(cache_dir())
+    """The store in the cache in use (:func:`~tcpy.runtime.build.cache_dir`: where records are written)."""
+    return _store_in(str(cache_dir()))
 
 
 @functools.lru_cache(maxsize=16)
-def _store_in(root: Path) -> Path:
-    return root / "tuned.json"  # (made once per root: a new call shape of a generic kernel looks it up)
+def _store_in(root: str) -> Path:
+    return Path(root) / "tuned.json"  # (made once per root: a new call shape of a generic kernel looks it up)
 
 
 _loaded: dict = {}  # the store's path -> ((mtime, size), its records): read again when it changes
 
 
-def _load_all() -> dict:
-    """The records of the store (read-only: a new call shape of any kernel looks its sizes up)."""
-    path = _store_path()
+def _load_all(path: Optional[Path] = None) -> dict:
+    """The records of the store at ``path``, by default the one the environment names (a new
+    call shape of any kernel looks its sizes up there, read-only: records this process wrote to
+    a fallback cache are in :data:`_memory`)."""
+    path = path or _store_in(configured_cache_root())
     try:
         stat = os.stat(path)
         stamp = (stat.st_mtime_ns, stat.st_size)
@@ -100,7 +103,7 @@ def _record(key: str, options: Options) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
-            data = {**_load_all(), key: _to_json(options)}
+            data = {**_load_all(path), key: _to_json(options)}
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)

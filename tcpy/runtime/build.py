@@ -305,15 +305,21 @@ def _compiler_name_version(cc: str) -> tuple[str, Optional[str]]:
 
 def _kernel_dir() -> Path:
     """``<cache root>/kernels``, created if needed; falls back to a temporary directory."""
-    root = os.environ.get("TCPY_CACHE_DIR") or _user_cache_root(os.environ.get("XDG_CACHE_HOME"),
-                                                                 os.environ.get("HOME"))
-    kernels = _kernels_in(root)
+    kernels = _kernels_in(configured_cache_root())
     problem = _unusable(kernels)
     if problem is None:
         return kernels
     _warn_once(str(kernels), f"tcpy: cannot use the kernel cache directory {kernels} ({problem}); compiled kernels "
                "go to a temporary directory for this process. Set TCPY_CACHE_DIR to a writable directory.")
     return _temporary_kernel_dir()
+
+
+def configured_cache_root() -> str:
+    """The cache root the environment names: ``$TCPY_CACHE_DIR``, else the user cache dir; not
+    checked (:func:`cache_dir` is the one in use, a temporary fallback when this one cannot be
+    written; a lookup that only reads, as a new call shape's of tuned options, needs no check)."""
+    return os.environ.get("TCPY_CACHE_DIR") or _user_cache_root(os.environ.get("XDG_CACHE_HOME"),
+                                                                os.environ.get("HOME"))
 
 
 @functools.lru_cache(maxsize=16)

@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,8 @@ from .schedule import volume
 from .target import PRESETS, Target
 from .transform import (attach_epilogues, decide_engines, drop_empty_sums, fuse_statements, pack_operands,
                         plan_chains, register_tiles, runtime_gap, split_phases)
+
+T = TypeVar("T")
 
 BACKENDS = ("compiled", "reference")
 
@@ -465,10 +467,7 @@ class Kernel(Launcher):
 
         def run():
             try:
-                try:
-                    entry = built()
-                except TCCompilerError:  # (a damaged cached library, removed by load_symbol: built once more)
-                    entry = built()
+                entry = _once_more_if_damaged(built)
             except Exception as err:  # the generic kernel keeps serving
                 self._served[_sizes_key(sizes)] += f"; its specialisation failed ({err})"
                 return
@@ -626,12 +625,18 @@ def _build(spec: Specialization, options: Options) -> str:
 
 
 def _build_and_load(spec: Specialization, options: Options) -> int:
-    """The kernel's address: built or found in the cache; a cached library that does not load
-    (damaged on disk) has been removed by ``load_symbol`` and is built once more."""
+    """The kernel's address: built or found in the cache (:func:`_once_more_if_damaged`)."""
+    return _once_more_if_damaged(lambda: load_symbol(_build(spec, options), spec.symbol))
+
+
+def _once_more_if_damaged(build_and_load: Callable[[], T]) -> T:
+    """``build_and_load()``, once more if it raised :class:`TCCompilerError`: a cached library
+    that does not load (damaged on disk) has been removed by ``load_symbol``, and the second
+    build makes it afresh."""
     try:
-        return load_symbol(_build(spec, options), spec.symbol)
+        return build_and_load()
     except TCCompilerError:
-        return load_symbol(_build(spec, options), spec.symbol)
+        return build_and_load()
 
 
 def _covered(tensor: str, statements, shape) -> bool:

@@ -51,14 +51,15 @@ def compiled_modules(directory: Path) -> dict[str, Path]:
 def stale_modules(directory: Path) -> list[str]:
     """The modules under ``directory`` whose compiled extension is older than their ``.py``
     source."""
-    stale = []
-    for name, source in compiled_modules(directory).items():
-        stem = source.with_suffix("")
-        built = [stem.with_name(stem.name + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
-        newest = max(path.stat().st_mtime for path in built if path.exists())
-        if source.stat().st_mtime > newest + _BUILD_SLACK_SECONDS:
-            stale.append(name)
-    return stale
+    return [name for name, source in compiled_modules(directory).items() if _stale(source)]
+
+
+def _stale(source: Path) -> bool:
+    """Whether the compiled extension beside ``source`` is older than it."""
+    stem = source.with_suffix("")
+    built = [stem.with_name(stem.name + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    newest = max(path.stat().st_mtime for path in built if path.exists())
+    return source.stat().st_mtime > newest + _BUILD_SLACK_SECONDS
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
@@ -82,7 +83,7 @@ def select_modules() -> None:
     if os.environ.get("TCPY_PURE_PYTHON", "") not in ("", "0"):
         names = list(compiled)
     else:
-        names = stale_modules(directory)
+        names = [name for name, source in compiled.items() if _stale(source)]  # (one walk of the package)
         if names:
             listed = [f"{__package__}.{n}" for n in names]
             which = (f"{listed[0]} is older than its source" if len(listed) == 1 else

@@ -87,6 +87,13 @@ def test_constant_dim_mismatch():
     assert str(info.value) == "def 'f': argument X must have shape (3, N): X.shape[0] must be 3, got 4 (shape (4, 7))"
 
 
+def test_a_dimension_beyond_the_int32_index_range():
+    # (an empty array may be that long: it holds no element)
+    with pytest.raises(TCShapeError) as info:
+        bind_arguments(MATMUL, (f32(2**31, 0), f32(0, 3)))
+    assert str(info.value) == "def 'matmul': A.shape[0] is 2147483648, larger than the int32 index range"
+
+
 def test_rank_0_accepts_python_numbers_of_the_right_kind():
     arrays, sizes = bind_arguments(SCALE, (f32(2), 1.5, 3, True, 2))
     assert sizes == {"N": 2}

@@ -81,7 +81,7 @@ def test_the_uncompiled_planner_makes_the_same_plans():
 
 def test_a_compiled_module_older_than_its_source_is_stale(tmp_path):
     """An edit after the last build is noticed: the package then loads the source (see
-    tcpy.codegen), so an editable install never runs a stale renderer."""
+    tcpy.compiled), so an editable install never runs a stale renderer or planner."""
     source, built = tmp_path / "emit.py", tmp_path / f"emit{importlib.machinery.EXTENSION_SUFFIXES[0]}"
     source.write_text("")
     built.write_bytes(b"")

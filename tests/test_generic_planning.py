@@ -13,7 +13,8 @@ from tcpy.ranges.index_values import check_index_results
 from tcpy.ranges.isl_helpers import value_at
 from tcpy.target import Target
 from tcpy.transform.contraction import _sliver_lines_per_set
-from tcpy.transform.runtime_plan import _runs, _segments, _table, _unit_run
+from tcpy.contraction_ir import RUNTIME_FIELDS
+from tcpy.transform.runtime_plan import _assemble, _joined, _nonzero, _offsets, _section, _unit_run, _zeros_like, field
 
 # a guarded read, a range of floor bounds (stride 2: isl evaluates those) and a depthwise window
 DEFS = (GEMM, CONV2D, ATTENTION, padded_conv2d_source(3, 2, 1), padded_conv2d_source(5, 1, 2, depthwise=True))
@@ -110,7 +111,7 @@ def test_a_bind_raises_exactly_where_an_index_value_leaves_int32(n, m):
         assert str(raised.value) == expected
 
 
-def _offsets(dims):
+def _counted(dims):
     """Each linear index's offset, counted out (outer dimension first)."""
     offsets = [0]
     for extent, stride in dims:
@@ -130,18 +131,32 @@ def _run_from(offsets, i):
 
 
 @settings(max_examples=300, deadline=None)
-@given(dims=st.lists(st.tuples(st.integers(1, 6), st.sampled_from((0, 1, 2, 3, -1, -2, 4, 5, 12))), max_size=3),
-       width=st.integers(1, 5))
-def test_a_plan_buffer_s_tables_are_the_counted_out_offsets(dims, width):
+@given(dims=st.lists(st.tuples(st.integers(0, 6), st.sampled_from((0, 1, 2, 3, -1, -2, 4, 5, 12))), max_size=3),
+       const=st.sampled_from((0, 5, -3)), width=st.integers(1, 5))
+def test_a_plan_buffer_s_tables_are_the_counted_out_offsets(dims, const, width):
     dims = tuple(dims)
-    for cached in (_table, _runs, _segments):
-        cached.cache_clear()
-    offsets = _offsets(dims)
-    assert _table(dims).tolist() == offsets
+    offsets = [const + o for o in _counted(dims)]
+    tables = {"b_n": _offsets(dims, const), "g_k": _joined([_zeros_like(_offsets(dims)), _offsets(dims, const)]),
+              "b_runs": ("runs", "b_n", width), "b_segments": ("segments", "b_n"), "c_runs": ("values", (7, 8))}
+    buffer = _assemble([_section(RUNTIME_FIELDS, {"nr": width}, tables, 0)])
+    assert buffer[field("nr")] == width
+
+    def table(name, length):
+        at = buffer[field(f"{name}_table")]
+        return buffer[at:at + length].tolist()
+
+    assert table("b_n", len(offsets)) == offsets
+    assert table("g_k", 2 * len(offsets)) == [0] * len(offsets) + offsets
+    assert _nonzero(_offsets(dims, const)) == any(offsets)
+    assert table("c_runs", 2) == [7, 8]
     steps = [b - a for a, b in zip(offsets, offsets[1:])]
-    assert _unit_run(dims) == all(s == 1 for s in steps)
+    if all(extent for extent, _ in dims):  # (a plan's tables have no empty dimension: planned with 1)
+        assert _unit_run(dims) == all(s == 1 for s in steps)
     blocks = range(-(-len(offsets) // width))
-    assert _runs(dims, width).tolist() == [int(all(s == 1 for s in steps[b * width:(b + 1) * width - 1]))
-                                           for b in blocks]
+    assert table("b_runs", len(blocks)) == [int(all(s == 1 for s in steps[b * width:(b + 1) * width - 1]))
+                                            for b in blocks]
     runs = [_run_from(offsets, i) for i in range(len(offsets))]
-    assert _segments(dims).tolist() == [length * 4 + step for length, step in runs]
+    assert table("b_segments", len(offsets)) == [length * 4 + step for length, step in runs]
+    assert len(buffer) == len(RUNTIME_FIELDS) + 4 * len(offsets) + len(blocks) + 2
+
+

@@ -18,6 +18,7 @@ import functools
 import math
 from typing import Mapping, Optional
 
+import cython
 import numpy as np
 
 from ..contraction_ir import RUNTIME_FIELDS, RUNTIME_PATHS, RUNTIME_WINOGRAD_FIELDS, Contraction, Plan, runtime_paths
@@ -84,25 +85,24 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
         "b_batch": _dims(con.batch, b), "b_n": _dims(getattr(con, n), b), "b_k": _dims(con.k, b),
         "c_batch": _dims(con.batch, "c"), "c_m": _dims(getattr(con, m), "c"), "c_n": _dims(getattr(con, n), "c"),
     }
-    tables = {name: _table(role) for name, role in dims.items()}
+    tables = {name: _offsets(role) for name, role in dims.items()}
     own = getattr(con, m if guarded == "a" else n)
     g_batch, g_own, g_k = [], [], []
     for i in range(len(nominal.guards)):  # a guard this shape does not have holds everywhere
         if i < len(con.guards):
             which = f"g{i}"
-            g_batch.append(con.guards[i].const + _offsets(con.batch, which))
-            g_own.append(_offsets(own, which))
-            g_k.append(_offsets(con.k, which))
+            g_batch.append(_offsets(_dims(con.batch, which), con.guards[i].const))
+            g_own.append(_offsets(_dims(own, which)))
+            g_k.append(_offsets(_dims(con.k, which)))
         else:
-            g_batch.append(np.zeros_like(tables["c_batch"]))
-            g_own.append(np.zeros_like(tables["a_m"] if guarded == "a" else tables["b_n"]))
-            g_k.append(np.zeros_like(tables["a_k"]))
+            g_batch.append(_zeros_like(tables["c_batch"]))
+            g_own.append(_zeros_like(tables["a_m"] if guarded == "a" else tables["b_n"]))
+            g_k.append(_zeros_like(tables["a_k"]))
     tables.update(g_batch=_joined(g_batch), g_own=_joined(g_own), g_k=_joined(g_k))
     if plan.path == "winograd":  # (the packed loops' copies and stores do not run: no tables for them)
-        tables.update(b_runs=np.zeros(1, np.int64), c_runs=np.zeros(1, np.int64), b_segments=np.zeros(1, np.int64))
-    else:
-        tables.update(b_runs=_runs(dims["b_n"], plan.nr), c_runs=_runs(dims["c_n"], plan.nr),
-                      b_segments=_segments(dims["b_n"]))
+        tables.update(b_runs=_ZERO, c_runs=_ZERO, b_segments=_ZERO)
+    else:  # (read from the b_n and c_n tables, as the buffer holds them)
+        tables.update(b_runs=("runs", "b_n", plan.nr), c_runs=("runs", "c_n", plan.nr), b_segments=("segments", "b_n"))
     tb, tm, tn, _ = plan.grid
     if keep:
         tm, tn = tn, tm
@@ -117,35 +117,198 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
         fields.update(path=RUNTIME_PATHS.index(plan.path), copy_b=int(plan.copy_b), mr=plan.mr, nr=plan.nr)
     if plan.path in ("small", "stream"):  # (A, and on the small path B, read in place: one linear stride per role)
         fields.update(a_m_stride=con.linear_stride("m", "a"), a_k_stride=con.linear_stride("k", "a"))
-    parts = _section(RUNTIME_FIELDS, fields, tables, 0)
+    sections = [_section(RUNTIME_FIELDS, fields, tables, 0)]
     if plan.path == "winograd":
-        at = sum(len(part) for part in parts)
-        parts[0][_FIELD["winograd"]] = at
-        parts += _winograd_section(con, plan, len(nominal.guards), at)
-    return np.concatenate(parts)
+        at = sections[0][2]
+        sections[0][1][_FIELD["winograd"]] = at
+        sections.append(_winograd_section(con, plan, len(nominal.guards), at))
+    return _assemble(sections)
 
 
-def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[str, np.ndarray],
-             at: int) -> list[np.ndarray]:
-    """A header of ``names`` holding ``fields`` and where each of ``tables`` starts (its
-    ``<name>_table`` field: the section starts at ``at`` in the buffer), then the tables."""
-    header = _zero_header(names).copy()  # (its keys in the buffer's order)
-    header.update(fields)
-    at += len(names)
-    for name, table in tables.items():
-        header[name + "_table"] = at
-        at += len(table)
-    if len(header) != len(names):
-        raise KeyError(f"fields {sorted(set(header) - set(names))} are not among the section's")
-    return [np.fromiter(header.values(), np.int64, len(names)), *tables.values()]
+# A plan buffer's tables are written where the buffer holds them, from these descriptions (no
+# array per table and no copies: a new call shape's buffers are built at its first call):
+# ("offsets", dims, const): :func:`_offsets`; ("values", ints); ("joined", descriptions): one
+# after the other; of the section's offsets table named ``table`` (a role's linear index, N:
+# what the packing reads along a B sliver, the stores write along a C row), ("runs", table,
+# width): per block of ``width`` indices (the last partial), 1 where the block's offsets are one
+# unit-stride run (x, x + 1, ...); ("segments", table): per index, ``length * 4 + step``, the run
+# of its offsets from it on with a step of 1 or 2 (``length`` 1, ``step`` 1 where neither
+# continues).
+_ZERO = ("values", (0,))
+
+
+def _offsets(dims: tuple[tuple[int, int], ...], const: int = 0) -> tuple:
+    """Element offsets (or a guard's values) per linear index of a role of these ``dims``
+    (:func:`_dims`: each one affine dimension, outer first), plus ``const``: the offset of each
+    dimension's index times its stride, summed."""
+    return ("offsets", dims, const)
+
+
+def _zeros_like(table: tuple) -> tuple:
+    """A table of zeros as long as the offsets ``table``."""
+    return ("offsets", tuple((extent, 0) for extent, _ in table[1]), 0)
+
+
+def _joined(tables: list) -> tuple:
+    return ("joined", tuple(tables)) if tables else _ZERO
+
+
+def _length(table: tuple, lengths: Mapping[str, int]) -> int:
+    """The values of ``table`` (``lengths``: those of the section's tables before it, by name)."""
+    kind = table[0]
+    if kind == "offsets":
+        return math.prod(extent for extent, _ in table[1])
+    if kind == "values":
+        return len(table[1])
+    if kind == "joined":
+        return sum(_length(part, lengths) for part in table[1])
+    if kind == "runs":
+        return -(-lengths[table[1]] // table[2])
+    return lengths[table[1]]  # segments
 
 
 @functools.lru_cache(maxsize=None)
-def _zero_header(names: tuple[str, ...]) -> dict[str, int]:
-    return dict.fromkeys(names, 0)
+def _layout(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: index for index, name in enumerate(names)}
 
 
-def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> list[np.ndarray]:
+def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[str, tuple], at: int
+             ) -> tuple[int, list[int], int, list[tuple]]:
+    """A section starting at ``at`` in its buffer: a header of ``names`` holding ``fields`` and
+    where each of ``tables`` starts (its ``<name>_table`` field), then the tables. Returns
+    ``(at, header, end, placed)``: ``placed`` the tables' descriptions with their starts, a
+    runs or segments table's offsets table as its start and length."""
+    layout = _layout(names)
+    header = [0] * len(names)
+    for name, value in fields.items():
+        if name not in layout:
+            raise KeyError(f"field {name!r} is not among the section's")
+        header[layout[name]] = value
+    start, at = at, at + len(names)
+    lengths, starts, placed = {}, {}, []
+    for name, table in tables.items():
+        header[layout[name + "_table"]] = at
+        length = _length(table, lengths)
+        if table[0] in ("runs", "segments"):
+            table = (table[0], starts[table[1]], lengths[table[1]], *table[2:])
+        lengths[name], starts[name] = length, at
+        placed.append((at, table))
+        at += length
+    return start, header, at, placed
+
+
+def _assemble(sections: list) -> np.ndarray:
+    """One plan buffer of these :func:`_section` results, their tables written in place."""
+    buffer = np.empty(sections[-1][2], np.int64)
+    for at, header, _, placed in sections:
+        buffer[at:at + len(header)] = header
+        _write_tables(buffer, placed)
+    return buffer
+
+
+# (the planner's annotations are not C types, see setup.py: these loops declare theirs)
+@cython.ccall
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(out=cython.long[::1])
+def _write_tables(buffer, placed: list) -> None:
+    """Write the tables ``placed`` (:func:`_section`) into ``buffer``."""
+    out = buffer
+    for at, table in placed:
+        _write(out, at, table)
+
+
+@cython.cfunc
+@cython.returns(cython.Py_ssize_t)
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(out=cython.long[::1], at=cython.Py_ssize_t, i=cython.Py_ssize_t, values=tuple, table=tuple)
+def _write(out, at, table):
+    """Write ``table`` from ``out[at]`` on; returns where it ends."""
+    kind = table[0]
+    if kind == "offsets":
+        return _write_offsets(out, at, table[1], table[2])
+    if kind == "values":
+        values = table[1]
+        for i in range(len(values)):
+            out[at + i] = values[i]
+        return at + len(values)
+    if kind == "joined":
+        for part in table[1]:
+            at = _write(out, at, part)
+        return at
+    if kind == "runs":
+        return _write_runs(out, at, table[1], table[2], table[3])
+    return _write_segments(out, at, table[1], table[2])
+
+
+@cython.cfunc
+@cython.returns(cython.Py_ssize_t)
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(out=cython.long[::1], at=cython.Py_ssize_t, dims=tuple, const=cython.long, length=cython.Py_ssize_t,
+               extent=cython.Py_ssize_t, j=cython.Py_ssize_t, e=cython.Py_ssize_t, stride=cython.long, base=cython.long)
+def _write_offsets(out, at, dims, const):
+    """:func:`_offsets`: each dimension, outer first, expands the table so far in place (each
+    value into ``extent`` values ``stride`` apart, from the last down: none is overwritten before
+    it is read)."""
+    for extent, _ in dims:
+        if extent == 0:
+            return at
+    out[at] = const
+    length = 1
+    for extent, stride in dims:
+        if extent != 1:
+            for j in range(length - 1, -1, -1):
+                base = out[at + j]
+                for e in range(extent - 1, -1, -1):
+                    out[at + j * extent + e] = base + e * stride
+            length *= extent
+    return at + length
+
+
+@cython.cfunc
+@cython.returns(cython.Py_ssize_t)
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(out=cython.long[::1], at=cython.Py_ssize_t, source=cython.Py_ssize_t, n=cython.Py_ssize_t,
+               width=cython.Py_ssize_t, block=cython.Py_ssize_t, i=cython.Py_ssize_t, blocks=cython.Py_ssize_t)
+def _write_runs(out, at, source, n, width):
+    """The runs of the offsets table of ``n`` values at ``source`` (see ``_ZERO``)."""
+    blocks = (n + width - 1) // width
+    for block in range(blocks):
+        out[at + block] = 1
+        for i in range(block * width, min((block + 1) * width, n) - 1):
+            if out[source + i + 1] - out[source + i] != 1:
+                out[at + block] = 0
+                break
+    return at + blocks
+
+
+@cython.cfunc
+@cython.returns(cython.Py_ssize_t)
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(out=cython.long[::1], at=cython.Py_ssize_t, source=cython.Py_ssize_t, n=cython.Py_ssize_t,
+               i=cython.Py_ssize_t, step=cython.long, length=cython.Py_ssize_t, end=cython.Py_ssize_t)
+def _write_segments(out, at, source, n):
+    """The segments of the offsets table of ``n`` values at ``source`` (see ``_ZERO``): the
+    steps first (1 or 2, else 0), then from the last index down each run's length, a run from
+    ``i`` ending at the first index after it whose step differs."""
+    for i in range(n):
+        step = out[source + i + 1] - out[source + i] if i + 1 < n else 0
+        out[at + i] = step if step == 1 or step == 2 else 0
+    end = n
+    for i in range(n - 1, -1, -1):
+        step = out[at + i]
+        length = min(end - i + 1 if step > 0 else 1, n - i)
+        if i == 0 or out[at + i - 1] != step:
+            end = i
+        out[at + i] = length * 4 + max(step, 1)
+    return at + n
+
+
+def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> tuple:
     """The winograd section (:data:`RUNTIME_WINOGRAD_FIELDS`) of ``con`` on the winograd
     ``plan``, for a kernel that tests ``guards`` guards, starting at ``at`` in the buffer."""
     form = plan.winograd
@@ -159,15 +322,16 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
               "row_weights": rows.tap.weights, "col_weights": cols.tap.weights,
               "kc": plan.kc, "mc": plan.mc, "nc": plan.nc, "image_base": image.offset,
               "weights_base": weights.offset, "c_base": con.c.offset, "image_elements": image.elements}
-    tables = {"image_batch": _offsets(con.batch, form.image), "weights_batch": _offsets(con.batch, form.weights),
-              "c_batch": _offsets(con.batch, "c"), "image_k": _var_offsets(form.k, "image"),
+    tables = {"image_batch": _offsets(_dims(con.batch, form.image)),
+              "weights_batch": _offsets(_dims(con.batch, form.weights)),
+              "c_batch": _offsets(_dims(con.batch, "c")), "image_k": _var_offsets(form.k, "image"),
               "weights_k": _var_offsets(form.k, "weights"), "image_n": _var_offsets(form.n, "image"),
               "c_n": _var_offsets(form.n, "c"), "weights_m": _var_offsets(form.m, "weights"),
               "c_m": _var_offsets(form.m, "c")}
     g_batch, g_k, g_n, g_row, g_col, g_k_min = [], [], [], [], [], []
     for i in range(guards):  # a guard this shape does not have holds everywhere
         if i < len(con.guards):
-            g_batch.append(con.guards[i].const + _offsets(con.batch, f"g{i}"))
+            g_batch.append(_offsets(_dims(con.batch, f"g{i}"), con.guards[i].const))
             g_k.append(_var_offsets(form.k, "g", i))
             g_n.append(_var_offsets(form.n, "g", i))
             g_row.append(rows.out.g[i])
@@ -177,16 +341,15 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> lis
             g_k_min.append(sum(min(0, v.g[i] * (v.extent - 1)) for v in form.k)
                            + min(0, reach * rows.out.g[i]) + min(0, reach * cols.out.g[i]))
         else:
-            g_batch.append(np.zeros_like(tables["c_batch"]))
-            g_k.append(np.zeros_like(tables["image_k"]))
-            g_n.append(np.zeros_like(tables["image_n"]))
+            g_batch.append(_zeros_like(tables["c_batch"]))
+            g_k.append(_zeros_like(tables["image_k"]))
+            g_n.append(_zeros_like(tables["image_n"]))
             g_row.append(0)
             g_col.append(0)
             g_k_min.append(0)
-    fields["guards_k"] = int(any(table.any() for table in g_k))
-    tables.update(g_batch=_joined(g_batch), g_k=_joined(g_k), g_n=_joined(g_n),
-                  g_row=np.array(g_row or [0], np.int64), g_col=np.array(g_col or [0], np.int64),
-                  g_k_min=np.array(g_k_min or [0], np.int64))
+    fields["guards_k"] = int(any(map(_nonzero, g_k)))
+    tables.update(g_batch=_joined(g_batch), g_k=_joined(g_k), g_n=_joined(g_n), g_row=("values", tuple(g_row or [0])),
+                  g_col=("values", tuple(g_col or [0])), g_k_min=("values", tuple(g_k_min or [0])))
     return _section(RUNTIME_WINOGRAD_FIELDS, fields, tables, at)
 
 
@@ -196,72 +359,22 @@ def _dims(groups, which: str) -> tuple[tuple[int, int], ...]:
     return tuple((group.extent, group.stride(which)) for group in groups)
 
 
-@functools.lru_cache(maxsize=512)
-def _table(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """Element offsets (or a guard's values) per linear index of a role of these ``dims``
-    (:func:`_dims`: each one affine dimension); read-only, kept for the variants and call
-    shapes that share them (a chain's blocks of the same columns, a dimension of the same
-    extent)."""
-    offsets = None
-    for extent, stride in dims:
-        if extent == 1 and offsets is not None:
-            continue  # (adds 0 to every offset)
-        axis = np.arange(0, extent * stride, stride, dtype=np.int64) if stride else np.zeros(extent, np.int64)
-        offsets = axis if offsets is None else (offsets[:, None] + axis).ravel()
-    if offsets is None:
-        offsets = np.zeros(1, np.int64)
-    offsets.flags.writeable = False
-    return offsets
+def _var_offsets(variables, which: str, guard: int = 0) -> tuple:
+    """:func:`_offsets` in the tensor ``which`` names (a :class:`~tcpy.contraction_ir.Var` field;
+    ``g``: guard ``guard``'s coefficients) per linear index of ``variables`` (outer first)."""
+    return _offsets(tuple((var.extent, var.g[guard] if which == "g" else getattr(var, which)) for var in variables))
 
 
-def _offsets(groups, which: str) -> np.ndarray:
-    """:func:`_table` of these groups in ``which``."""
-    return _table(_dims(groups, which))
-
-
-def _var_offsets(variables, which: str, guard: int = 0) -> np.ndarray:
-    """Offsets in the tensor ``which`` names (a :class:`~tcpy.contraction_ir.Var` field; ``g``:
-    guard ``guard``'s coefficients) per linear index of ``variables`` (outer first)."""
-    return _table(tuple((var.extent, var.g[guard] if which == "g" else getattr(var, which)) for var in variables))
-
-
-def _joined(tables) -> np.ndarray:
-    return np.concatenate(tables) if tables else np.zeros(1, np.int64)
-
-
-@functools.lru_cache(maxsize=256)
-def _segments(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """Per linear index of :func:`_table` ``(dims)``, ``length * 4 + step``: the run of its
-    offsets from it on with a step of 1 or 2 (``length`` 1, ``step`` 1 where neither continues)."""
-    varying = [(extent, stride) for extent, stride in dims if extent != 1]
-    if len(varying) <= 1:  # one step throughout: the runs end at the table's end, or are single
-        n, step = varying[0] if varying else (1, 1)
-        segments = np.arange(n * 4, 0, -4, dtype=np.int64) + step if step in (1, 2) else np.full(n, 5, np.int64)
-        segments[-1] = 5  # (the last offset: a run of one)
-        segments.flags.writeable = False
-        return segments
-    offsets = _table(dims)
-    n = len(offsets)
-    index = np.arange(n)
-    step = np.zeros(n, np.int64)  # the step to the next offset, where it is 1 or 2, else 0
-    np.subtract(offsets[1:], offsets[:-1], out=step[:-1])
-    step[(step != 1) & (step != 2)] = 0
-    # a run from i ends at the first index after it whose step to the next is another (n after
-    # the last; the arrays filled in place: a new call shape's plan makes several)
-    changes = np.empty(n, bool)
-    changes[0] = True
-    np.not_equal(step[1:], step[:-1], out=changes[1:])
-    ends = np.full(n + 1, n)
-    ends[:n][changes] = index[changes]
-    ends = np.minimum.accumulate(ends[::-1])[::-1]
-    length = np.where(step > 0, ends[1:] - index + 1, 1)
-    segments = np.minimum(length, n - index) * 4 + np.maximum(step, 1)
-    segments.flags.writeable = False
-    return segments
+def _nonzero(table: tuple) -> bool:
+    """Whether the offsets ``table`` holds a value other than 0."""
+    _, dims, const = table
+    if any(extent == 0 for extent, _ in dims):
+        return False
+    return const != 0 or any(extent > 1 and stride != 0 for extent, stride in dims)
 
 
 def _unit_run(dims: tuple[tuple[int, int], ...]) -> bool:
-    """Whether the offsets of :func:`_table` ``(dims)`` are one unit-stride run (x, x + 1, ...):
+    """Whether the offsets of :func:`_offsets` ``(dims)`` are one unit-stride run (x, x + 1, ...):
     each dimension (but those of one value) steps by the extent of those inside it."""
     step = 1
     for extent, stride in reversed(dims):
@@ -270,22 +383,6 @@ def _unit_run(dims: tuple[tuple[int, int], ...]) -> bool:
                 return False
             step *= extent
     return True
-
-
-@functools.lru_cache(maxsize=256)
-def _runs(dims: tuple[tuple[int, int], ...], width: int) -> np.ndarray:
-    """Per block of ``width`` linear indices of :func:`_table` ``(dims)`` (the last block
-    partial), 1 where the block's offsets are one unit-stride run (x, x + 1, ...)."""
-    if _unit_run(dims):
-        runs = np.ones(-(-math.prod(extent for extent, _ in dims) // width), np.int64)
-        runs.flags.writeable = False
-        return runs
-    offsets = _table(dims)
-    runs = np.ones(-(-len(offsets) // width), np.int64)
-    breaks = (offsets[1:] - offsets[:-1] != 1).nonzero()[0]  # the steps from an index to the next that are not 1
-    runs[breaks[breaks % width != width - 1] // width] = 0  # (a step into the next block breaks none)
-    runs.flags.writeable = False
-    return runs
 
 
 def describe(buffer: np.ndarray, tile: Plan) -> str:

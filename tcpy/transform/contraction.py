@@ -19,6 +19,7 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+import cython
 import numpy as np
 
 from ..contraction_ir import POINTS, TILE, WINOGRAD_TILES, Contraction, ConvForm, Plan, WinogradForm, WinogradTapsForm
@@ -683,14 +684,35 @@ def _sliver_lines_per_set(row_stride: int, rows: int, row_bytes: int, target: Ta
     """The most cache lines that ``rows`` rows of ``row_bytes`` at ``row_stride`` bytes from
     each other put in one L1 set (each row over one more line: its start need not be aligned)."""
     line = target.cache_line
-    sets = max(1, target.l1d // (target.l1d_ways * line))
-    span = -(-row_bytes // line) + 1  # the lines of one row
-    starts = np.sort(np.arange(rows, dtype=np.int64) * row_stride // line)
-    lines = starts[:, None] + np.arange(span)
-    # in rows sorted by their first line, a line of one row is another's only if it is the
-    # previous row's (their spans are equal): each row counts those past the previous row's
-    fresh = lines[lines >= np.append(starts[0], starts[:-1] + span)[:, None]]
-    return int(np.bincount(fresh % sets, minlength=sets).max())
+    return _lines_per_set(row_stride, rows, -(-row_bytes // line) + 1, line,
+                          max(1, target.l1d // (target.l1d_ways * line)))
+
+
+# (the planner's annotations are not C types, see setup.py: this loop declares its own)
+@cython.cfunc
+@cython.returns(cython.long)
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(row_stride=cython.long, rows=cython.Py_ssize_t, span=cython.long, line=cython.long, sets=cython.long,
+               row=cython.Py_ssize_t, start=cython.long, end=cython.long, first=cython.long, index=cython.long,
+               set_=cython.Py_ssize_t, most=cython.long, counts=cython.long[::1])
+def _lines_per_set(row_stride, rows, span, line, sets):
+    """:func:`_sliver_lines_per_set` of rows of ``span`` lines of ``line`` bytes, an L1 of
+    ``sets`` sets. The rows by their first line (in their order, or the reverse for a negative
+    stride): a line of one row is another's only if it is the previous row's (their spans are
+    equal), so each row counts those past the previous row's."""
+    counts = np.zeros(sets, np.int64)
+    end = -(2 ** 62)
+    most = 0
+    for row in range(rows):
+        start = (row if row_stride >= 0 else rows - 1 - row) * row_stride // line
+        first = max(start, end)
+        end = start + span
+        for index in range(first, end):
+            set_ = index % sets
+            counts[set_] += 1
+            most = max(most, counts[set_])
+    return most
 
 
 def _b_in_kernel_ok(con: Contraction, nr: int) -> bool:

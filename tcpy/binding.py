@@ -76,34 +76,43 @@ def _place(name: str, dim: int) -> str:
     return f"{name}.shape[{dim}]"
 
 
+def _expected(param: ast.Param) -> str:
+    """``float(M,K) A``: what an argument must be (named only in errors)."""
+    return f"{param.type} {param.name}"
+
+
+def _shown(arg) -> str:
+    """A number as an error shows it (str() of an int of more than 4300 digits raises, and the
+    digits say nothing anyway)."""
+    return str(arg) if not isinstance(arg, int) or abs(arg) < 10**20 else f"an int of {arg.bit_length()} bits"
+
+
 def _as_array(where: str, param: ast.Param, ttype: ast.TensorType, arg) -> np.ndarray:
     dtype = numpy_dtype(ttype.scalar)
-    expected = f"{ttype} {param.name}"
     if ttype.rank == 0 and not isinstance(arg, np.ndarray):
         return _scalar(where, param, ttype, dtype, arg)
     if not isinstance(arg, np.ndarray):
         raise TCArgumentError(
-            f"{where}: argument {param.name} must be a numpy.ndarray ({expected}), got {type(arg).__name__}"
+            f"{where}: argument {param.name} must be a numpy.ndarray ({_expected(param)}), got {type(arg).__name__}"
         )
     if arg.dtype != dtype:
         raise TCArgumentError(
-            f"{where}: argument {param.name} must have dtype {dtype.name} ({expected}), got {arg.dtype}; "
+            f"{where}: argument {param.name} must have dtype {dtype.name} ({_expected(param)}), got {arg.dtype}; "
             f"nothing is cast implicitly: pass {param.name}.astype(numpy.{dtype.name})"
         )
     if arg.ndim != ttype.rank:
         raise TCArgumentError(
-            f"{where}: argument {param.name} must have rank {ttype.rank} ({expected}), "
+            f"{where}: argument {param.name} must have rank {ttype.rank} ({_expected(param)}), "
             f"got rank {arg.ndim} (shape {tuple(arg.shape)})"
         )
     return arg
 
 
 def _scalar(where, param, ttype, dtype, arg) -> np.ndarray:
-    expected = f"{ttype} {param.name}"
     if isinstance(arg, np.generic):
         if arg.dtype != dtype:
             raise TCArgumentError(
-                f"{where}: argument {param.name} must have dtype {dtype.name} ({expected}), got {arg.dtype}"
+                f"{where}: argument {param.name} must have dtype {dtype.name} ({_expected(param)}), got {arg.dtype}"
             )
         return np.array(arg)
     scalar = ttype.scalar
@@ -118,20 +127,18 @@ def _scalar(where, param, ttype, dtype, arg) -> np.ndarray:
         want = "an int"
     if not ok:
         raise TCArgumentError(
-            f"{where}: argument {param.name} ({expected}) must be {want} or a 0-d {dtype.name} array, "
+            f"{where}: argument {param.name} ({_expected(param)}) must be {want} or a 0-d {dtype.name} array, "
             f"got {type(arg).__name__}"
         )
-    # huge ints: str() of more than 4300 digits raises, and the digits say nothing anyway
-    shown = arg if not isinstance(arg, int) or abs(arg) < 10**20 else f"an int of {arg.bit_length()} bits"
     if scalar.is_float and isinstance(arg, numbers.Integral) and abs(arg) > float(np.finfo(dtype).max):
         raise TCOverflowError(
-            f"{where}: argument {param.name} ({expected}) = {shown} is outside the range of {dtype.name} "
-            f"(largest magnitude {np.finfo(dtype).max})")
+            f"{where}: argument {param.name} ({_expected(param)}) = {_shown(arg)} is outside the range of "
+            f"{dtype.name} (largest magnitude {np.finfo(dtype).max})")
     if scalar.kind in ("int", "uint"):
         info = np.iinfo(dtype)
         if not info.min <= arg <= info.max:
             raise TCOverflowError(
-                f"{where}: argument {param.name} ({expected}) = {shown} is outside the range of {dtype.name} "
-                f"[{info.min}, {info.max}]"
+                f"{where}: argument {param.name} ({_expected(param)}) = {_shown(arg)} is outside the range of "
+                f"{dtype.name} [{info.min}, {info.max}]"
             )
     return np.array(arg, dtype=dtype)

@@ -14,7 +14,7 @@ from tcpy.ranges.isl_helpers import value_at
 from tcpy.target import Target
 from tcpy.transform.contraction import _sliver_lines_per_set
 from tcpy.contraction_ir import RUNTIME_FIELDS
-from tcpy.transform.runtime_plan import _assemble, _joined, _nonzero, _offsets, _section, _unit_run, _zeros_like, field
+from tcpy.transform.runtime_plan import assemble, _joined, _nonzero, _offsets, _section, _unit_run, _zeros_like, field
 
 # a guarded read, a range of floor bounds (stride 2: isl evaluates those) and a depthwise window
 DEFS = (GEMM, CONV2D, ATTENTION, padded_conv2d_source(3, 2, 1), padded_conv2d_source(5, 1, 2, depthwise=True))
@@ -138,7 +138,11 @@ def test_a_plan_buffer_s_tables_are_the_counted_out_offsets(dims, const, width):
     offsets = [const + o for o in _counted(dims)]
     tables = {"b_n": _offsets(dims, const), "g_k": _joined([_zeros_like(_offsets(dims)), _offsets(dims, const)]),
               "b_runs": ("runs", "b_n", width), "b_segments": ("segments", "b_n"), "c_runs": ("values", (7, 8))}
-    buffer = _assemble([_section(RUNTIME_FIELDS, {"nr": width}, tables, 0)])
+    # (written at 3 in a larger buffer: its positions, and the tables runs and segments read, from there)
+    buffer = assemble([_section(RUNTIME_FIELDS, {"nr": width}, tables, 0)],
+                      np.full(3 + len(RUNTIME_FIELDS) + 4 * len(offsets) + -(-len(offsets) // width) + 2, -9), 3)
+    assert buffer[:3].tolist() == [-9] * 3
+    buffer = buffer[3:]
     assert buffer[field("nr")] == width
 
     def table(name, length):

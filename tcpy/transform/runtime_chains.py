@@ -44,7 +44,7 @@ from ..schedule import volume
 from .engines import call_tile, shape_block
 from .recognition import _access, block_contraction, statement_accesses
 from . import runtime_plan
-from .runtime_plan import contraction_buffer
+from .runtime_plan import contraction_sections
 
 # a product's plan buffer starts with: the offsets of its variants (a whole block of columns, the
 # last block, a whole row), the rows per block, the elements of b's packed panel, the block
@@ -182,37 +182,46 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
             block, bases = found
             if count == (rest if one_block else columns):
                 panel = block.size("k") * -(-block.size("n") // tile[1]) * tile[1]
-            buffer = _block_buffer(block, tile if count else (nominal.plan.mr, nominal.plan.nr),
-                                   nominal.contraction, options.target)
-            if buffer is None:
+            sections = _block_sections(block, tile if count else (nominal.plan.mr, nominal.plan.nr),
+                                       nominal.contraction, options.target)
+            if sections is None:
                 return None
-            emptied = [role for role in ("n", "k") if empty & set(block.role_vars(role))] if empty else ()
-            if emptied:
-                buffer[[runtime_plan.field(role) for role in emptied]] = 0
+            if empty:
+                for role in ("n", "k"):
+                    if empty & set(block.role_vars(role)):
+                        sections[0][1][runtime_plan.field(role)] = 0
             values = []
             for base in bases:
                 strides = dict(base.strides)
                 values.append(base.offset - sum(s * own[v][0] for v, s in strides.items()))
                 values.extend(strides.get(v, 0) for v in template.loops)
-            variants.append((values, buffer))
+            variants.append((values, sections))
+        # [header, then per variant its bases and its block contraction's plan buffer], in one array
         at = [len(HEADER)]
         for variant in variants[:-1]:
-            at.append(at[-1] + (len(variant[0]) + len(variant[1]) if variant is not None else 0))
+            at.append(at[-1] + (len(variant[0]) + variant[1][-1][2] if variant is not None else 0))
         if variants[1] is None:
             at[1] = at[0]
-        parts = [np.array([*at, rows, panel, pitch], np.int64)]
+        header = [*at, rows, panel, pitch]
+        buffer = np.empty(len(header) + sum(len(v[0]) + v[1][-1][2] for v in variants if v is not None), np.int64)
+        buffer[:len(header)] = header
+        end = len(header)
         for variant in variants:
             if variant is not None:
-                parts.extend((np.array(variant[0], np.int64), variant[1]))
-        buffers[part.product.stmt] = np.concatenate(parts)
+                values, sections = variant
+                buffer[end:end + len(values)] = values
+                runtime_plan.assemble(sections, buffer, end + len(values))
+                end += len(values) + sections[-1][2]
+        buffers[part.product.stmt] = buffer
     return buffers
 
 
-def _block_buffer(block: Contraction, tile: tuple[int, int], nominal: Contraction, target) -> Optional[np.ndarray]:
+def _block_sections(block: Contraction, tile: tuple[int, int], nominal: Contraction, target) -> Optional[list]:
     """The run-time engine's plan buffer of ``block`` (planned with the micro-tile ``tile`` on
-    ``target``) (not kept across call shapes: a block's extents are the call's rows and columns
-    per block, whose pairs seldom repeat)."""
-    return contraction_buffer(block, shape_block(block, target, tile), nominal)
+    ``target``), as its sections (:func:`tcpy.transform.runtime_plan.contraction_sections`; not
+    kept across call shapes: a block's extents are the call's rows and columns per block, whose
+    pairs seldom repeat)."""
+    return contraction_sections(block, shape_block(block, target, tile), nominal)
 
 
 def _at_sizes(nominal: Contraction, accesses, ranges, shapes, sizes) -> Optional[Contraction]:

@@ -69,6 +69,14 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
     rendered from ``nominal`` (its contraction at the kernel's nominal sizes); ``zero``: the
     extent ("batch" or "k") that is 0 at this shape (recognised with 1). None when the routine
     cannot run it."""
+    sections = contraction_sections(con, plan, nominal, zero)
+    return None if sections is None else assemble(sections)
+
+
+def contraction_sections(con: Contraction, plan: Plan, nominal: Contraction, zero: Optional[str] = None
+                         ) -> Optional[list]:
+    """:func:`contraction_buffer` as its sections (:func:`_section`), to be assembled
+    (:func:`assemble`) alone or into a larger buffer."""
     if len(con.guards) > len(nominal.guards):
         return None  # guards the kernel was not built to test
     swapped = con.a.tensor != nominal.a.tensor
@@ -122,7 +130,7 @@ def contraction_buffer(con: Contraction, plan: Plan, nominal: Contraction, zero:
         at = sections[0][2]
         sections[0][1][_FIELD["winograd"]] = at
         sections.append(_winograd_section(con, plan, len(nominal.guards), at))
-    return _assemble(sections)
+    return sections
 
 
 # A plan buffer's tables are written where the buffer holds them, from these descriptions (no
@@ -197,12 +205,15 @@ def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[
     return start, header, at, placed
 
 
-def _assemble(sections: list) -> np.ndarray:
-    """One plan buffer of these :func:`_section` results, their tables written in place."""
-    buffer = np.empty(sections[-1][2], np.int64)
-    for at, header, _, placed in sections:
-        buffer[at:at + len(header)] = header
-        _write_tables(buffer, placed)
+def assemble(sections: list, buffer: Optional[np.ndarray] = None, at: int = 0) -> np.ndarray:
+    """One plan buffer of these :func:`_section` results, their tables written in place; or
+    written into ``buffer`` from ``at`` on (the sections' positions, in their headers too, stay
+    relative to ``at``: a larger buffer holding plan buffers)."""
+    if buffer is None:
+        buffer = np.empty(at + sections[-1][2], np.int64)
+    for start, header, _, placed in sections:
+        buffer[at + start:at + start + len(header)] = header
+        _write_tables(buffer, placed, at)
     return buffer
 
 
@@ -210,21 +221,23 @@ def _assemble(sections: list) -> np.ndarray:
 @cython.ccall
 @cython.boundscheck(False)
 @cython.wraparound(False)
-@cython.locals(out=cython.long[::1])
-def _write_tables(buffer, placed: list) -> None:
-    """Write the tables ``placed`` (:func:`_section`) into ``buffer``."""
+@cython.locals(out=cython.long[::1], base=cython.Py_ssize_t)
+def _write_tables(buffer, placed: list, base) -> None:
+    """Write the tables ``placed`` (:func:`_section`) into ``buffer``, from ``base`` on."""
     out = buffer
     for at, table in placed:
-        _write(out, at, table)
+        _write(out, base + at, table, base)
 
 
 @cython.cfunc
 @cython.returns(cython.Py_ssize_t)
 @cython.boundscheck(False)
 @cython.wraparound(False)
-@cython.locals(out=cython.long[::1], at=cython.Py_ssize_t, i=cython.Py_ssize_t, values=tuple, table=tuple)
-def _write(out, at, table):
-    """Write ``table`` from ``out[at]`` on; returns where it ends."""
+@cython.locals(out=cython.long[::1], at=cython.Py_ssize_t, base=cython.Py_ssize_t, i=cython.Py_ssize_t, values=tuple,
+               table=tuple)
+def _write(out, at, table, base):
+    """Write ``table`` from ``out[at]`` on (the section's tables read at ``base`` on); returns
+    where it ends."""
     kind = table[0]
     if kind == "offsets":
         return _write_offsets(out, at, table[1], table[2])
@@ -235,11 +248,11 @@ def _write(out, at, table):
         return at + len(values)
     if kind == "joined":
         for part in table[1]:
-            at = _write(out, at, part)
+            at = _write(out, at, part, base)
         return at
     if kind == "runs":
-        return _write_runs(out, at, table[1], table[2], table[3])
-    return _write_segments(out, at, table[1], table[2])
+        return _write_runs(out, at, base + table[1], table[2], table[3])
+    return _write_segments(out, at, base + table[1], table[2])
 
 
 @cython.cfunc

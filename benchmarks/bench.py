@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 import tcpy  # noqa: E402
 from tcpy import demo  # noqa: E402
+from tcpy.api import SPECIALIZE_AFTER_CALLS  # noqa: E402
 from tcpy.target import PRESETS  # noqa: E402
 
 from peak import fma_peak  # noqa: E402
@@ -310,11 +311,15 @@ def memory_line(layer: tuple, options: "tcpy.Options") -> str:
             f"its inputs and output (an im2col buffer: {im2col:.0f} MiB)")
 
 
-def overhead_line(n: int = 4, number: int = 20000) -> str:
-    """Per-call cost of a tiny elementwise kernel against numpy.add (both allocate the result)."""
-    add = tcpy.define(TINY_ADD)
+def overhead_line(options: tcpy.Options, n: int = 4, number: int = 20000) -> str:
+    """Per-call cost of a tiny elementwise kernel against numpy.add (both allocate the result),
+    with the run's ``options`` (``--specialize``: under ``"auto"``, once the kernel specialised
+    to the shape has replaced the size-generic one, as for any shape called repeatedly)."""
+    add = tcpy.define(TINY_ADD, options=options)
     a, b = np.ones(n, np.float32), np.ones(n, np.float32)
-    add(a, b)  # compile
+    for _ in range(SPECIALIZE_AFTER_CALLS + 1):  # compile, and call often enough to be specialised under "auto"
+        add(a, b)
+    add.finish_specializations()
     out = np.empty(n, np.float32)
 
     def per_call(fn):
@@ -450,7 +455,7 @@ def main(argv=None) -> int:
         show(attention_memory_line(1, 1, 4096, 128, tcpy.get_num_threads()))
     if args.only or args.suite != "default":
         return 0
-    show(overhead_line())
+    show(overhead_line(options))
     show(threads_line(256 if args.quick else 1024, options))
     return 0
 

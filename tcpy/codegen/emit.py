@@ -21,6 +21,7 @@ coverage read this file, and ``TCPY_PURE_PYTHON=1`` runs it uncompiled (see
 :mod:`tcpy.codegen`).
 """
 import contextlib
+import dataclasses
 
 import cython
 
@@ -264,6 +265,23 @@ class _Emitter:
         self.emit("}", depth)
 
     def loop(self, node, depth):
+        if node.parallel and self.generic is not None and _plain(node.body):
+            # A generic kernel decides at run time whether a nest has the work to run in
+            # parallel. OpenMP's if clause would still enter (and leave) a parallel region when
+            # it does not, about half a microsecond: a call that small runs the loop as a kernel
+            # specialised to its sizes does, serially. (Nests holding engine or chain code keep
+            # the clause: their helpers are rendered once.)
+            self.emit(f"if ({index_c(self.nest_work, top=True)} >= {PARALLEL_MIN_WORK}) {{", depth)
+            self.emit_loop(node, depth + 1, run_time_if=False)
+            self.emit("} else {", depth)
+            self.emit_loop(dataclasses.replace(node, parallel=0), depth + 1)
+            self.emit("}", depth)
+            return
+        self.emit_loop(node, depth)
+
+    def emit_loop(self, node, depth, run_time_if=True):
+        """The loop ``node``; ``run_time_if``: a generic kernel's parallel loop has OpenMP's if
+        clause (its caller has not decided)."""
         simd = node.simd and (node.simd_reduction or not node.unroll)
         if simd and node.simd_reduction and not node.parallel:
             strips = self._strips(node)
@@ -286,7 +304,7 @@ class _Emitter:
             schedule = ("schedule(static)" if simd and reduction
                         else dynamic_schedule(node.chunks, self.ir.options.threads))
             if self.generic is not None:
-                threads, schedule, scoped = self.generic_team(node, simd and reduction, depth)
+                threads, schedule, scoped = self.generic_team(node, simd and reduction, depth, run_time_if)
             self.emit(f"#pragma omp parallel for{both} num_threads({threads}) {schedule}"
                       f"{collapse}{reduction if simd else ''}", depth)
         elif simd:
@@ -316,13 +334,13 @@ class _Emitter:
         if scoped:
             self.emit("}", depth)
 
-    def generic_team(self, node, static, depth):
+    def generic_team(self, node, static, depth, run_time_if=True):
         """A generic kernel's parallel loop ``node``: ``(threads, schedule clause, scoped)``
         as a kernel specialised to the call's sizes has them (no more threads than iterations,
         CLAIMS_PER_THREAD chunks a thread claimed dynamically), computed at run time before the
         loop, in a scope opened here when ``scoped``. It runs in parallel when the call has the
-        work (as the schedule decides at fixed sizes)."""
-        condition = f" if(parallel: {index_c(self.nest_work, top=True)} >= {PARALLEL_MIN_WORK})"
+        work (as the schedule decides at fixed sizes): by an if clause when ``run_time_if``."""
+        condition = f" if(parallel: {index_c(self.nest_work, top=True)} >= {PARALLEL_MIN_WORK})" if run_time_if else ""
         iterations = _iterations(node)
         if iterations is None:  # (bounds that depend on other loops: guided claims fit any count)
             return "tcpy_num_threads", ("schedule(static)" if static else "schedule(guided)") + condition, False
@@ -700,6 +718,13 @@ def _iterations(loop):
     if substitute(count, {name: Const(0) for name in names}) != count:
         return None
     return count
+
+
+def _plain(nodes) -> bool:
+    """Whether ``nodes`` hold only loops, points and the like: no contraction engine, register
+    tile or chain code (which add file-scope helpers as they are rendered)."""
+    return all(not isinstance(node, (ContractionNest, RegisterTile, BlockChain, OnlineStep))
+               and all(_plain(children) for children in node.children()) for node in nodes)
 
 
 def _loop_depth(nodes):

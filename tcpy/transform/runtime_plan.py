@@ -158,11 +158,13 @@ def _zeros_like(table: tuple) -> tuple:
 
 
 def _joined(tables: list) -> tuple:
+    """``tables`` one after the other (one 0 when there are none)."""
     return ("joined", tuple(tables)) if tables else _ZERO
 
 
 def _length(table: tuple, lengths: Mapping[str, int]) -> int:
-    """The values of ``table`` (``lengths``: those of the section's tables before it, by name)."""
+    """How many values ``table`` holds (``lengths``: those of the section's tables before it,
+    by name)."""
     kind = table[0]
     if kind == "offsets":
         return math.prod(extent for extent, _ in table[1])

@@ -10,6 +10,9 @@ import pytest
 from hypothesis import settings
 
 os.environ.setdefault("TCPY_WATCH_LOAD", "0")  # (before anything imports tcpy: the launcher reads it then)
+# the suite runs in several processes (pytest-xdist, see pyproject.toml): a waiting OpenMP thread
+# of one must give its time slice to the others rather than spin (read when libgomp loads)
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 from strategies import DERANDOMIZE  # noqa: E402  (imports tcpy)
 
@@ -41,6 +44,16 @@ def _specialised_unless_default_tested(request, monkeypatch):
     defaults = list(tcpy.Options.__init__.__defaults__)
     defaults[_SPECIALIZE_AT] = "always"
     monkeypatch.setattr(tcpy.Options.__init__, "__defaults__", tuple(defaults))
+
+
+#: At most this many test processes: each compiles with gcc and runs kernels on every CPU, so
+#: more processes than this only oversubscribe the CPUs.
+MAX_TEST_PROCESSES = 8
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one test process per CPU this process may run on, at most MAX_TEST_PROCESSES."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_TEST_PROCESSES))
 
 
 def pytest_addoption(parser):

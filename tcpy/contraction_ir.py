@@ -11,9 +11,8 @@ importing a planner.
 from __future__ import annotations
 
 import enum
-import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Optional
 
 from .lang.types import ScalarType
@@ -63,6 +62,55 @@ DTYPES = (ScalarType.FLOAT32, ScalarType.FLOAT64)
 # ----------------------------------------------------------------------------- data
 
 
+class cached:
+    """A value computed at its first read and kept in the instance's dict, as
+    :class:`functools.cached_property`, without its lock (Python 3.11's takes one at each first
+    read: a few microseconds, paid by each contraction a new call shape's planning builds)."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.func(instance)
+        return value
+
+
+def direct_init(cls):
+    """``cls``, a frozen dataclass, with an ``__init__`` that stores its fields in the
+    instance's dict: the one :func:`dataclasses.dataclass` writes for a frozen class calls
+    ``object.__setattr__`` once per field, and a size-generic kernel's planner builds some
+    fifty such objects at each new call shape (attention: an eighth of its planning time)."""
+    params, keywords, body = [], [], ["    d = self.__dict__"]
+    namespace = {}
+    for f in fields(cls):
+        if not f.init:
+            raise TypeError(f"{cls.__name__}.{f.name}: direct_init takes only fields of __init__")
+        if f.default is not MISSING:
+            namespace[f"_default_{f.name}"] = f.default
+            param = f"{f.name}=_default_{f.name}"
+        elif f.default_factory is not MISSING:
+            namespace[f"_factory_{f.name}"] = f.default_factory
+            param = f"{f.name}=_factory_{f.name}"
+            body.append(f"    if {f.name} is _factory_{f.name}: {f.name} = _factory_{f.name}()")
+        else:
+            param = f.name
+        (keywords if f.kw_only else params).append(param)
+        body.append(f"    d[{f.name!r}] = {f.name}")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()")
+    signature = ", ".join(["self", *params, *(["*", *keywords] if keywords else [])])
+    exec(f"def __init__({signature}):\n" + "\n".join(body), namespace)
+    namespace["__init__"].__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = namespace["__init__"]
+    return cls
+
+
 def _lookup(pairs: tuple[tuple[str, int], ...], var: str) -> int:
     """The value ``var`` has in ``pairs`` (the last, as in a dict of them), else 0: without
     building the dict (planning a call shape asks many times, of a few pairs)."""
@@ -72,6 +120,7 @@ def _lookup(pairs: tuple[tuple[str, int], ...], var: str) -> int:
     return 0
 
 
+@direct_init
 @dataclass(frozen=True)
 class AffineAccess:
     """Element ``offset + sum(stride[v] * (v - lo[v]))`` of ``tensor`` (row-major, elements).
@@ -95,6 +144,7 @@ class AffineAccess:
         return f"{self.tensor} (offset {self.offset}; strides {strides or 'none'})"
 
 
+@direct_init
 @dataclass(frozen=True)
 class Guard:
     """The inequality ``const + sum(coef[v] * (v - lo[v])) >= 0`` (``const`` includes the
@@ -116,6 +166,7 @@ class Guard:
         return f"{text or 0} >= 0"
 
 
+@direct_init
 @dataclass(frozen=True)
 class Group:
     """Index variables of one role merged into one dimension (outermost first): extent is the
@@ -134,6 +185,7 @@ class Group:
         return self.g[int(which[1:])] if which.startswith("g") else getattr(self, which)
 
 
+@direct_init
 @dataclass(frozen=True)
 class PaddedCopy:
     """A guarded operand whose guards only bound its own indices (``0 <= h + kh - 1 < H``: a
@@ -163,6 +215,7 @@ class PaddedCopy:
         return math.prod(self.extents)
 
 
+@direct_init
 @dataclass(frozen=True)
 class Contraction:
     """A recognised contraction ``c (=|+=) alpha * sum_k a * b`` (see the module docstring).
@@ -193,13 +246,13 @@ class Contraction:
     extents: tuple[tuple[str, int], ...] = ()  # each role variable's extent (empty for a block's contraction)
 
     def __post_init__(self):
-        if self.guarded:
+        if self.guarded and not isinstance(self.guarded, Operand):
             object.__setattr__(self, "guarded", Operand(self.guarded))
 
     def size(self, role: str) -> int:
         return math.prod(g.extent for g in getattr(self, role))
 
-    @functools.cached_property
+    @cached
     def sizes(self) -> tuple[int, int, int, int]:
         """(batch, M, N, K) (planning reads them many times)."""
         return tuple(self.size(r) for r in ROLES)
@@ -219,7 +272,7 @@ class Contraction:
     def role_vars(self, role: str) -> tuple[str, ...]:
         return self._role_vars[role]
 
-    @functools.cached_property
+    @cached
     def _role_vars(self) -> dict[str, tuple[str, ...]]:
         # (planning a call shape asks many times)
         return {role: tuple(v for g in getattr(self, role) for v in g.vars) for role in ROLES}
@@ -238,7 +291,7 @@ class Contraction:
             found = self._image_vars[image] = self._vars_with_image(image)
         return found
 
-    @functools.cached_property
+    @cached
     def _image_vars(self) -> dict[str, dict[str, "Var"]]:
         return {}
 
@@ -290,6 +343,7 @@ def row_major(extents) -> list[int]:
     return strides
 
 
+@direct_init
 @dataclass(frozen=True)
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
@@ -331,7 +385,8 @@ class Plan:
     cache_line: int = field(kw_only=True)
 
     def __post_init__(self):
-        object.__setattr__(self, "path", Path(self.path))
+        if not isinstance(self.path, Path):
+            object.__setattr__(self, "path", Path(self.path))
 
     @property
     def nr_vectors(self) -> int:
@@ -370,6 +425,7 @@ class Plan:
         return text
 
 
+@direct_init
 @dataclass(frozen=True)
 class Var:
     """One index variable: its extent, its strides in the image, the weights and the output,
@@ -385,6 +441,7 @@ class Var:
     line: int = 0
 
 
+@direct_init
 @dataclass(frozen=True)
 class Axis:
     """An output variable and the window variable added to it in the image (``h + kh``)."""
@@ -402,6 +459,7 @@ class Axis:
         return self.out.extent + TAPS - 1
 
 
+@direct_init
 @dataclass(frozen=True)
 class ImageForm:
     """A convolution's form: which operand is the image (``"a"`` or ``"b"``); the other holds
@@ -410,13 +468,15 @@ class ImageForm:
     image: Operand
 
     def __post_init__(self):
-        object.__setattr__(self, "image", Operand(self.image))
+        if not isinstance(self.image, Operand):
+            object.__setattr__(self, "image", Operand(self.image))
 
     @property
     def weights(self) -> str:
         return "b" if self.image == "a" else "a"
 
 
+@direct_init
 @dataclass(frozen=True)
 class WinogradForm(ImageForm):
     """A contraction as F(tile x tile, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC
@@ -452,7 +512,7 @@ class WinogradForm(ImageForm):
         """Tiles along ``axis`` (the last one partial when the tile does not divide it)."""
         return -(-axis.out.extent // self.tile)
 
-    @functools.cached_property
+    @cached
     def tiles(self) -> int:
         """Tiles per batch index (the products' columns; the planner asks many times)."""
         return math.prod(v.extent for v in self.n) * self.axis_tiles(self.rows) * self.axis_tiles(self.cols)
@@ -463,6 +523,7 @@ class WinogradForm(ImageForm):
                 f"K {self.K} x {self.tiles} tiles")
 
 
+@direct_init
 @dataclass(frozen=True)
 class WinogradTapsForm(ImageForm):
     """A contraction as F(3x3, 2x2) (:mod:`tcpy.transform.winograd_taps`): a convolution's weight
@@ -496,6 +557,7 @@ class WinogradTapsForm(ImageForm):
                 f"M {self.M} x N {self.N} x {self.tiles} tiles")
 
 
+@direct_init
 @dataclass(frozen=True)
 class ConvForm(ImageForm):
     """A contraction as a direct convolution: which operand is the image (``"a"`` or ``"b"``),

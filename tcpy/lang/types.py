@@ -20,39 +20,16 @@ class ScalarType(enum.Enum):
     FLOAT32 = ("float", 32, "float", "float", "float32")
     FLOAT64 = ("float", 64, "double", "double", "float64")
 
-    @property
-    def kind(self) -> str:
-        return self.value[0]
-
-    @property
-    def bits(self) -> int:
-        return self.value[1]
-
-    @property
-    def tc_name(self) -> str:
-        """The canonical TC spelling, used when printing source."""
-        return self.value[2]
-
-    @property
-    def c_type(self) -> str:
-        return self.value[3]
-
-    @property
-    def numpy_name(self) -> str:
-        return self.value[4]
-
-    @property
-    def is_float(self) -> bool:
-        return self.kind == "float"
-
-    @property
-    def is_integral(self) -> bool:
-        """Integers and bool: what may index a tensor."""
-        return self.kind != "float"
-
-    @property
-    def is_signed(self) -> bool:
-        return self.kind in ("int", "float")
+    # (plain attributes of each member, not properties: the planner reads them many times a call shape)
+    def __init__(self, kind: str, bits: int, tc_name: str, c_type: str, numpy_name: str):
+        self.kind = kind
+        self.bits = bits
+        self.tc_name = tc_name  # the canonical TC spelling, used when printing source
+        self.c_type = c_type
+        self.numpy_name = numpy_name
+        self.is_float = kind == "float"
+        self.is_integral = kind != "float"  # integers and bool: what may index a tensor
+        self.is_signed = kind in ("int", "float")
 
     def __str__(self) -> str:
         return self.tc_name

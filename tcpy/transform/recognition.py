@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..contraction_ir import DTYPES, ROLES, AffineAccess, Contraction, Group, Guard, PaddedCopy, row_major
+from ..contraction_ir import DTYPES, ROLES, AffineAccess, Contraction, Group, Guard, PaddedCopy, direct_init, row_major
 from ..lang import ast
 from ..lang.types import ScalarType
 from ..ranges.affine import linear_bounds, linear_form
@@ -414,6 +414,7 @@ def _merge(vars_, extents, strides, members, guards) -> tuple[Group, ...]:
 # ----------------------------------------------------------------------------- blocks of rows
 
 
+@direct_init
 @dataclass(frozen=True)
 class Base:
     """Where a block contraction's operand starts in ``tensor``: ``offset`` elements plus

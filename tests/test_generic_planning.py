@@ -164,3 +164,55 @@ def test_a_plan_buffer_s_tables_are_the_counted_out_offsets(dims, const, width):
     assert len(buffer) == len(RUNTIME_FIELDS) + 4 * len(offsets) + len(blocks) + 2
 
 
+
+
+def test_direct_init_builds_what_the_dataclass_init_builds():
+    """direct_init's __init__ (planning's fast one) against the one dataclasses writes: the same
+    fields, defaults (a factory's too), keyword-only fields, __post_init__, errors and frozenness."""
+    import dataclasses
+
+    from tcpy.contraction_ir import Path, Plan, direct_init
+
+    def declare():
+        @dataclasses.dataclass(frozen=True)
+        class Point:
+            x: int
+            y: int = 2
+            tags: list = dataclasses.field(default_factory=list)
+            unit: str = dataclasses.field(default="m", kw_only=True)
+
+            def __post_init__(self):
+                object.__setattr__(self, "x", int(self.x))
+        return Point
+
+    slow, fast = declare(), direct_init(declare())
+    for args, kwargs in (((1.5,), {}), ((1, 5), {"unit": "km"}), ((3,), {"tags": ["a"], "y": 0})):
+        a, b = slow(*args, **kwargs), fast(*args, **kwargs)
+        assert dataclasses.astuple(a) == dataclasses.astuple(b) and a.x == b.x == int(args[0])
+    first, second = fast(1), fast(1)
+    assert first.tags == [] and first.tags is not second.tags  # (a factory's value per instance)
+    for args, kwargs in (((), {}), ((1, 2, (), "m"), {}), ((1,), {"z": 0})):
+        with pytest.raises(TypeError) as slow_error:
+            slow(*args, **kwargs)
+        with pytest.raises(TypeError) as fast_error:
+            fast(*args, **kwargs)
+        assert str(fast_error.value).split("() ", 1)[1] == str(slow_error.value).split("() ", 1)[1]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast(1).x = 2
+    plan = Plan("packed", 4, 32, 16, 256, 64, 512, 4, (1, 1, 1, 1), 1, (), cache_line=64)
+    assert plan.path is Path.PACKED and dataclasses.replace(plan, mr=8) == dataclasses.replace(plan, mr=8)
+    assert dataclasses.replace(plan, mr=8).mr == 8 and hash(plan) == hash(dataclasses.replace(plan))
+
+
+def test_direct_init_refuses_fields_outside_init():
+    import dataclasses
+
+    from tcpy.contraction_ir import direct_init
+
+    @dataclasses.dataclass(frozen=True)
+    class Counted:
+        n: int
+        seen: int = dataclasses.field(default=0, init=False)
+
+    with pytest.raises(TypeError, match="Counted.seen: direct_init takes only fields of __init__"):
+        direct_init(Counted)

@@ -56,6 +56,18 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(len(os.sched_getaffinity(0)), MAX_TEST_PROCESSES))
 
 
+#: The test files that take longest (a cold cache: minutes of compiling), run first so that no
+#: process is still on one of them when the others have run out of files.
+LONGEST_FIRST = ("test_sanitizer.py", "test_differential.py", "test_notebooks.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Tests of :data:`LONGEST_FIRST` first, in its order (pytest-xdist hands files out in the
+    order of their tests)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # (stable: the rest as collected)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--accept",

@@ -77,7 +77,7 @@ class cached:
     def __get__(self, instance, owner=None):
         if instance is None:
             return self
-        value = instance.__dict__[self.name] = self.func(instance)
+        instance.__dict__[self.name] = value = self.func(instance)
         return value
 
 
@@ -111,6 +111,11 @@ def direct_init(cls):
     return cls
 
 
+def frozen_dataclass(cls):
+    """``@dataclass(frozen=True)`` with :func:`direct_init`'s ``__init__``: the IR's values."""
+    return direct_init(dataclass(frozen=True)(cls))
+
+
 def _lookup(pairs: tuple[tuple[str, int], ...], var: str) -> int:
     """The value ``var`` has in ``pairs`` (the last, as in a dict of them), else 0: without
     building the dict (planning a call shape asks many times, of a few pairs)."""
@@ -120,8 +125,7 @@ def _lookup(pairs: tuple[tuple[str, int], ...], var: str) -> int:
     return 0
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class AffineAccess:
     """Element ``offset + sum(stride[v] * (v - lo[v]))`` of ``tensor`` (row-major, elements).
 
@@ -144,8 +148,7 @@ class AffineAccess:
         return f"{self.tensor} (offset {self.offset}; strides {strides or 'none'})"
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Guard:
     """The inequality ``const + sum(coef[v] * (v - lo[v])) >= 0`` (``const`` includes the
     ranges' lower bounds, so variables count from 0, as in :class:`AffineAccess`)."""
@@ -166,8 +169,7 @@ class Guard:
         return f"{text or 0} >= 0"
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Group:
     """Index variables of one role merged into one dimension (outermost first): extent is the
     product, and in each tensor the stride is that of the innermost variable; ``g`` holds the
@@ -185,8 +187,7 @@ class Group:
         return self.g[int(which[1:])] if which.startswith("g") else getattr(self, which)
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class PaddedCopy:
     """A guarded operand whose guards only bound its own indices (``0 <= h + kh - 1 < H``: a
     padded convolution's image) read from a copy of its slice for one batch index with zeros
@@ -215,8 +216,7 @@ class PaddedCopy:
         return math.prod(self.extents)
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Contraction:
     """A recognised contraction ``c (=|+=) alpha * sum_k a * b`` (see the module docstring).
 
@@ -343,8 +343,7 @@ def row_major(extents) -> list[int]:
     return strides
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Plan:
     """How a contraction runs on a Target (see :func:`plan`)."""
 
@@ -425,8 +424,7 @@ class Plan:
         return text
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Var:
     """One index variable: its extent, its strides in the image, the weights and the output,
     its coefficient in each guard, and its stride in its role's linear index (M or N: the
@@ -441,8 +439,7 @@ class Var:
     line: int = 0
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Axis:
     """An output variable and the window variable added to it in the image (``h + kh``)."""
 
@@ -459,8 +456,7 @@ class Axis:
         return self.out.extent + TAPS - 1
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class ImageForm:
     """A convolution's form: which operand is the image (``"a"`` or ``"b"``); the other holds
     the weights."""
@@ -476,8 +472,7 @@ class ImageForm:
         return "b" if self.image == "a" else "a"
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class WinogradForm(ImageForm):
     """A contraction as F(tile x tile, 3x3): which operand is the image (``"a"`` or ``"b"``: NHWC
     puts it on a's side), the two window axes, the remaining variables and the tile size (one of
@@ -523,8 +518,7 @@ class WinogradForm(ImageForm):
                 f"K {self.K} x {self.tiles} tiles")
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class WinogradTapsForm(ImageForm):
     """A contraction as F(3x3, 2x2) (:mod:`tcpy.transform.winograd_taps`): a convolution's weight
     gradient, whose outputs are the window's taps. ``image`` is the image operand; the other
@@ -557,8 +551,7 @@ class WinogradTapsForm(ImageForm):
                 f"M {self.M} x N {self.N} x {self.tiles} tiles")
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class ConvForm(ImageForm):
     """A contraction as a direct convolution: which operand is the image (``"a"`` or ``"b"``),
     the output pixel variables (``run``: the one a register tile walks along, ``rows``: the

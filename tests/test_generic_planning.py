@@ -200,8 +200,29 @@ def test_direct_init_builds_what_the_dataclass_init_builds():
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast(1).x = 2
     plan = Plan("packed", 4, 32, 16, 256, 64, 512, 4, (1, 1, 1, 1), 1, (), cache_line=64)
-    assert plan.path is Path.PACKED and dataclasses.replace(plan, mr=8) == dataclasses.replace(plan, mr=8)
-    assert dataclasses.replace(plan, mr=8).mr == 8 and hash(plan) == hash(dataclasses.replace(plan))
+    assert plan.path is Path.PACKED and dataclasses.replace(plan, mr=8).mr == 8
+    assert dataclasses.replace(plan) == plan and hash(dataclasses.replace(plan)) == hash(plan)
+    assert dataclasses.replace(plan, mr=8) != plan
+
+
+def test_cached_values_are_computed_once_per_instance():
+    from tcpy.contraction_ir import cached
+
+    class Counted:
+        calls = 0
+
+        def __init__(self, n):
+            self.n = n
+
+        @cached
+        def square(self):
+            """n squared."""
+            Counted.calls += 1
+            return self.n * self.n
+
+    one, two = Counted(3), Counted(4)
+    assert (one.square, one.square, two.square) == (9, 9, 16) and Counted.calls == 2
+    assert Counted.square.__doc__ == "n squared." and vars(one)["square"] == 9
 
 
 def test_direct_init_refuses_fields_outside_init():

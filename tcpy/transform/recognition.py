@@ -53,10 +53,9 @@ from __future__ import annotations
 import array
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..contraction_ir import DTYPES, ROLES, AffineAccess, Contraction, Group, Guard, PaddedCopy, direct_init, row_major
+from ..contraction_ir import DTYPES, ROLES, AffineAccess, Contraction, Group, Guard, PaddedCopy, frozen_dataclass, row_major
 from ..lang import ast
 from ..lang.types import ScalarType
 from ..ranges.affine import linear_bounds, linear_form
@@ -414,8 +413,7 @@ def _merge(vars_, extents, strides, members, guards) -> tuple[Group, ...]:
 # ----------------------------------------------------------------------------- blocks of rows
 
 
-@direct_init
-@dataclass(frozen=True)
+@frozen_dataclass
 class Base:
     """Where a block contraction's operand starts in ``tensor``: ``offset`` elements plus
     ``stride * (var - lo)`` for each variable of the loops around it (the blocked variable at

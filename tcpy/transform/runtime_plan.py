@@ -85,7 +85,8 @@ def contraction_sections(con: Contraction, plan: Plan, nominal: Contraction, zer
     a, b, m, n, guarded = ("b", "a", "n", "m", {"a": "b", "b": "a", "": ""}[con.guarded]) if keep else \
         ("a", "b", "m", "n", con.guarded)
     acc = {"a": getattr(con, a), "b": getattr(con, b), "c": con.c}
-    sizes_ = {"batch": con.size("batch"), "m": con.size(m), "n": con.size(n), "k": con.size("k")}
+    batch_size, m_size, n_size, k_size = con.sizes
+    sizes_ = {"batch": batch_size, "m": m_size if m == "m" else n_size, "n": n_size if n == "n" else m_size, "k": k_size}
     if zero is not None:
         sizes_[zero] = 0
     dims = {
@@ -162,24 +163,33 @@ def _joined(tables: list) -> tuple:
     return ("joined", tuple(tables)) if tables else _ZERO
 
 
+@cython.locals(length=cython.Py_ssize_t)
 def _length(table: tuple, lengths: Mapping[str, int]) -> int:
     """How many values ``table`` holds (``lengths``: those of the section's tables before it,
     by name)."""
     kind = table[0]
     if kind == "offsets":
-        return math.prod(extent for extent, _ in table[1])
+        length = 1
+        for extent, _ in table[1]:
+            length *= extent
+        return length
     if kind == "values":
         return len(table[1])
     if kind == "joined":
-        return sum(_length(part, lengths) for part in table[1])
+        length = 0
+        for part in table[1]:
+            length += _length(part, lengths)
+        return length
     if kind == "runs":
         return -(-lengths[table[1]] // table[2])
     return lengths[table[1]]  # segments
 
 
 @functools.lru_cache(maxsize=None)
-def _layout(names: tuple[str, ...]) -> dict[str, int]:
-    return {name: index for index, name in enumerate(names)}
+def _layout(names: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
+    """Each field's index in a header of ``names``, and each table's (its ``<name>_table`` field), by name."""
+    layout = {name: index for index, name in enumerate(names)}
+    return layout, {name[:-len("_table")]: index for name, index in layout.items() if name.endswith("_table")}
 
 
 def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[str, tuple], at: int
@@ -188,7 +198,7 @@ def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[
     where each of ``tables`` starts (its ``<name>_table`` field), then the tables. Returns
     ``(at, header, end, placed)``: ``placed`` the tables' descriptions with their starts, a
     runs or segments table's offsets table as its start and length."""
-    layout = _layout(names)
+    layout, table_fields = _layout(names)
     header = [0] * len(names)
     for name, value in fields.items():
         if name not in layout:
@@ -197,11 +207,12 @@ def _section(names: tuple[str, ...], fields: Mapping[str, int], tables: Mapping[
     start, at = at, at + len(names)
     lengths, starts, placed = {}, {}, []
     for name, table in tables.items():
-        header[layout[name + "_table"]] = at
+        header[table_fields[name]] = at
         length = _length(table, lengths)
-        if table[0] in ("runs", "segments"):
+        if table[0] == "runs" or table[0] == "segments":
             table = (table[0], starts[table[1]], lengths[table[1]], *table[2:])
-        lengths[name], starts[name] = length, at
+        lengths[name] = length
+        starts[name] = at
         placed.append((at, table))
         at += length
     return start, header, at, placed
@@ -371,7 +382,10 @@ def _winograd_section(con: Contraction, plan: Plan, guards: int, at: int) -> tup
 def _dims(groups, which: str) -> tuple[tuple[int, int], ...]:
     """Each group's extent and stride in ``which`` (or guard coefficient), outer first: what a
     role's tables are made from."""
-    return tuple((group.extent, group.stride(which)) for group in groups)
+    if which[0] == "g":
+        guard = int(which[1:])
+        return tuple([(group.extent, group.g[guard]) for group in groups])
+    return tuple([(group.extent, getattr(group, which)) for group in groups])
 
 
 def _var_offsets(variables, which: str, guard: int = 0) -> tuple:

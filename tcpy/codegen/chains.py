@@ -4,6 +4,7 @@ head product, the rows between, and the tail product (:func:`tcpy.codegen.contra
 an online chain's blocks of columns and a deferred quotient's division. Functions over the
 kernel's emitter (``em``, :class:`tcpy.codegen.emit._Emitter`)."""
 import dataclasses
+from typing import Mapping
 
 from tcpy.codegen import contraction as contraction_c
 from tcpy.codegen.contraction.runtime import F
@@ -259,7 +260,8 @@ def generic_chain(em, node, depth):
     """A size-generic kernel's online chain (:mod:`tcpy.transform.runtime_chains`): its loops
     over the call's ranges; the rows per block, the block buffers' row pitch, and each product's plan buffers and operands'
     bases, read from its statement's plan buffer (variant 0 on a whole block of columns, 1 on
-    the last one, 2 on one whole row); the products run the run-time engine's cell, their b
+    the last one; a row computed again whole runs them too, on one row, block after block of its
+    columns); the products run the run-time engine's cell, their b
     packed by each thread once per batch for every block of columns, or read in place where
     it is laid out as packed (``<p>_packed_b``: attention's V at a head size of the tile's width)."""
     keys = node.online
@@ -275,9 +277,6 @@ def generic_chain(em, node, depth):
             em.helpers.append(contraction_c.render_runtime_block(
                 product.contraction, dataclasses.replace(product.plan, mr=mr, nr=nr), names,
                 _second_prefix(em, product), False))
-    for product in (whole_head, whole_tail):
-        em.helpers.append(contraction_c.render_runtime_block(product.contraction, product.plan, names,
-                                                             f"{em.symbol}_s{product.stmt}_whole", False))
     *batch_loops, (var, lo, hi) = node.loops
     lo, hi = index_c(lo, top=True), index_c(hi, top=True)
     key_lo, key_hi = index_c(keys.lo, top=True), index_c(keys.hi, top=True)
@@ -355,7 +354,7 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     redo = c_name(keys.redo)
     per = 1 + len(loop_vars)
     plan = plans[tail.stmt]
-    rows_plan = f"({plan} + {plan}[0] + {3 * per})"  # (the output rows of every variant but the whole row's)
+    rows_plan = f"({plan} + {plan}[0] + {3 * per})"  # (the output rows: the first variant's, as every variant's)
     tail_c = _operand(em, tail, 2, plan, "0", loop_vars[:-1], per)
     em.emit(f"for (int64_t r = 0; r < {BLOCK_ROWS}; r++) {{ {mx}[r] = TCPY_MAX_IDENTITY_{T.numpy_name}; "
             f"{sm}[r] = ({T.c_type})0; }}", depth)
@@ -374,7 +373,7 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
                     "  /* (the first block's product writes its rows) */", d)
         prepacked = (f"{c_name(f'prepack.{k}')} + ({keys.var} - ({lo})) / {keys.columns} * "
                      f"{plans[product.stmt]}[{FIELD['panel']}]")
-        em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, "", BLOCK_ROWS, prepacked,
+        em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, BLOCK_ROWS, prepacked,
                            f"{keys.var} == {lo}"), d)
     em.emit("}", depth)
     whole_head, body, whole_tail, (numerator, _, divisor) = keys.whole
@@ -383,28 +382,46 @@ def _generic_key_blocks(em, node, plans, loop_vars, depth):
     em.emit(f"if (!{redo}[r]) continue;", depth + 2)
     em.emit(f"const int64_t tcpy_row = {BLOCK_START} + r;", depth + 2)
     em.emit("{  /* the row as the statements say: its quotient itself, all its columns at once */", depth + 2)
-    em.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", depth + 3)
-    em.emit(_cell_call(em, whole_head, plans, "2", loop_vars[:-1], "_whole", "1", "0"), depth + 3)
-    block_rows(em, node.row_var, body, depth + 3)
-    quotient_rows(em, numerator, "tcpy_width", divisor, T.c_type, None, depth + 3)
-    em.emit(_cell_call(em, whole_tail, plans, "2", loop_vars[:-1], "_whole", "1", "0"), depth + 3)
+    d = depth + 3
+    em.emit(f"const int64_t {BLOCK_START} = tcpy_row, {BLOCK_ROWS} = 1;", d)
+    _whole_row_product(em, node.head, whole_head, keys, plans, loop_vars, lo, hi, d)
+    block_rows(em, node.row_var, body, d)
+    quotient_rows(em, numerator, "tcpy_width", divisor, T.c_type, None, d)
+    em.emit(f"if (({hi}) <= ({lo})) {tail_fn}_clear_rows({rows_plan}, {tail_c}, 1);", d)
+    _whole_row_product(em, tail, whole_tail, keys, plans, loop_vars, lo, hi, d)
     em.emit("}", depth + 2)
     em.emit("}", depth + 1)
     em.emit("}", depth)
 
 
-def _cell_call(em, product, plans, variant: str, loop_vars, suffix: str, rows: str, prepacked: str,
-               fresh: str = "1") -> str:
-    """The call of a generic chain product's cell with its plan buffer's ``variant`` (C: 0, 1
-    or 2) on ``rows`` rows, its N from that plan buffer, its operands at the variant's bases
-    along ``loop_vars`` (the chain's loops, the block of columns' last), its b packed at
-    ``prepacked`` (C: 0, the cell packs it); a product summing over the blocks of columns
-    overwrites its output where ``fresh`` (C) holds."""
+def _whole_row_product(em, product, whole, keys, plans, loop_vars, lo: str, hi: str, depth):
+    """A generic chain's ``product`` on one whole row of columns ``lo`` to ``hi`` (C), block
+    after block of ``keys`` (:class:`tcpy.loopir.KeyBlocks`) on the blocks' plans (variants 0 and
+    1); ``whole``: the product as lowered on the whole row, whose operands in block buffers are
+    in the row's whole buffers instead, read and written at each block's first column (a block
+    plan on one row reads nothing of its buffers' row pitch)."""
+    at = f"({keys.var} - ({lo}))"
+    buffers = {k: f"{c_name(tensor)} + {at}"
+               for k, ((tensor, _), (block, _)) in enumerate(zip(whole.bases, product.bases)) if tensor != block}
+    em.emit(f"for (int64_t {keys.var} = {lo}; {keys.var} < {hi}; {keys.var} += {keys.columns}) {{", depth)
+    em.emit(f"const int tcpy_variant = ({hi}) - {keys.var} < {keys.columns};", depth + 1)
+    em.emit(_cell_call(em, product, plans, "tcpy_variant", loop_vars, "1", "0", f"{keys.var} == {lo}", buffers),
+            depth + 1)
+    em.emit("}", depth)
+
+
+def _cell_call(em, product, plans, variant: str, loop_vars, rows: str, prepacked: str,
+               fresh: str = "1", operands: Mapping[int, str] = {}) -> str:
+    """The call of a generic chain product's cell with its plan buffer's ``variant`` (C: 0 or
+    1) on ``rows`` rows, its N from that plan buffer, its operands at the variant's bases
+    along ``loop_vars`` (the chain's loops, the block of columns' last) or as ``operands`` gives
+    them (C, by index: 0 a, 1 b, 2 c), its b packed at ``prepacked`` (C: 0, the cell packs it);
+    a product summing over the blocks of columns overwrites its output where ``fresh`` (C) holds."""
     plan = plans[product.stmt]
-    per = 1 + len(loop_vars) + (variant == "2")  # (the whole row: no block of columns)
-    operands = [_operand(em, product, k, plan, variant, loop_vars, per) for k in range(3)]
+    per = 1 + len(loop_vars)
+    operands = [operands.get(k) or _operand(em, product, k, plan, variant, loop_vars, per) for k in range(3)]
     alpha = c_literal(product.contraction.alpha, product.contraction.dtype)  # (no tensor scales a chain's)
-    cell = f"{em.symbol}_s{product.stmt}{suffix}_cell" if suffix else _routine(em, product, "cell")
+    cell = _routine(em, product, "cell")
     in_place = ""
     if prepacked != "0":  # (b read in place where it is laid out as packed: see generic_chain)
         in_place = (f"const {product.contraction.dtype.c_type} *tcpy_in_place = "

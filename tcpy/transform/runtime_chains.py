@@ -8,10 +8,11 @@ sizes fixed from the Target by :mod:`tcpy.transform.chains`). What depends on th
 planned here for each call shape, into one int64 buffer per product (the plan buffer slot of
 its statement, after the size block):
 
-``[full, last, whole, rows, panel, pitch]`` then three *variants*, each at the offset the first three give:
-a product on a whole block of columns, on the last (shorter) one, and on one whole row (the
-rows the online form cannot give exactly, computed again as the statements say); where the
-last block is the only one, the first offset is the last block's (no whole block runs). A variant
+``[full, last, rows, panel, pitch]`` then two *variants*, each at the offset the first two give:
+a product on a whole block of columns and on the last (shorter) one; where the last block is
+the only one, the first offset is the last block's (no whole block runs). The rows the online
+form cannot give exactly, computed again as the statements say on one whole row, run the same
+variants block after block of the row's columns (:mod:`tcpy.codegen.chains`). A variant
 is its operands' bases, ``3 x (1 + loops)`` values (per operand a, b, c: a constant, then its
 stride along each loop of the chain: the batch loops, the block's first row, the block's first
 column), followed by the run-time engine's plan buffer of that block contraction
@@ -47,9 +48,8 @@ from . import runtime_plan
 from .runtime_plan import contraction_sections
 
 # a product's plan buffer starts with: the offsets of its variants (a whole block of columns, the
-# last block, a whole row), the rows per block, the elements of b's packed panel, the block
-# buffers' row pitch
-HEADER = ("full", "last", "whole", "rows", "panel", "pitch")
+# last block), the rows per block, the elements of b's packed panel, the block buffers' row pitch
+HEADER = ("full", "last", "rows", "panel", "pitch")
 FIELD = {name: index for index, name in enumerate(HEADER)}
 
 
@@ -75,10 +75,9 @@ def _row_bytes(program: Program, blocked, pitch: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class ProductTemplate:
     """What a chain product's plans share at every call: its statement, its accesses by tensor
-    (walked once, not per call), its plan at the nominal sizes and the whole row's."""
+    (walked once, not per call) and its plan at the nominal sizes."""
 
     product: ChainProduct  # the chain plan's product on a block of columns
-    whole_product: ChainProduct  # ... and on a whole row
     statement: Statement
     accesses: Mapping[str, ast.Access]
 
@@ -93,7 +92,6 @@ class ChainTemplate:
     origins: tuple[int, ...]  # the members' def statements
     loops: tuple[str, ...]  # the chain loops the bases move along
     blocks: Mapping[str, str]  # tensor -> its block buffer
-    whole: Mapping[str, str]  # tensor -> its whole-row buffer
     capacity: int  # the block buffers' bytes (the plan's rows at its columns)
     products: tuple[ProductTemplate, ...]
 
@@ -102,14 +100,13 @@ def chain_template(program: Program, group: FusedGroup) -> ChainTemplate:
     """The parts of ``group``'s chain plans that no call size changes."""
     chain, chain_plan = group.chain, group.chain.plan
     products = []
-    for product, whole_product in zip(chain_plan.products, chain_plan.whole_products):
+    for product in chain_plan.products:
         statement = program.statements[product.stmt]
-        products.append(ProductTemplate(product, whole_product, statement, statement_accesses(statement.stmt)))
+        products.append(ProductTemplate(product, statement, statement_accesses(statement.stmt)))
     return ChainTemplate(
         program, group, tuple(program.statements[i].origin for i in group.statements),
         group.shared[:-1] + (chain.block_var, chain.online.column_var),
         {tensor: buffer for tensor, buffer, _ in chain_plan.blocked},
-        {tensor: buffer for tensor, buffer, _ in chain_plan.whole},
         chain_plan.rows * _row_bytes(program, chain_plan.blocked, chain_plan.columns), tuple(products))
 
 
@@ -169,21 +166,18 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
     for part, con, tile in zip(template.products, calls, tiles):
         own = ranges[part.statement.origin]
         variants, panel = [], 0
-        for count, buffers_, nominal in ((columns, template.blocks, part.product), (rest, template.blocks, part.product),
-                                         (0, template.whole, part.whole_product)):
+        for count in (columns, rest):
             if count == columns and one_block or count == rest == columns and variants:
                 variants.append(None)  # (no whole block, or the columns divide the range: no shorter one)
                 continue
-            keys = (online.column_var, count, pitch) if count else None
-            found = block_contraction(con, part.statement.stmt, own, group.shared[:-1], chain.block_var,
-                                      rows if count else 1, buffers_, in_program, keys, part.accesses)
+            found = block_contraction(con, part.statement.stmt, own, group.shared[:-1], chain.block_var, rows,
+                                      template.blocks, in_program, (online.column_var, count, pitch), part.accesses)
             if found is None:
                 return None
             block, bases = found
             if count == (rest if one_block else columns):
                 panel = block.size("k") * -(-block.size("n") // tile[1]) * tile[1]
-            sections = _block_sections(block, tile if count else (nominal.plan.mr, nominal.plan.nr),
-                                       nominal.contraction, options.target)
+            sections = _block_sections(block, tile, part.product.contraction, options.target)
             if sections is None:
                 return None
             if empty:
@@ -198,9 +192,9 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
             variants.append((values, sections))
         # [header, then per variant its bases and its block contraction's plan buffer], in one array
         at = [len(HEADER)]
-        for variant in variants[:-1]:
-            at.append(at[-1] + (len(variant[0]) + variant[1][-1][2] if variant is not None else 0))
-        if variants[1] is None:
+        full, last = variants
+        at.append(at[0] + (len(full[0]) + full[1][-1][2] if full is not None else 0))
+        if last is None:
             at[1] = at[0]
         header = [*at, rows, panel, pitch]
         buffer = np.empty(len(header) + sum(len(v[0]) + v[1][-1][2] for v in variants if v is not None), np.int64)

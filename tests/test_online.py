@@ -128,6 +128,26 @@ def test_rows_whose_first_columns_are_minus_inf_are_computed_again_whole():
     compare(got, want, 2e-4)
 
 
+@pytest.mark.parametrize("preset, threads", [("x86-64-v3", 1), ("x86-64", 2), ("x86-64-v3", 7)])
+def test_a_generic_chain_computes_rows_again_whole_over_every_block_of_columns(preset, threads):
+    """One size-generic kernel: the rows whose first columns are -inf run again whole on the
+    blocks' plans, one block of columns after the other (several, a shorter last one, or none:
+    no keys), for every call shape."""
+    source = SOFTMAX_TIMES_V.format(u="T(m, n) - R(m)")
+    options = tcpy.Options(num_threads=threads, target=tiny_caches(Target.preset(preset)), specialize="never")
+    generic, reference = tcpy.define(source, options=options), tcpy.define(source, backend="reference")
+    rng = np.random.default_rng(4)
+    for m, n, k, p in ((7, 100, 2, 3), (13, 250, 3, 16), (5, 16, 1, 5), (3, 17, 8, 1), (4, 0, 2, 3)):
+        x = rng.uniform(0.5, 1, (m, k)).astype(np.float32)
+        y = rng.standard_normal((n, k)).astype(np.float32)
+        y[: n // 3] = -np.inf
+        args = [x, y, rng.standard_normal((n, p)).astype(np.float32), np.float32(1), np.ones(m, np.float32)]
+        with np.errstate(all="ignore"):
+            want = reference(*args)
+        compare(generic(*args), want, 2e-4)
+        assert "kernel: generic" in str(generic.explain(*args))
+
+
 def test_a_negative_scale_that_overflows_gives_the_statements_values():
     """t < 0: exp(t * (T - R)) grows with the distance to the maximum and overflows to inf in
     the statements (then S = inf and the quotients inf / inf = NaN or 0)."""

@@ -9,6 +9,8 @@ break, an index table's value out of range at them).
 Derandomized like the other property tests; ``TCPY_FUZZ_EXAMPLES`` scales it with them and
 ``TCPY_FUZZ_SEED=random`` draws new programs.
 """
+from types import SimpleNamespace
+
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -49,9 +51,9 @@ def _check(def_, compiled, args, reduction_length: int) -> None:
     assert cc_kind == "ok", f"generic kernel raised {cc_value!r} but the reference returned"
     _, other_value = outcome(define_reference(def_, reverse_reductions=True), args)
     eps = least_float_precision(def_)
-    bound = type("Bound", (), {"reduction_length": reduction_length})  # (what assert_close reads of a program)
+    program = SimpleNamespace(reduction_length=reduction_length)  # (what assert_close reads of a program)
     for name, got, want, other in zip((r.name for r in def_.returns), cc_value, ref_value, other_value):
-        assert_close(name, got, want, other, bound, eps)
+        assert_close(name, got, want, other, program, eps)
 
 
 def _at_other_sizes(prog, data) -> None:

@@ -2,6 +2,8 @@
 isl, the L1 sets a B sliver crowds counted with NumPy and kept per sizes, a plan buffer's tables
 read from their dimensions) give what the direct computations give, and shapes that share a
 kept result run as the reference evaluator does."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,7 +15,7 @@ from tcpy.ranges.index_values import check_index_results
 from tcpy.ranges.isl_helpers import value_at
 from tcpy.target import Target
 from tcpy.transform.contraction import _sliver_lines_per_set
-from tcpy.contraction_ir import RUNTIME_FIELDS
+from tcpy.contraction_ir import RUNTIME_FIELDS, Path, Plan, cached, direct_init
 from tcpy.transform.runtime_plan import assemble, _joined, _nonzero, _offsets, _section, _unit_run, _zeros_like, field
 
 # a guarded read, a range of floor bounds (stride 2: isl evaluates those) and a depthwise window
@@ -164,15 +166,9 @@ def test_a_plan_buffer_s_tables_are_the_counted_out_offsets(dims, const, width):
     assert len(buffer) == len(RUNTIME_FIELDS) + 4 * len(offsets) + len(blocks) + 2
 
 
-
-
 def test_direct_init_builds_what_the_dataclass_init_builds():
     """direct_init's __init__ (planning's fast one) against the one dataclasses writes: the same
     fields, defaults (a factory's too), keyword-only fields, __post_init__, errors and frozenness."""
-    import dataclasses
-
-    from tcpy.contraction_ir import Path, Plan, direct_init
-
     def declare():
         @dataclasses.dataclass(frozen=True)
         class Point:
@@ -206,8 +202,6 @@ def test_direct_init_builds_what_the_dataclass_init_builds():
 
 
 def test_cached_values_are_computed_once_per_instance():
-    from tcpy.contraction_ir import cached
-
     class Counted:
         calls = 0
 
@@ -226,10 +220,6 @@ def test_cached_values_are_computed_once_per_instance():
 
 
 def test_direct_init_refuses_fields_outside_init():
-    import dataclasses
-
-    from tcpy.contraction_ir import direct_init
-
     @dataclasses.dataclass(frozen=True)
     class Counted:
         n: int

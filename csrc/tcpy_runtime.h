@@ -585,6 +585,18 @@ static void *tcpy_scratch_map(void *old, size_t old_size, size_t size, size_t al
 #endif
     return start;
 }
+/* The pages of [start + from, start + to) faulted in by one system call before the kernel's first
+ * stores, not one page fault each (a buffer that grows at a new call shape: 900 KiB of new pages
+ * took 0.53 ms by stores, 0.32 ms populated first, on an AMD EPYC VM); nothing on a system
+ * without MADV_POPULATE_WRITE (Linux before 5.14): the stores fault them in. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static void tcpy_scratch_populate(char *start, size_t from, size_t to) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    from &= ~(page - 1);
+    if (to > from) madvise(start + from, to - from, MADV_POPULATE_WRITE);
+}
 static inline void *tcpy_scratch(int slot, size_t bytes) {
     void **const buffers = tcpy_scratch_buffers;
     size_t *const capacity = tcpy_scratch_capacity;
@@ -596,6 +608,7 @@ static inline void *tcpy_scratch(int slot, size_t bytes) {
         const size_t size = ((bytes > 64 ? bytes : 64) + align - 1) & ~(align - 1);
         buffers[slot] = tcpy_scratch_map(buffers[slot], capacity[slot], size, align);
         if (!buffers[slot]) abort();  /* out of memory for a packing buffer */
+        tcpy_scratch_populate((char *)buffers[slot], capacity[slot], bytes);  /* (the bytes it had keep their pages) */
         capacity[slot] = size;
     }
     return buffers[slot];

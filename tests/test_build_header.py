@@ -5,6 +5,8 @@ through ctypes against Python's own arithmetic, math module and NumPy.
 """
 import ctypes
 import math
+import mmap
+import resource
 import subprocess
 
 import numpy as np
@@ -71,6 +73,7 @@ double normcdfinv(double x) { return tcpy_normcdfinv(x); }
 double i0(double x) { return tcpy_cyl_bessel_i0(x); }
 double i1(double x) { return tcpy_cyl_bessel_i1(x); }
 float i0f(float x) { return tcpy_cyl_bessel_i0f(x); }
+void *scratch(int slot, uint64_t bytes) { return tcpy_scratch(slot, (size_t)bytes); }
 """
 
 C = ctypes
@@ -105,6 +108,7 @@ SIGNATURES = {
     "erfcinv": (C.c_double, C.c_double), "erfinvf": (C.c_float, C.c_float),
     "normcdf": (C.c_double, C.c_double), "normcdfinv": (C.c_double, C.c_double),
     "i0": (C.c_double, C.c_double), "i1": (C.c_double, C.c_double), "i0f": (C.c_float, C.c_float),
+    "scratch": (C.c_void_p, C.c_int, C.c_uint64),
 }
 
 
@@ -297,3 +301,31 @@ def test_bessel_i0_i1(lib, x):
     with np.errstate(over="ignore"):  # beyond float's range both are inf
         np.testing.assert_allclose(lib.i0f(x), np.float32(lib.i0(x)), rtol=1e-6)
     assert close(lib.i1(1e-3), 5.000000625000026e-4, 1e-14)
+
+
+def _populate_write_supported() -> bool:
+    """Whether this system's madvise populates pages for writing (Linux 5.14 and later)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    region = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        return libc.madvise(address, mmap.PAGESIZE, 23) == 0  # MADV_POPULATE_WRITE
+    finally:
+        region.close()
+
+
+@pytest.mark.skipif(not _populate_write_supported(), reason="madvise cannot populate pages on this system")
+def test_scratch_comes_with_its_pages_in(lib):
+    # a scratch buffer that grows (a larger call shape) has its new pages faulted in by one system
+    # call: the kernel's first stores into it take no page fault per 4 KiB page (below, at and
+    # above the size from which buffers take 2 MiB pages)
+    for slot, sizes in ((0, (64 << 10, 900 << 10, 3 << 20)), (1, (5 << 20,))):
+        for nbytes in sizes:
+            address = lib.scratch(slot, nbytes)
+            assert address % 64 == 0
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            ctypes.memset(address, 1, nbytes)
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            assert faults <= nbytes // mmap.PAGESIZE // 16, f"{faults} page faults writing {nbytes} new bytes"
+            assert ctypes.string_at(address + nbytes - 3, 3) == b"\x01" * 3

@@ -28,6 +28,9 @@ from .loopir import ContractionNest
 from .target import PRESETS
 
 KEEP_DEFAULT_MARGIN = 0.03  # another schedule must beat the first candidate by this share
+# A new call shape's lookup reads the store again (a system call: some 30 us right after a kernel
+# on a busy VM) when it is older than this: another process's records show up this late at most
+STORE_RECHECK_S = 1.0
 
 _memory: dict[str, Optional[Options]] = {}  # key -> tuned options (None: looked up, not tuned)
 
@@ -48,27 +51,34 @@ def _store_in(root: str) -> Path:
     return Path(root) / "tuned.json"  # (made once per root: a new call shape of a generic kernel looks it up)
 
 
-_loaded: dict = {}  # the store's path -> ((mtime, size), its records): read again when it changes
+# the store's path -> ((mtime, size) or None when missing, its records, time.monotonic() when
+# looked at): read again when it changes
+_loaded: dict = {}
 
 
 def _load_all(path: Optional[Path] = None) -> dict:
-    """The records of the store at ``path``, by default the one the environment names (a new
-    call shape of any kernel looks its sizes up there, read-only: records this process wrote to
-    a fallback cache are in :data:`_memory`)."""
-    path = path or _store_in(configured_cache_root())
+    """The records of the store at ``path`` as it is now; by default those of the store the
+    environment names, looked at again once they are :data:`STORE_RECHECK_S` old (a new call
+    shape of any kernel looks its sizes up there, read-only: records this process wrote, or wrote
+    to a fallback cache, are in :data:`_memory`)."""
+    now = time.monotonic()
+    if path is None:
+        path = _store_in(configured_cache_root())
+        known = _loaded.get(path)
+        if known is not None and now - known[2] < STORE_RECHECK_S:
+            return known[1]
     try:
         stat = os.stat(path)
         stamp = (stat.st_mtime_ns, stat.st_size)
         known = _loaded.get(path)
-        if known is not None and known[0] == stamp:
-            return known[1]
-        with open(path) as f:
-            data = json.load(f)
-        data = data if isinstance(data, dict) else {}
+        if known is None or known[0] != stamp:
+            with open(path) as f:
+                data = json.load(f)
+            known = (stamp, data if isinstance(data, dict) else {})
     except (OSError, ValueError):  # missing or corrupt: nothing tuned yet
-        return {}
-    _loaded[path] = (stamp, data)
-    return data
+        known = (None, {})
+    _loaded[path] = (known[0], known[1], now)
+    return known[1]
 
 
 def _to_json(options: Options) -> dict:
@@ -110,11 +120,13 @@ def _record(key: str, options: Options) -> None:
             os.replace(tmp, path)  # readers never see a half-written file
     except OSError:
         pass  # a read-only cache still tunes this process
+    _loaded.pop(path, None)  # (this process's next lookup reads what it wrote)
 
 
 def clear_tuned() -> bool:
     """Forget every autotuning result (``tuned.json``); True if there was one."""
     _memory.clear()
+    _loaded.clear()
     try:
         _store_path().unlink()
         return True

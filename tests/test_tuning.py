@@ -1,4 +1,6 @@
 """Autotuning picks among schedules, and later kernels of the same def and sizes use the winner."""
+import time
+
 import numpy as np
 
 import tcpy
@@ -22,6 +24,23 @@ def test_autotune_records_the_winner_for_later_kernels(tmp_path, monkeypatch):
     fresh = tcpy.define(MATMUL)
     assert "order n, m, k" in fresh.explain(A, B)
     assert "order n, m, k" not in fresh.explain((41, 30), (30, 50))  # other sizes: default
+
+
+def test_a_record_another_process_writes_is_used_once_the_store_is_looked_at_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "STORE_RECHECK_S", 0.05)
+    rng = np.random.default_rng(4)
+    A, B = rng.random((24, 16), np.float32), rng.random((16, 40), np.float32)
+    tuned, other = tmp_path / "tuned", tmp_path / "other"
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(tuned))
+    tcpy.autotune(tcpy.define(MATMUL), A, B, options=[tcpy.Options(loop_order=("n", "m", "k"))], repeat=1,
+                  progress=False)
+    tuning._memory.clear()
+    monkeypatch.setenv("TCPY_CACHE_DIR", str(other))  # this process's store: nothing tuned in it
+    assert "order n, m, k" not in tcpy.define(MATMUL).explain(A, B)
+    other.mkdir(exist_ok=True)
+    (other / "tuned.json").write_bytes((tuned / "tuned.json").read_bytes())  # another process's record
+    time.sleep(0.06)
+    assert "order n, m, k" in tcpy.define(MATMUL).explain(A, B)
 
 
 def test_default_candidates_time_and_keep_one(tmp_path, monkeypatch):

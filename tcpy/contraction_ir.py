@@ -144,7 +144,7 @@ class AffineAccess:
         return _lookup(self.strides, var)
 
     def describe(self) -> str:
-        strides = ", ".join(f"{v}:{s}" for v, s in self.strides if s)
+        strides = ", ".join([f"{v}:{s}" for v, s in self.strides if s])
         return f"{self.tensor} (offset {self.offset}; strides {strides or 'none'})"
 
 
@@ -250,12 +250,12 @@ class Contraction:
             object.__setattr__(self, "guarded", Operand(self.guarded))
 
     def size(self, role: str) -> int:
-        return math.prod(g.extent for g in getattr(self, role))
+        return math.prod([g.extent for g in getattr(self, role)])
 
     @cached
     def sizes(self) -> tuple[int, int, int, int]:
         """(batch, M, N, K) (planning reads them many times)."""
-        return tuple(self.size(r) for r in ROLES)
+        return tuple([self.size(r) for r in ROLES])
 
     def linear_stride(self, role: str, which: str) -> Optional[int]:
         """The stride of tensor ``which`` along the role's linear index when its groups compose
@@ -275,7 +275,7 @@ class Contraction:
     @cached
     def _role_vars(self) -> dict[str, tuple[str, ...]]:
         # (planning a call shape asks many times)
-        return {role: tuple(v for g in getattr(self, role) for v in g.vars) for role in ROLES}
+        return {role: tuple([v for g in getattr(self, role) for v in g.vars]) for role in ROLES}
 
     def image_operands(self) -> tuple[str, ...]:
         """The operands that may be a convolution's image, in the order to try them: the
@@ -305,27 +305,27 @@ class Contraction:
                 line[v] = stride
                 stride *= extents[v]
         return {v: Var(v, extent, img.stride(v), wts.stride(v), self.c.stride(v),
-                       tuple(g.stride(v) for g in self.guards), line.get(v, 0)) for v, extent in extents.items()}
+                       tuple([g.stride(v) for g in self.guards]), line.get(v, 0)) for v, extent in extents.items()}
 
     def describe(self) -> str:
         def role(r):
             groups = getattr(self, r)
             if not groups:
                 return f"{r.upper() if r != 'batch' else 'batch'} -"
-            text = " x ".join("(" + ",".join(g.vars) + ")" if len(g.vars) > 1 else g.vars[0] for g in groups)
+            text = " x ".join(["(" + ",".join(g.vars) + ")" if len(g.vars) > 1 else g.vars[0] for g in groups])
             return f"{r.upper() if r != 'batch' else 'batch'} {text} = {self.size(r)}"
         scale = []
         if self.alpha != 1.0:
             scale.append(repr(self.alpha))
         scale.extend(self.alpha_tensors)
-        parts = [", ".join(role(r) for r in ROLES),
+        parts = [", ".join([role(r) for r in ROLES]),
                  f"a = {self.a.describe()}", f"b = {self.b.describe()}", f"c = {self.c.describe()}"]
         if scale:
             parts.append("scaled by " + " * ".join(scale))
         if self.guards:
             other = (self.b if self.guarded == "a" else self.a).tensor
             parts.append(f"guarded read of {getattr(self, self.guarded).tensor}: 0 unless "
-                         + " and ".join(g.describe() for g in self.guards)
+                         + " and ".join([g.describe() for g in self.guards])
                          + (f" (there it multiplies {other}, as written)" if self.padding_multiplies
                             else " (there the term adds nothing)"))
         parts.append("overwrites" if self.init else "accumulates into the target")
@@ -487,11 +487,11 @@ class WinogradForm(ImageForm):
 
     @property
     def M(self) -> int:
-        return math.prod(v.extent for v in self.m)
+        return math.prod([v.extent for v in self.m])
 
     @property
     def K(self) -> int:
-        return math.prod(v.extent for v in self.k)
+        return math.prod([v.extent for v in self.k])
 
     @property
     def patch(self) -> int:
@@ -510,7 +510,7 @@ class WinogradForm(ImageForm):
     @cached
     def tiles(self) -> int:
         """Tiles per batch index (the products' columns; the planner asks many times)."""
-        return math.prod(v.extent for v in self.n) * self.axis_tiles(self.rows) * self.axis_tiles(self.cols)
+        return math.prod([v.extent for v in self.n]) * self.axis_tiles(self.rows) * self.axis_tiles(self.cols)
 
     def describe(self) -> str:
         return (f"Winograd F({self.tile}x{self.tile}, 3x3) over ({self.rows.out.name} + {self.rows.tap.name}, "
@@ -534,16 +534,16 @@ class WinogradTapsForm(ImageForm):
 
     @property
     def M(self) -> int:
-        return math.prod(v.extent for v in self.m)
+        return math.prod([v.extent for v in self.m])
 
     @property
     def N(self) -> int:
-        return math.prod(v.extent for v in self.n)
+        return math.prod([v.extent for v in self.n])
 
     @property
     def tiles(self) -> int:
         """Tiles over all images: the products' reduction."""
-        return math.prod(v.extent for v in self.k) * self.rows.tiles * self.cols.tiles
+        return math.prod([v.extent for v in self.k]) * self.rows.tiles * self.cols.tiles
 
     def describe(self) -> str:
         return (f"Winograd F(3x3, 2x2) over ({self.rows.out.name} + {self.rows.tap.name}, "
@@ -571,19 +571,19 @@ class ConvForm(ImageForm):
 
     @property
     def channel_count(self) -> int:
-        return math.prod(v.extent for v in self.channels)
+        return math.prod([v.extent for v in self.channels])
 
     @property
     def row_count(self) -> int:
-        return math.prod(v.extent for v in self.rows)
+        return math.prod([v.extent for v in self.rows])
 
     @property
     def tap_count(self) -> int:
-        return math.prod(v.extent for v in self.taps)
+        return math.prod([v.extent for v in self.taps])
 
     def describe(self) -> str:
         return (f"{self.channel_count} output channels x {self.row_count} rows of {self.run.extent} pixels "
-                f"(along {self.run.name}) x {self.tap_count} taps ({', '.join(v.name for v in self.taps)}), "
+                f"(along {self.run.name}) x {self.tap_count} taps ({', '.join([v.name for v in self.taps])}), "
                 f"the image read in place")
 
 

@@ -261,7 +261,7 @@ cdef class _ArraySpec:
     def __init__(self, shape, dtype, zero=True, keep=False):
         self.zero = zero or keep
         self.keep = keep
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = tuple([int(d) for d in shape])
         self.dtype = np.dtype(dtype)
         if len(self.shape) > 32:
             raise TCArgumentError(f"rank {len(self.shape)} is above the launcher's limit of 32")
@@ -434,21 +434,22 @@ cdef class LaunchEntry:
         self.func_address = int(func_address)
         self.fn = <kernel_fn><size_t>self.func_address
         self.n_inputs = n_inputs
-        self._outs = tuple(_ArraySpec(*spec) for spec in output_specs)
-        self._temps = tuple(_ArraySpec(*spec) for spec in temp_specs)
-        self.output_specs = tuple((s.shape, s.dtype) for s in self._outs)
-        self.temp_specs = tuple((s.shape, s.dtype) for s in self._temps)
+        # (lists made into tuples: Cython runs a list comprehension inline, a generator as an object)
+        self._outs = tuple([_ArraySpec(*spec) for spec in output_specs])
+        self._temps = tuple([_ArraySpec(*spec) for spec in temp_specs])
+        self.output_specs = tuple([(s.shape, s.dtype) for s in self._outs])
+        self.temp_specs = tuple([(s.shape, s.dtype) for s in self._temps])
         self.error_messages = tuple(error_messages)
         self.num_threads = num_threads if num_threads and num_threads > 0 else 0
         self.single_output = single_output
         if input_dtypes is not None:
-            input_dtypes = tuple(np.dtype(d) for d in input_dtypes)
+            input_dtypes = tuple([np.dtype(d) for d in input_dtypes])
             if len(input_dtypes) != n_inputs:
                 raise ValueError(f"{len(input_dtypes)} input dtypes for {n_inputs} inputs")
         self.input_dtypes = input_dtypes
         self.owner = owner
         self.quick = quick
-        self.constants = tuple(np.ascontiguousarray(c) for c in constants)
+        self.constants = tuple([np.ascontiguousarray(c) for c in constants])
         self.on_hot = on_hot
         self.hot_calls = hot_calls
         self.calls = 0

@@ -86,7 +86,7 @@ def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> t
     tallest = register_tiles(target)
     if not tallest:  # a tiny register file: one row, one vector
         return 1, 1
-    best = max(((mr, nv) for nv, mr in tallest.items()), key=lambda t: (t[0] * t[1], t[0]))
+    best = max([(mr, nv) for nv, mr in tallest.items()], key=lambda t: (t[0] * t[1], t[0]))
     if n is None:
         return best
 
@@ -94,7 +94,7 @@ def micro_tile(target: Target, element_bytes: int, n: Optional[int] = None) -> t
         nr = tile[1] * lanes
         return n / (-(-n // nr) * nr)
 
-    narrow = max(((mr, nv) for nv, mr in tallest.items()), key=lambda t: (useful(t), t[0] * t[1], t[0]))
+    narrow = max([(mr, nv) for nv, mr in tallest.items()], key=lambda t: (useful(t), t[0] * t[1], t[0]))
     return narrow if useful(narrow) > NARROW_N_GAIN * useful(best) else best
 
 
@@ -197,7 +197,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     unroll = UNROLL
     path_set = overrides.get("path")
     if path_set is not None and not _path_runs(path_set, con):
-        _bad_plan("path", f"a path this contraction can run ({', '.join(p for p in PLAN_PATHS if _path_runs(p, con))})",
+        _bad_plan("path", f"a path this contraction can run ({', '.join([p for p in PLAN_PATHS if _path_runs(p, con)])})",
                   path_set)
     if path_set in (None, "batch_lanes") and _batch_lanes_ok(con):
         # cells split M: each thread reads and writes whole rows of batch lanes (a pixel's
@@ -520,7 +520,7 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
         widest = micro_tile(target, s, form.tiles)
         narrower = [(mr, nv) for nv, mr in register_tiles(target).items()
                     if shares(form, (mr, nv)) > shares(form, widest)]
-        return min(((per_thread(form, tile), tile) for tile in (widest, *narrower)), key=lambda pair: pair[0])
+        return min([(per_thread(form, tile), tile) for tile in (widest, *narrower)], key=lambda pair: pair[0])
 
     candidates = [dataclasses.replace(form, tile=t) for t in tiles
                   if min(form.rows.out.extent, form.cols.out.extent) >= t]
@@ -790,7 +790,7 @@ def _grid(con, path, mr, nr, kc, mc, nc, lanes, threads, cost, b_in_kernel: bool
     batch, M, N, K = con.sizes
     limits = (batch, -(-M // mr), -(-N // nr), max(1, K // (2 * kc)) if path == "packed" else 1)
     near = []
-    for grids in _grid_blocks(tuple(min(limit, threads) for limit in limits), threads):
+    for grids in _grid_blocks(tuple([min(limit, threads) for limit in limits]), threads):
         if len(grids) >= GRID_SCAN_MIN:
             # (exact: the kept grids are those whose estimate, rounded to 6 places as below, could
             # tie the block's least; the array's arithmetic differs from Python's by a few ulps)

@@ -57,12 +57,12 @@ def _form(con, image: str) -> Optional[ConvForm]:
 
     # the run: the pixel variable nearest in the image (consecutive pixels share cache lines),
     # then in the output
-    run = min((v for v in pixels if img.stride(v)), key=lambda v: (abs(img.stride(v)), abs(con.c.stride(v))),
+    run = min([v for v in pixels if img.stride(v)], key=lambda v: (abs(img.stride(v)), abs(con.c.stride(v))),
               default=None)
     if run is None:
         return None
-    return ConvForm(image, var(run), tuple(var(v) for v in pixels if v != run), tuple(var(v) for v in channels),
-                    tuple(var(v) for v in taps))
+    return ConvForm(image, var(run), tuple([var(v) for v in pixels if v != run]), tuple([var(v) for v in channels]),
+                    tuple([var(v) for v in taps]))
 
 
 def _overlap(stride_a: int, extent_a: int, stride_b: int, extent_b: int) -> bool:

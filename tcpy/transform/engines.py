@@ -110,7 +110,7 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         # an empty range or tensor at the nominal sizes: the kernel serves other sizes too (as
         # tcpy.transform.runtime_plan recognises such a call)
         ranges = {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges.items()}
-        shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
+        shapes = {name: tuple([max(1, d) for d in shape]) for name, shape in shapes.items()}
     con = recognize(stmt, ranges, shapes, program.types, program.sizes, keep_guards=program.generic is not None)
     if con is None:
         return None
@@ -127,8 +127,8 @@ def engine_of(stmt: ast.Stmt, ranges, program: Program, options: Options) -> Opt
         mr, vectors = micro_tile(options.target, element_bytes)
         overrides = {"path": "packed", "mr": mr, "nr": vectors * lanes}
         form = winograd_form(con) if options.winograd else None
-        tiles = tuple(sorted((size, rows, nv) for size in WINOGRAD_TILES
-                             for nv, rows in register_tiles(options.target).items())) if form else ()
+        tiles = tuple(sorted([(size, rows, nv) for size in WINOGRAD_TILES
+                              for nv, rows in register_tiles(options.target).items()])) if form else ()
         nominal = plan(con, options.target, options.threads if options.parallel else 1, overrides=overrides,
                        pack_b_in_kernel=False)
         second = second_tile(options.target, element_bytes, (mr, vectors * lanes))  # (the small and stream paths')

@@ -93,7 +93,7 @@ def _access(tensor: str, indices, dtype, ranges, sizes, shapes) -> Optional[Affi
                 return None
             offset += row[d] * x * ranges[v][0]
             strides[v] = strides.get(v, 0) + row[d] * x
-    return AffineAccess(tensor, dtype, offset, tuple(sorted((v, s) for v, s in strides.items() if s)),
+    return AffineAccess(tensor, dtype, offset, tuple(sorted([(v, s) for v, s in strides.items() if s])),
                         math.prod(shape))
 
 
@@ -271,7 +271,7 @@ def recognize(stmt: ast.Stmt, ranges: Mapping[str, tuple[int, int]], shapes, typ
     con = Contraction(str(stmt), dtype, a, b, c, groups["batch"], groups["m"], groups["n"], groups["k"],
                       found["alpha"], tuple(found["scalars"]), bool(stmt.init), tuple(guards),
                       guarded if guards else "", bool(guards) and factor_guarded is not None,
-                      extents=tuple((v, extents[v]) for r in ROLES for v in roles[r]))
+                      extents=tuple([(v, extents[v]) for r in ROLES for v in roles[r]]))
     if guards and guarded == "b":
         copy = _padded_copy(operand_reads["b"], dtype, guards, roles, ranges, sizes, shapes)
         if copy is not None:
@@ -338,7 +338,7 @@ def _groups(roles, extents, a: AffineAccess, b: AffineAccess, c: AffineAccess, g
     strides = {"a": dict(a.strides), "b": dict(b.strides), "c": dict(c.strides),
                **{f"g{i}": dict(g.coefs) for i, g in enumerate(guards)}}
     # a guard is one more affine form of the variables: merged groups must keep it affine
-    forms = tuple(f"g{i}" for i in range(len(guards)))
+    forms = tuple([f"g{i}" for i in range(len(guards))])
     groups = {}
     for role, primary, members in (("batch", "c", "abc"), ("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
         vars_ = sorted(roles[role], key=lambda v: -abs(strides[primary].get(v, 0)))
@@ -385,7 +385,7 @@ def _padded_copy(read: ast.Access, dtype: ScalarType, guards, roles, ranges, siz
             strides[v] = strides.get(v, 0) + x * pitch[i]
     source_offset = sum(indices[d][0] * row[d] for d in range(len(shape)) if d not in copied)
     access = AffineAccess(f"{read.tensor} (zero-padded copy)", dtype, offset,
-                          tuple(sorted((v, x) for v, x in strides.items() if x)), math.prod(padded))
+                          tuple(sorted([(v, x) for v, x in strides.items() if x])), math.prod(padded))
     return tuple(dims), source_offset, access
 
 
@@ -404,9 +404,9 @@ def _merge(vars_, extents, strides, members, guards) -> tuple[Group, ...]:
     merged = []
     for g in groups:
         inner = g[-1]
-        extent = extents[inner] if len(g) == 1 else math.prod(extents[v] for v in g)
+        extent = extents[inner] if len(g) == 1 else math.prod([extents[v] for v in g])
         merged.append(Group(tuple(g), extent, a.get(inner, 0), b.get(inner, 0), c.get(inner, 0),
-                            tuple(form.get(inner, 0) for form in forms)))
+                            tuple([form.get(inner, 0) for form in forms])))
     return tuple(merged)
 
 
@@ -484,12 +484,12 @@ def block_contraction(con: Contraction, stmt: ast.Stmt, ranges, fixed: tuple[str
             bases.append(Base(buffers[acc.tensor], 0, ()))
         else:
             accs[which] = AffineAccess(acc.tensor, acc.dtype, 0,
-                                       tuple((v, s) for v, s in acc.strides if v not in fixed_set))
+                                       tuple([(v, s) for v, s in acc.strides if v not in fixed_set]))
             bases.append(Base(acc.tensor, acc.offset,
-                              tuple((v, s) for v, s in acc.strides if v in fixed_set or v in moving)))
+                              tuple([(v, s) for v, s in acc.strides if v in fixed_set or v in moving])))
     groups, strides = {}, {which: dict(acc.strides) for which, acc in accs.items()}
     for role, primary, members in (("m", "c", "ac"), ("n", "c", "bc"), ("k", "a", "ab")):
-        vars_ = sorted((v for v in con.role_vars(role) if v not in fixed_set),
+        vars_ = sorted([v for v in con.role_vars(role) if v not in fixed_set],
                        key=lambda v: -abs(strides[primary].get(v, 0)))
         groups[role] = _merge(vars_, extents, strides, members, ())
     return (Contraction(con.stmt, con.dtype, accs["a"], accs["b"], accs["c"], (), groups["m"], groups["n"],

@@ -104,7 +104,7 @@ def chain_template(program: Program, group: FusedGroup) -> ChainTemplate:
         statement = program.statements[product.stmt]
         products.append(ProductTemplate(product, statement, statement_accesses(statement.stmt)))
     return ChainTemplate(
-        program, group, tuple(program.statements[i].origin for i in group.statements),
+        program, group, tuple([program.statements[i].origin for i in group.statements]),
         group.shared[:-1] + (chain.block_var, chain.online.column_var),
         {tensor: buffer for tensor, buffer, _ in chain_plan.blocked},
         chain_plan.rows * _row_bytes(program, chain_plan.blocked, chain_plan.columns), tuple(products))
@@ -126,7 +126,7 @@ def chain_buffers(template: ChainTemplate, ranges, shapes, sizes: Mapping[str, i
         # buffers (no keys, no head dimension: empty sums, whose cells write zeros) or its
         # loops do not run (no rows, no batches)
         ranges = {o: {v: (lo, max(hi, lo + 1)) for v, (lo, hi) in ranges[o].items()} for o in template.origins}
-        shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
+        shapes = {name: tuple([max(1, d) for d in shape]) for name, shape in shapes.items()}
     first = ranges[template.origins[0]]
     extent = first[chain.block_var][1] - first[chain.block_var][0]
     lo, hi = ranges[program.statements[online.maximum].origin][online.column_var]

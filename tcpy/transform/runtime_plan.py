@@ -46,7 +46,7 @@ def plan_buffer(statement: Statement, ranges: Mapping[str, tuple[int, int]], sha
     engine = statement.engine
     if empty:
         ranges = {v: (lo, lo + 1) if v in empty else (lo, hi) for v, (lo, hi) in ranges.items()}
-        shapes = {name: tuple(max(1, d) for d in shape) for name, shape in shapes.items()}
+        shapes = {name: tuple([max(1, d) for d in shape]) for name, shape in shapes.items()}
         # (no work or empty sums: the packed path's driver has them)
         engine = dataclasses.replace(engine, plan=dataclasses.replace(engine.plan, winograd=None))
     found = shape_engine(statement.stmt, ranges, shapes, types, sizes, options, engine, threads,
@@ -154,7 +154,7 @@ def _offsets(dims: tuple[tuple[int, int], ...], const: int = 0) -> tuple:
 
 def _zeros_like(table: tuple) -> tuple:
     """A table of zeros as long as the offsets ``table``."""
-    return ("offsets", tuple((extent, 0) for extent, _ in table[1]), 0)
+    return ("offsets", tuple([(extent, 0) for extent, _ in table[1]]), 0)
 
 
 def _joined(tables: list) -> tuple:
@@ -390,7 +390,7 @@ def _dims(groups, which: str) -> tuple[tuple[int, int], ...]:
 def _var_offsets(variables, which: str, guard: int = 0) -> tuple:
     """:func:`_offsets` in the tensor ``which`` names (a :class:`~tcpy.contraction_ir.Var` field;
     ``g``: guard ``guard``'s coefficients) per linear index of ``variables`` (outer first)."""
-    return _offsets(tuple((var.extent, var.g[guard] if which == "g" else getattr(var, which)) for var in variables))
+    return _offsets(tuple([(var.extent, var.g[guard] if which == "g" else getattr(var, which)) for var in variables]))
 
 
 def _nonzero(table: tuple) -> bool:

@@ -87,9 +87,9 @@ def _form(con, image: str) -> Optional[WinogradForm]:
         return None
     cols, rows = axes  # the inner axis (smaller stride in the image) along the columns
     used = {rows.out.name, rows.tap.name, cols.out.name, cols.tap.name}
-    return WinogradForm(image, rows, cols, tuple(var(v) for v in con.role_vars(channel_role)),
-                        tuple(var(v) for v in pixels if v not in used),
-                        tuple(var(v) for v in taps if v not in used))
+    return WinogradForm(image, rows, cols, tuple([var(v) for v in con.role_vars(channel_role)]),
+                        tuple([var(v) for v in pixels if v not in used]),
+                        tuple([var(v) for v in taps if v not in used]))
 
 
 @functools.lru_cache(maxsize=64)  # (the winograd planner weighs every tile size per call shape)
@@ -103,7 +103,7 @@ def transform_costs(cost: CostModel, tile: int) -> tuple[float, float, float]:
     measured = (cost.winograd_f4_input, cost.winograd_f4_output, cost.winograd_f4_weights)
     if None not in measured:
         return measured
-    return tuple(c * ops / ops2 for c, ops, ops2 in zip(base, operation_counts(tile), operation_counts(TILE)))
+    return tuple([c * ops / ops2 for c, ops, ops2 in zip(base, operation_counts(tile), operation_counts(TILE))])
 
 
 def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int, cost: CostModel) -> float:
@@ -117,7 +117,7 @@ def cycles(form: WinogradForm, mr: int, nr: int, fmas_per_cycle: int, cost: Cost
 
 def direct_cycles(form: WinogradForm, fmas_per_cycle: int) -> float:
     """Cycles of the same batch index as a GEMM over all 9 taps (at the same FMA rate)."""
-    outputs = math.prod(v.extent for v in form.n) * form.rows.out.extent * form.cols.out.extent
+    outputs = math.prod([v.extent for v in form.n]) * form.rows.out.extent * form.cols.out.extent
     return form.M * outputs * form.K * TAPS * TAPS / fmas_per_cycle
 
 

@@ -176,7 +176,8 @@ def _balanced(total: int, block: int, multiple: int) -> int:
 
 def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = False,
          winograd: bool = True, overrides: Mapping[str, object] = MappingProxyType({}), direct_conv: bool = True,
-         pack_b_in_kernel: bool = True, winograd_tiles: tuple[int, ...] = WINOGRAD_TILES) -> Plan:
+         pack_b_in_kernel: bool = True, winograd_tiles: tuple[int, ...] = WINOGRAD_TILES,
+         explain: bool = True) -> Plan:
     """Micro-tile, cache blocks, path and thread grid of ``con`` on ``target`` with ``threads``.
 
     ``b_packed_once``: B is packed once for many calls (the blocks of a fused chain), so the
@@ -188,7 +189,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     winograd path is then weighed against the implicit GEMM). ``pack_b_in_kernel``: the packed
     path's first micro-tile of each B sliver may read B in place and pack it (a size-generic
     kernel's run-time engine packs B in a pass). ``winograd_tiles``: the tile sizes the winograd
-    path may take (a size-generic kernel's: those it holds routines of)."""
+    path may take (a size-generic kernel's: those it holds routines of). ``explain``: say why in
+    the plan's ``reasons`` (on the packed, small and stream paths: without, a size-generic
+    kernel's plan at a call shape, which nothing shows, is found without formatting them)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
@@ -254,10 +257,12 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
             return Plan("direct", mr, nr, lanes, K, 1, nc, unroll, grid, threads, reasons, padded_copy=padded_copy,
                         stream_stores=stream_stores, rows=rows, row_vectors=row_vectors,
                         cache_line=target.cache_line)
-    reasons = [f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
-               f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"]
-    if "mr" in overrides or "nr" in overrides:
-        reasons[0] += " (set by Options.plan)"
+    # (the reasons only where they are read: a size-generic kernel's run-time plans are not explained)
+    reasons = []
+    if explain:
+        reasons.append(f"micro-tile {mr}x{nr}: {mr * nv} accumulators + {nv} B vectors + 1 broadcast "
+                       f"<= {target.vector_registers} registers of {target.vector_bytes} bytes"
+                       + (" (set by Options.plan)" if "mr" in overrides or "nr" in overrides else ""))
     # Footprints (Low et al.): the B sliver (kc x NR) stays in L1 while A slivers (MR x kc)
     # stream through it. Of an L1 of W ways, A's slivers need C_A = floor((W - 1) / (1 + NR/MR))
     # ways and one way stays free for C, so B's sliver may fill W - 1 - C_A ways. The packed A
@@ -286,17 +291,20 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     if dplan is not None:
         return dplan
     kc = _balanced(K, kc_max, unroll)
-    reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
-                   f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
-                   f"{-(-K // kc)} equal blocks")
+    if explain:
+        reasons.append(f"kc {kc}: the B sliver kc x NR ({kc * nr * s // 1024} KiB) fills {b_ways} of {target.l1d_ways} "
+                       f"ways of L1 ({target.l1d // 1024} KiB; A slivers {a_ways}, C 1); K = {K} in "
+                       f"{-(-K // kc)} equal blocks")
     out_bytes = batch * M * N * s
     if kc < K <= ONE_K_BLOCK_SLACK * kc_max and out_bytes > target.l2:
         kc = _balanced(K, K, unroll)
-        reasons.append(f"kc {kc}: K = {K} in one block, longer than the L1 fit ({kc_max}): a second block "
-                       f"would read and write the output ({out_bytes // 1024} KiB, beyond L2) once more")
+        if explain:
+            reasons.append(f"kc {kc}: K = {K} in one block, longer than the L1 fit ({kc_max}): a second block "
+                           f"would read and write the output ({out_bytes // 1024} KiB, beyond L2) once more")
     if "kc" in overrides:
         kc = _multiple_of("kc", overrides["kc"], unroll)
-        reasons.append(f"kc {kc}: set by Options.plan")
+        if explain:
+            reasons.append(f"kc {kc}: set by Options.plan")
     mc_max = _round_down(target.l2 // 2 // (kc * s), mr)
     nc_max = _round_down(target.l3_per_core // 2 // (kc * s), nr)
     if path_set is not None:
@@ -305,11 +313,13 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         small = _small_ok(con, target, kc, s) and not b_packed_once
         if small and batch * -(-M // mr) * -(-N // nr) < threads and K >= 2 * kc:
             small = False  # fewer micro-tiles than threads: the packed path can split K
-            reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
+            if explain:
+                reasons.append(f"packed path: {threads} threads and fewer micro-tiles; K = {K} can be split")
     if small:
         path = "small"
-        reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
-                       f"fits half of L2: packing cannot pay")
+        if explain:
+            reasons.append(f"small path: a K block of A and B ((M + N) x kc = {(M + N) * kc * s // 1024} KiB) "
+                           f"fits half of L2: packing cannot pay")
     elif (path_set == "stream" or path_set is None and _stream_ok(
             con, target, kc_stream := min(kc, _stream_kc(target, N, s, unroll)), s, lanes) and (
             b_packed_once or batch * -(-M // mr) >= threads)):
@@ -317,13 +327,15 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         kc_stream = kc if "kc" in overrides else min(kc, _stream_kc(target, N, s, unroll))
         if kc_stream < kc:
             kc = _balanced(K, kc_stream, unroll)
-            reasons.append(f"kc {kc} for the stream path: a K block of B fits half of L2")
-        reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
-                       f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
-                       f"time, against a packed K block of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
+            if explain:
+                reasons.append(f"kc {kc} for the stream path: a K block of B fits half of L2")
+        if explain:
+            reasons.append(f"stream path: N = {N} is narrow, so packing A would cost more than "
+                           f"{PACK_SHARE_MAX:.0%} of the FMAs; A is read in place, one micro-tile of rows at a "
+                           f"time, against a packed K block of B (kc x N = {kc * N * s // 1024} KiB, in half of L2)")
     else:
         path = "packed"
-    if path_set is not None:
+    if explain and path_set is not None:
         reasons.append(f"{path} path: set by Options.plan")
     # the packed path's B, beyond L2, read in place by the kernel where it can (cell_cost's `read`)
     b_bytes = batch * N * K * s
@@ -339,9 +351,11 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         crowd = _sliver_lines_per_set(con.k[0].b * s, kc, nr * s, target)
         packed = max(b_ways, _sliver_lines_per_set(nr * s, kc, nr * s, target))
         copy_b = crowd > packed
-        reasons.append(f"small path {'copies each B sliver' if copy_b else 'reads B in place'}: "
-                       f"{COPY_B_MIN_TILES}+ micro-tiles reuse a sliver, whose rows read in place put up to {crowd} "
-                       f"lines in one L1 set ({'more' if copy_b else 'no more'} than {packed}: its ways or a copy's)")
+        if explain:
+            reasons.append(f"small path {'copies each B sliver' if copy_b else 'reads B in place'}: "
+                           f"{COPY_B_MIN_TILES}+ micro-tiles reuse a sliver, whose rows read in place put up to "
+                           f"{crowd} lines in one L1 set ({'more' if copy_b else 'no more'} than {packed}: its ways "
+                           "or a copy's)")
     else:
         copy_b = False
     m_part = -(-(-(-M // mr)) // tm) * mr
@@ -361,31 +375,35 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
         mc = _multiple_of("mc", overrides.get("mc", mc), mr)
         nc = _multiple_of("nc", overrides.get("nc", nc), nr)
         a_once = a_once and m_part <= mc
-        reasons.append(f"mc {mc}, nc {nc}: set by Options.plan")
+        if explain:
+            reasons.append(f"mc {mc}, nc {nc}: set by Options.plan")
     if a_once:
         where = f"L2 ({target.l2 // 1024} KiB)" if a_bytes <= target.l2 // 2 else \
             f"this core's L3 share ({target.l3_per_core // 1024} KiB; one mc block)"
-        reasons.append(f"A packed once per cell: its {m_part} rows x K ({m_part * K * s // 1024} KiB) fit half "
-                       f"of {where}")
-        reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits the other half of "
-                       "L2 (no A block reuses it)")
+        if explain:
+            reasons.append(f"A packed once per cell: its {m_part} rows x K ({m_part * K * s // 1024} KiB) fit half "
+                           f"of {where}")
+            reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits the other half of "
+                           "L2 (no A block reuses it)")
     elif path == "packed":
-        reasons.append(f"mc {mc}: the packed A block mc x kc ({mc * kc * s // 1024} KiB) fits half of L2 "
-                       f"({target.l2 // 1024} KiB)")
-        reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits half of "
-                       f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
-    reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): " + (
-        "set by Options.plan" if "grid" in overrides else
-        "least estimated time of compute + packing + split-K combination"))
+        if explain:
+            reasons.append(f"mc {mc}: the packed A block mc x kc ({mc * kc * s // 1024} KiB) fits half of L2 "
+                           f"({target.l2 // 1024} KiB)")
+            reasons.append(f"nc {nc}: the packed B panel kc x nc ({kc * nc * s // 1024} KiB) fits half of "
+                           f"this core's L3 share ({target.l3_per_core // 1024} KiB)")
+    if explain:
+        reasons.append(f"thread grid {tb}x{tm}x{tn}x{tk} for {threads} thread(s): " + (
+            "set by Options.plan" if "grid" in overrides else
+            "least estimated time of compute + packing + split-K combination"))
     # An output written once (one K block) that is larger than the threads' halves of L3 would
     # only evict the operands: its whole tiles bypass the caches (no read for ownership, half
     # the memory traffic of the stores).
     stream_stores = (path != "direct" and con.init and K <= kc and tk == 1
                      and out_bytes > threads * target.l3_per_core // 2)
-    if stream_stores:
+    if explain and stream_stores:
         reasons.append(f"non-temporal stores: each output tile is written once (K = {K} in one block) and the "
                        f"output ({out_bytes / 2**20:.1f} MiB) exceeds half of the threads' L3 shares")
-    if in_kernel and tk == 1:
+    if explain and in_kernel and tk == 1:
         reasons.append(f"B packed by the kernel: the first micro-tile of each sliver reads it in place "
                        f"(its {con.n[-1].extent}-long runs along N unit-stride, K linear) and stores its rows "
                        f"into the packed sliver, so B ({b_bytes / 2**20:.1f} MiB, beyond L2) is read from memory "
@@ -452,12 +470,12 @@ def winograd_over_gemm(con: Contraction, target: Target, threads: int, tiles: tu
     mr, nv = micro_tile(target, s, con.size("n"))
     nr = nv * target.lanes(s)
     return _winograd_choice(con, form, conv_form(con), None, target, threads, mr, nr, _l1_fit(target, mr, nr, s)[2],
-                            tiles)
+                            tiles, explain=False)
 
 
 def _winograd_choice(con: Contraction, form: WinogradForm, conv: Optional[ConvForm], dplan: Optional[Plan],
-                     target: Target, threads: int, mr: int, nr: int, kc_max: int, tiles: tuple[int, ...]
-                     ) -> Optional[Plan]:
+                     target: Target, threads: int, mr: int, nr: int, kc_max: int, tiles: tuple[int, ...],
+                     explain: bool = True) -> Optional[Plan]:
     """The winograd path's plan of ``con`` (its ``form``) when it beats what would run instead:
     the direct convolution's ``dplan``, else the implicit GEMM on the MR x NR micro-tile (its
     ``conv`` form's gather included), else the FMAs of a GEMM over all 9 taps."""
@@ -469,7 +487,7 @@ def _winograd_choice(con: Contraction, form: WinogradForm, conv: Optional[ConvFo
                                                           target.cost) / dplan.grid[2]
     elif conv is not None:
         baseline = _implicit_gemm_cycles(con, conv, mr, nr, lanes, kc_max, threads, target.cost)
-    return _winograd_plan(con, form, target, threads, kc_max, UNROLL, baseline, dplan is not None, tiles)
+    return _winograd_plan(con, form, target, threads, kc_max, UNROLL, baseline, dplan is not None, tiles, explain)
 
 
 def _implicit_gemm_cycles(con: Contraction, conv: ConvForm, mr: int, nr: int, lanes: int, kc: int, threads: int,
@@ -494,7 +512,7 @@ def _implicit_gemm_cycles(con: Contraction, conv: ConvForm, mr: int, nr: int, la
 
 def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads: int, kc_max: int,
                    unroll: int, baseline: Optional[float] = None, direct: bool = False,
-                   tiles: tuple[int, ...] = WINOGRAD_TILES) -> Optional[Plan]:
+                   tiles: tuple[int, ...] = WINOGRAD_TILES, explain: bool = True) -> Optional[Plan]:
     """The winograd path's plan when its estimated time beats, by the cost model's
     ``winograd_gain_min``, ``baseline``'s (the estimated cycles per thread of the implicit GEMM,
     its packing and the window's gather included, or of the direct convolution when ``direct``,
@@ -545,21 +563,23 @@ def _winograd_plan(con: Contraction, form: WinogradForm, target: Target, threads
     rows = -(-form.M // mr) * mr
     mc = max(mr, min(rows, _round_down(target.l2 // 2 // (kc * s), mr)))
     grid = (1, 1, min(threads, batch * slivers), 1)
-    u_bytes = batch * form.points * rows * form.K * s
-    against = ("the direct convolution" if direct else "the implicit GEMM" if baseline is not None
-               else "the GEMM over all 9 taps")
-    reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {against} "
-               f"with {threads} thread(s) ({form.points} products on {mr}x{nr} micro-tiles and the "
-               "transforms; the threads split the tile slivers)"
-               + (f"; F(2x2, 3x3) estimated {f2_estimate / fast:.2f}x slower" if form.tile != TILE else ""),
-               f"transformed weights once per call: {form.points} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
-               f"blocks of {blocks * nr} tiles: the block's transformed input and products "
-               f"({form.points * (form.K + rows) * blocks * nr * s // 1024} KiB) per thread",
-               f"kc {kc}: a transformed input sliver kc x NR ({kc * nr * s // 1024} KiB) stays in L1",
-               f"mc {mc}: a block of one point's transformed weights mc x kc ({mc * kc * s // 1024} KiB) stays "
-               f"in half of L2 while the block's tile slivers pass",
-               f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): the threads claim blocks "
-               "of tile slivers, transform and multiply them")
+    reasons = ()  # (unless explained: :func:`plan`'s ``explain``)
+    if explain:
+        u_bytes = batch * form.points * rows * form.K * s
+        against = ("the direct convolution" if direct else "the implicit GEMM" if baseline is not None
+                   else "the GEMM over all 9 taps")
+        reasons = (f"winograd path: {form.describe()}; estimated {gemm / fast:.2f}x less time than {against} "
+                   f"with {threads} thread(s) ({form.points} products on {mr}x{nr} micro-tiles and the "
+                   "transforms; the threads split the tile slivers)"
+                   + (f"; F(2x2, 3x3) estimated {f2_estimate / fast:.2f}x slower" if form.tile != TILE else ""),
+                   f"transformed weights once per call: {form.points} x {rows} x {form.K} ({u_bytes // 1024} KiB)",
+                   f"blocks of {blocks * nr} tiles: the block's transformed input and products "
+                   f"({form.points * (form.K + rows) * blocks * nr * s // 1024} KiB) per thread",
+                   f"kc {kc}: a transformed input sliver kc x NR ({kc * nr * s // 1024} KiB) stays in L1",
+                   f"mc {mc}: a block of one point's transformed weights mc x kc ({mc * kc * s // 1024} KiB) stays "
+                   f"in half of L2 while the block's tile slivers pass",
+                   f"thread grid {'x'.join(map(str, grid))} for {threads} thread(s): the threads claim blocks "
+                   "of tile slivers, transform and multiply them")
     return Plan("winograd", mr, nr, lanes, kc, mc, blocks * nr, unroll, grid, threads, reasons, winograd=form,
                 cache_line=target.cache_line)
 

@@ -182,20 +182,21 @@ def shape_engine(stmt: ast.Stmt, ranges, shapes, types, sizes, options: Options,
                 and (chosen.winograd.tile, chosen.mr, chosen.nr_vectors) in tile.winograd_tiles):
             return con, chosen
     overrides = {"mr": tile.mr, "nr": tile.nr}
-    shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
+    # (explain=False: a call shape's plan is never shown, its reasons need not be formatted)
+    shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False, explain=False)
     if shaped.path not in paths:
         overrides["path"] = "packed"
-        shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
+        shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False, explain=False)
     if shaped.path in ("small", "stream") and tile.small_tile is not None:
         # the planner's own micro-tile for this N, if it is the kernel's second one
         mr, nr = call_tile(options.target, con.dtype.bits // 8, con.size("n"), tile)
         if (mr, nr) == tile.small_tile:
             overrides.update(path=shaped.path, mr=mr, nr=nr)
-            shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False)
+            shaped = plan(con, options.target, threads, overrides=overrides, pack_b_in_kernel=False, explain=False)
     if shaped.grid[3] > 1:
         overrides["path"] = shaped.path
         shaped = plan(con, options.target, threads, overrides={**overrides, "grid": shaped.grid[:3] + (1,)},
-                      pack_b_in_kernel=False)
+                      pack_b_in_kernel=False, explain=False)
     return con, shaped
 
 
@@ -203,7 +204,8 @@ def shape_block(block: Contraction, target: Target, tile: tuple[int, int]) -> Pl
     """A size-generic kernel's chain product on one block at a call's shape
     (:mod:`tcpy.transform.runtime_chains`): planned for one thread of ``target`` on the packed
     path with the micro-tile ``tile`` (MR, NR: one of the kernel's routines')."""
-    return plan(block, target, 1, overrides={"path": "packed", "mr": tile[0], "nr": tile[1]}, pack_b_in_kernel=False)
+    return plan(block, target, 1, overrides={"path": "packed", "mr": tile[0], "nr": tile[1]}, pack_b_in_kernel=False,
+                explain=False)
 
 
 def plan_block(block: Contraction, options: Options, b_packed_once: bool, generic: bool = False) -> Plan:

@@ -116,16 +116,16 @@ def _scalar(where, param, ttype, dtype, arg) -> np.ndarray:
             )
         return np.array(arg)
     scalar = ttype.scalar
-    if scalar is ScalarType.BOOL:
+    if type(arg) is float or type(arg) is int:  # (first: the checks below ask abstract classes, slowly)
+        ok = scalar.is_float if type(arg) is float else scalar is not ScalarType.BOOL
+    elif scalar is ScalarType.BOOL:
         ok = isinstance(arg, bool)
-        want = "a bool"
     elif scalar.is_float:
         ok = isinstance(arg, (numbers.Integral, numbers.Real)) and not isinstance(arg, bool)
-        want = "a float or int"
     else:
         ok = isinstance(arg, numbers.Integral) and not isinstance(arg, bool)
-        want = "an int"
     if not ok:
+        want = "a bool" if scalar is ScalarType.BOOL else "a float or int" if scalar.is_float else "an int"
         raise TCArgumentError(
             f"{where}: argument {param.name} ({_expected(param)}) must be {want} or a 0-d {dtype.name} array, "
             f"got {type(arg).__name__}"

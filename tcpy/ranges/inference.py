@@ -52,7 +52,8 @@ from ..lang.visit import index_value_uses, index_vars, inline_lets
 from .affine import NotAffine
 from .convert import Converter, guarded_accesses
 from .index_values import check_index_results, magnitude, unchecked_magnitude
-from .isl_helpers import CTX, PARAM, affine_evaluator, keep_dim, param_space, simplest, try_bound, value_at
+from .isl_helpers import (CTX, PARAM, affine_evaluator, affine_evaluators, keep_dim, param_space, simplest, try_bound,
+                          value_at)
 from .report import violation_message
 from .symbolic import format_expr, pw_to_sympy, requires_text
 
@@ -170,7 +171,13 @@ class DefRanges:
         """Ranges and shapes at ``point`` (``sizes`` as an isl point; None when every bound
         evaluates without isl, :meth:`_isl_bounds`), preconditions unchecked."""
         distinct, positions = self._distinct_bounds()
-        values = [value_at(pa, point) if evaluator is None else evaluator(sizes) for pa, evaluator in distinct]
+        together = self.memo.get("bounds together", False)
+        if together is False:  # (one function for them all: each size read once, one call)
+            together = self.memo.setdefault("bounds together", affine_evaluators([pa for pa, _ in distinct]))
+        if together is not None:
+            values = together(sizes)
+        else:
+            values = [value_at(pa, point) if evaluator is None else evaluator(sizes) for pa, evaluator in distinct]
         at = iter(positions)
         statements = []
         for st in self.statements:

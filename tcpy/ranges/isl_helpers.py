@@ -31,15 +31,42 @@ def affine_evaluator(pa: isl.PwAff) -> Optional[Callable[[Mapping[str, int]], Op
     """``pa`` (a bound over the sizes) as a Python function of the sizes (name -> int) that
     gives :func:`value_at`'s value without isl, when every piece and every constraint of its
     domain is affine with integer coefficients (no floor divisions: then None, and isl
-    evaluates it). A new call shape of a size-generic kernel evaluates every bound: the
-    function is compiled from text, a few integer operations."""
-    names = [pa.get_dim_name(PARAM, i) for i in range(pa.dim(PARAM))]
-    used = set()
+    evaluates it)."""
+    every = affine_evaluators([pa])
+    return None if every is None else lambda sizes: every(sizes)[0]
 
-    def linear(obj) -> str:  # (size i is the local p<i>)
-        present = [i for i in range(len(names)) if not obj.get_coefficient_val(PARAM, i).is_zero()]
-        used.update(present)
-        terms = [f"{obj.get_coefficient_val(PARAM, i).to_python()} * p{i}" for i in present]
+
+def affine_evaluators(bounds) -> Optional[Callable[[Mapping[str, int]], list]]:
+    """The ``bounds`` (each a bound over the sizes or None: no bound) as one Python function of
+    the sizes (name -> int) that gives the list of their :func:`value_at` values without isl,
+    when each is affine as :func:`affine_evaluator` asks, else None. A new call shape of a
+    size-generic kernel evaluates every bound: one function compiled from text, each size read
+    once, a few integer operations a bound."""
+    names: dict[str, int] = {}  # size name -> its local's number
+    texts = []
+    for pa in bounds:
+        text = "None" if pa is None else _affine_text(pa, names)
+        if text is None:
+            return None
+        texts.append(text)
+    unpack = "".join(f"p{i} = int(sizes[{name!r}])\n    " for name, i in names.items())
+    text = f"def evaluate(sizes):\n    {unpack}return [{', '.join(texts)}]\n"
+    scope: dict = {}
+    exec(compile(text, "<bounds>", "exec"), scope)
+    return scope["evaluate"]
+
+
+def _affine_text(pa: isl.PwAff, names: dict[str, int]) -> Optional[str]:
+    """``pa`` as a Python expression of the locals ``p<i>`` (size ``name`` is ``p<names[name]>``,
+    numbered here when new), None where it is undefined; None when it is not affine."""
+    params = [pa.get_dim_name(PARAM, i) for i in range(pa.dim(PARAM))]
+
+    def linear(obj) -> str:
+        terms = []
+        for i, name in enumerate(params):
+            coefficient = obj.get_coefficient_val(PARAM, i)
+            if not coefficient.is_zero():
+                terms.append(f"{coefficient.to_python()} * p{names.setdefault(name, len(names))}")
         return " + ".join([str(obj.get_constant_val().to_python()), *terms])
 
     pieces = []
@@ -53,11 +80,7 @@ def affine_evaluator(pa: isl.PwAff) -> Optional[Callable[[Mapping[str, int]], Op
             cases.append(" and ".join(f"{linear(c)} {'==' if c.is_equality() else '>='} 0"
                                       for c in basic.get_constraints()) or "True")
         pieces.append(f"({linear(aff)}) if ({' or '.join(f'({case})' for case in cases) or 'False'}) else ")
-    unpack = "".join(f"p{i} = int(sizes[{names[i]!r}])\n    " for i in sorted(used))
-    text = f"def evaluate(sizes):\n    {unpack}return {''.join(pieces)}None\n"  # (None: outside, isl's NaN)
-    scope: dict = {}
-    exec(compile(text, "<bound>", "exec"), scope)
-    return scope["evaluate"]
+    return f"({''.join(pieces)}None)"  # (None: outside, isl's NaN)
 
 
 def lift_params(pa: isl.PwAff, n: int) -> isl.PwAff:

@@ -500,6 +500,15 @@ class Kernel(Launcher):
         return LaunchEntry(func_address=address, **self._entry_arguments(spec, bound, statements, num_threads, points),
                            **extra)
 
+    @functools.cached_property
+    def _entry_fixed(self) -> tuple[dict, frozenset, tuple]:
+        """What a launcher entry's arguments take from the def alone, read at every new call
+        shape: each tensor's NumPy dtype, the outputs a caller's ``out=`` array is accumulated
+        into, and the inputs' dtypes."""
+        dtypes = {name: binding.numpy_dtype(scalar) for name, scalar in self.types.items()}
+        return (dtypes, frozenset(s.target for s in caller_accumulations(self.def_)),
+                tuple(dtypes[p.name] for p in self.def_.params))
+
     def _entry_arguments(self, spec: Specialization, bound, statements, num_threads: int, points: int) -> dict:
         """A launcher entry's arguments, but its function's address, for the kernel ``spec`` at
         ``bound`` sizes, once its arrays fit the machine's memory; ``statements``: each statement
@@ -507,13 +516,12 @@ class Kernel(Launcher):
         (:func:`_points`)."""
         shapes = bound.shapes
         program = spec.ir.program
-        accumulated = {s.target for s in caller_accumulations(self.def_)}
+        dtypes, accumulated, input_dtypes = self._entry_fixed
 
         def array_spec(name):
             if name in program.shrunk:  # replaced by per-thread buffers of a fused group
-                return ((0,) * len(shapes[name]), binding.numpy_dtype(self.types[name]), False)
-            return (tuple(shapes[name]), binding.numpy_dtype(self.types[name]),
-                    not _covered(name, statements, shapes[name]), name in accumulated)
+                return ((0,) * len(shapes[name]), dtypes[name], False)
+            return (tuple(shapes[name]), dtypes[name], not _covered(name, statements, shapes[name]), name in accumulated)
 
         outputs = {r.name: array_spec(r.name) for r in self.def_.returns}
         temporaries = {**{t.name: array_spec(t.name) for t in self.def_.temporaries},
@@ -522,7 +530,7 @@ class Kernel(Launcher):
         _check_memory(self.def_.name, bound.sizes, outputs, temporaries)  # before the compiler runs
         return dict(
             n_inputs=len(self.def_.params),
-            input_dtypes=[binding.numpy_dtype(self.types[p.name]) for p in self.def_.params],
+            input_dtypes=input_dtypes,
             output_specs=list(outputs.values()),
             temp_specs=list(temporaries.values()),
             error_messages=list(spec.error_messages),
@@ -532,6 +540,7 @@ class Kernel(Launcher):
         )
 
 
+@functools.cache  # (asked at every new call shape)
 def _generic_text(mode: str) -> str:
     """What serves a shape from the generic kernel, under ``Options(specialize=mode)``."""
     if mode == "never":

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import islpy as isl
 import sympy
@@ -52,8 +52,7 @@ from ..lang.visit import index_value_uses, index_vars, inline_lets
 from .affine import NotAffine
 from .convert import Converter, guarded_accesses
 from .index_values import check_index_results, magnitude, unchecked_magnitude
-from .isl_helpers import (CTX, PARAM, affine_evaluator, affine_evaluators, keep_dim, param_space, simplest, try_bound,
-                          value_at)
+from .isl_helpers import CTX, PARAM, affine_evaluator, keep_dim, param_space, simplest, try_bound, value_at
 from .report import violation_message
 from .symbolic import format_expr, pw_to_sympy, requires_text
 
@@ -170,14 +169,10 @@ class DefRanges:
     def evaluate(self, sizes: dict, point: Optional[isl.Point]) -> BoundRanges:
         """Ranges and shapes at ``point`` (``sizes`` as an isl point; None when every bound
         evaluates without isl, :meth:`_isl_bounds`), preconditions unchecked."""
-        distinct, positions = self._distinct_bounds()
-        together = self.memo.get("bounds together", False)
-        if together is False:  # (one function for them all: each size read once, one call)
-            together = self.memo.setdefault("bounds together", affine_evaluators([pa for pa, _ in distinct]))
-        if together is not None:
-            values = together(sizes)
-        else:
-            values = [value_at(pa, point) if evaluator is None else evaluator(sizes) for pa, evaluator in distinct]
+        distinct, positions, affine, by_isl = self._distinct_bounds()
+        values = affine(sizes)
+        for position in by_isl:
+            values[position] = value_at(distinct[position], point)
         at = iter(positions)
         statements = []
         for st in self.statements:
@@ -189,29 +184,26 @@ class DefRanges:
         shapes = {name: tuple(values[next(at)] or 0 for _ in dims) for name, dims in self.shapes_isl.items()}
         return BoundRanges(dict(sizes), tuple(statements), shapes)
 
-    def _distinct_bounds(self) -> tuple[list, list[int]]:
-        """Each bound of the ranges and shapes once (statements share most: ``0 <= b < B``)
-        with its Python evaluator if it has one (:func:`affine_evaluator`), and per bound, in
-        :meth:`evaluate`'s order, its position among them: a new call shape evaluates each once."""
+    def _distinct_bounds(self) -> tuple[list, list[int], Callable, tuple[int, ...]]:
+        """Each bound of the ranges and shapes once (statements share most: ``0 <= b < B``),
+        per bound in :meth:`evaluate`'s order its position among them, the function that
+        evaluates them at a call's sizes and the positions of those isl evaluates instead
+        (:func:`affine_evaluator`): a new call shape evaluates each once."""
         found = self.memo.get("bounds")
         if found is None:
             every = [pa for st in self.statements for vr in st.ranges.values() for pa in (vr.lo_isl, vr.hi_isl)]
             every += [pa for dims in self.shapes_isl.values() for pa in dims]
             index: dict = {}
             positions = [index.setdefault(None if pa is None else pa.to_str(), len(index)) for pa in every]
-            distinct = [(None, None)] * len(index)
+            distinct = [None] * len(index)
             for pa, position in zip(every, positions):
-                distinct[position] = (pa, None if pa is None else affine_evaluator(pa))
-            found = self.memo.setdefault("bounds", (distinct, positions))
+                distinct[position] = pa
+            found = self.memo.setdefault("bounds", (distinct, positions, *affine_evaluator(distinct)))
         return found
 
     def _isl_bounds(self) -> bool:
-        """Whether some bound has no Python evaluator (:func:`affine_evaluator`): isl evaluates it."""
-        found = self.memo.get("isl bounds")
-        if found is None:
-            found = self.memo.setdefault("isl bounds", any(pa is not None and evaluator is None
-                                                           for pa, evaluator in self._distinct_bounds()[0]))
-        return found
+        """Whether isl evaluates some bound (:func:`affine_evaluator` cannot)."""
+        return bool(self._distinct_bounds()[3])
 
     def _check_sizes(self, sizes: dict) -> None:
         """Raise :class:`~tcpy.errors.TCShapeError` unless every size is given, an int >= 0."""

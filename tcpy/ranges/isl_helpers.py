@@ -27,38 +27,31 @@ def value_at(pa: Optional[isl.PwAff], point: isl.Point) -> Optional[int]:
     return None if value.is_nan() else value.to_python()
 
 
-def affine_evaluator(pa: isl.PwAff) -> Optional[Callable[[Mapping[str, int]], Optional[int]]]:
-    """``pa`` (a bound over the sizes) as a Python function of the sizes (name -> int) that
-    gives :func:`value_at`'s value without isl, when every piece and every constraint of its
-    domain is affine with integer coefficients (no floor divisions: then None, and isl
-    evaluates it)."""
-    every = affine_evaluators([pa])
-    return None if every is None else lambda sizes: every(sizes)[0]
-
-
-def affine_evaluators(bounds) -> Optional[Callable[[Mapping[str, int]], list]]:
-    """The ``bounds`` (each a bound over the sizes or None: no bound) as one Python function of
-    the sizes (name -> int) that gives the list of their :func:`value_at` values without isl,
-    when each is affine as :func:`affine_evaluator` asks, else None. A new call shape of a
-    size-generic kernel evaluates every bound: one function compiled from text, each size read
-    once, a few integer operations a bound."""
+def affine_evaluator(bounds) -> tuple[Callable[[Mapping[str, int]], list], tuple[int, ...]]:
+    """The ``bounds`` (each a bound over the sizes, or None: no bound) as one Python function of
+    the sizes (name -> int) that gives the list of their :func:`value_at` values without isl, and
+    the positions of those it cannot give (a piece or a constraint not affine with integer
+    coefficients: a floor division), whose places in the list hold None for isl's values. A new
+    call shape of a size-generic kernel evaluates every bound: one function compiled from text,
+    each size read once, a few integer operations a bound."""
     names: dict[str, int] = {}  # size name -> its local's number
-    texts = []
-    for pa in bounds:
-        text = "None" if pa is None else _affine_text(pa, names)
-        if text is None:
-            return None
-        texts.append(text)
+    texts, by_isl = [], []
+    for position, pa in enumerate(bounds):
+        text = None if pa is None else _affine_text(pa, names)
+        if pa is not None and text is None:
+            by_isl.append(position)
+        texts.append(text or "None")
     unpack = "".join(f"p{i} = int(sizes[{name!r}])\n    " for name, i in names.items())
     text = f"def evaluate(sizes):\n    {unpack}return [{', '.join(texts)}]\n"
     scope: dict = {}
     exec(compile(text, "<bounds>", "exec"), scope)
-    return scope["evaluate"]
+    return scope["evaluate"], tuple(by_isl)
 
 
 def _affine_text(pa: isl.PwAff, names: dict[str, int]) -> Optional[str]:
     """``pa`` as a Python expression of the locals ``p<i>`` (size ``name`` is ``p<names[name]>``,
-    numbered here when new), None where it is undefined; None when it is not affine."""
+    numbered here when new) whose value is None where ``pa`` is undefined; None when ``pa`` is not
+    affine."""
     params = [pa.get_dim_name(PARAM, i) for i in range(pa.dim(PARAM))]
 
     def linear(obj) -> str:

@@ -569,6 +569,35 @@ def test_gemm_edges_around_the_micro_tile(target, threads):
     assert paths == {"small", "packed", "stream"}
 
 
+CONV_3X3 = ("def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) "
+            "{ O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }")
+
+
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_a_plan_without_its_reasons_decides_the_same(target, threads):
+    """plan(explain=False) (a size-generic kernel's at a call shape) is plan()'s plan with no
+    reasons, on each path it formats them for."""
+    t = Target.preset(target)
+    mr, nv = micro_tile(t, 4)
+    nr = nv * t.lanes(4)
+    gemm = "def f(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+    cases = [(gemm, t, ((2 * mr + 1, 37), (37, 2 * nr - 1)), {}),
+             (gemm, tiny_caches(t), ((20 * mr - 1, 37), (37, nr + 1)), {}),
+             (gemm, tiny_caches(t), ((3 * mr + 1, 37), (37, 12 * nr + 1)), {}),
+             (gemm, t, ((300, 200), (200, 300)), {"path": "packed", "mr": mr, "nr": nr}),
+             (CONV_3X3, t, ((1, 64, 30, 30), (64, 64, 3, 3)), {})]
+    paths = set()
+    for src, tt, shapes, overrides in cases:
+        con = recognized(src, *shapes)
+        explained = plan(con, tt, threads, overrides=overrides)
+        quiet = plan(con, tt, threads, overrides=overrides, explain=False)
+        assert explained.reasons and quiet.reasons == ()
+        assert quiet == dataclasses.replace(explained, reasons=())
+        paths.add(explained.path)
+    assert paths == {"small", "stream", "packed", "winograd"}
+
+
 def test_small_path_copies_b_slivers_only_when_their_rows_crowd_l1_sets():
     """B's rows one sliver wide (N = NR) spread over every set: read in place; rows 4 KiB apart
     map to the same sets: each sliver copied."""

@@ -190,8 +190,9 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
     path's first micro-tile of each B sliver may read B in place and pack it (a size-generic
     kernel's run-time engine packs B in a pass). ``winograd_tiles``: the tile sizes the winograd
     path may take (a size-generic kernel's: those it holds routines of). ``explain``: say why in
-    the plan's ``reasons`` (on the packed, small and stream paths: without, a size-generic
-    kernel's plan at a call shape, which nothing shows, is found without formatting them)."""
+    the plan's ``reasons`` (on the packed, small, stream and winograd paths: without, a
+    size-generic kernel's plan at a call shape, which nothing shows, is found without formatting
+    them)."""
     s = con.dtype.bits // 8
     lanes = target.lanes(s)
     batch, M, N, K = con.sizes
@@ -278,7 +279,7 @@ def plan(con: Contraction, target: Target, threads: int, b_packed_once: bool = F
             return dplan
     form = winograd_form(con) if winograd and not b_packed_once and not overrides else None
     if form is not None:
-        wplan = _winograd_choice(con, form, conv, dplan, target, threads, mr, nr, kc_max, winograd_tiles)
+        wplan = _winograd_choice(con, form, conv, dplan, target, threads, mr, nr, kc_max, winograd_tiles, explain)
         if wplan is not None:
             return wplan
     taps = winograd_taps_form(con) if winograd and not b_packed_once and not overrides else None
